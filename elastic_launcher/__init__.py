@@ -1,0 +1,1 @@
+"""Compose, validate, render and act on elastic training jobs. Never imports torch."""

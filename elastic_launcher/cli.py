@@ -1,0 +1,127 @@
+"""The launcher's command line: compose -> plan -> render -> act (dry run, cluster, local)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from elastic_launcher.compose import compose, options, to_plain
+from elastic_launcher.errors import USER_ERRORS, report
+from elastic_launcher.plan import Plan, make_plan
+from elastic_launcher.settings import ACTIONS, TARGETS, LauncherSettings
+from training.config import ConfigError, build
+
+HELP = """\
+usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
+
+Compose a recipe with its elastic policy and scale configs, validate it for every allowed node
+count, and render HyperPodPyTorchJob / Kubeflow PyTorchJob manifests. Overrides use Hydra's
+grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
+
+  recipes=<recipe>                          {recipes}
+  scale_configs@recipes.scale_config=<set>  {sets}
+  recipes.elastic_policy.is_elastic=true recipes.elastic_policy.min_nodes=2 recipes.elastic_policy.max_nodes=8
+  recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5
+  action={actions}
+  target={targets}
+  cluster.image=<image> cluster.namespace=<ns> cluster.queue_name=<kueue queue> ...   (see launcher.yaml)
+
+  --cfg job      print the composed config and exit (--resolve: with interpolations resolved)
+  HYDRA_FULL_ERROR=1 shows the full traceback of an error.
+"""
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything an action needs: the launcher settings, the resolved recipe and its plan."""
+
+    settings: LauncherSettings
+    recipe_name: str
+    recipe: dict
+    plan: Plan
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.cluster.namespace or "default"
+
+
+def load_job(cfg: DictConfig, recipe_name: str) -> Job:
+    data = to_plain(cfg)
+    recipe = data.pop("recipes")
+    settings = build(LauncherSettings, data)
+    if settings.action not in ACTIONS:
+        raise ConfigError(f"action={settings.action!r} is not one of {', '.join(ACTIONS)}")
+    if settings.target not in TARGETS:
+        raise ConfigError(f"target={settings.target!r} is not one of {', '.join(TARGETS)}")
+    # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
+    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow")
+    return Job(settings, recipe_name, recipe, plan)
+
+
+def _recipe_choice(overrides: list[str]) -> str:
+    chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "recipes"]
+    if chosen:
+        return chosen[-1]
+    defaults = OmegaConf.load(Path(__file__).resolve().parent.parent / "launcher.yaml").defaults
+    return next(d["recipes"] for d in defaults if isinstance(d, DictConfig) and "recipes" in d)
+
+
+def dry_run(job: Job) -> int:
+    from elastic_launcher.dry_run import summary, write_artifacts
+    from elastic_launcher.render import render
+
+    rendered = render(job.plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
+    out = write_artifacts(Path(job.settings.output_dir) / job.plan.job_name, rendered, job.recipe)
+    print(summary(job.plan, job.settings.target))
+    if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
+        print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")
+    print(f"wrote {out / 'manifest.yaml'} (kubectl apply -f), {out / 'configs'}/, {out / 'recipe.yaml'}")
+    return 0
+
+
+def run_action(job: Job) -> int:
+    action = job.settings.action
+    if action == "dry_run":
+        return dry_run(job)
+    if action in ("submit", "server_dry_run", "status", "delete"):
+        from elastic_launcher import cluster
+
+        return cluster.run(job)
+    from elastic_launcher import local
+
+    return local.run(job)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides, show_cfg, resolve = [], None, False
+    args = iter(argv)
+    try:
+        for arg in args:
+            if arg in ("-h", "--help"):
+                print(HELP.format(recipes=" | ".join(options("recipes")), sets=" | ".join(options("scale_configs")),
+                                  actions=" | ".join(ACTIONS), targets=" | ".join(TARGETS)))
+                return 0
+            if arg in ("-c", "--cfg") or arg.startswith("--cfg="):
+                show_cfg = arg.split("=", 1)[1] if "=" in arg else next(args, None)
+                if show_cfg != "job":
+                    raise ConfigError(f"--cfg {show_cfg}: only '--cfg job' is supported (the launcher composes "
+                                      f"with Hydra's Compose API and has no hydra config section)")
+            elif arg == "--resolve":
+                resolve = True
+            elif arg.startswith("-"):
+                raise ConfigError(f"unknown flag {arg}: see python launcher.py --help")
+            else:
+                overrides.append(arg)
+        cfg = compose(overrides)
+        if show_cfg:
+            print(OmegaConf.to_yaml(cfg, resolve=resolve), end="")
+            return 0
+        return run_action(load_job(cfg, _recipe_choice(overrides)))
+    except USER_ERRORS as e:
+        return report(e)
+    except KeyboardInterrupt:
+        return 130

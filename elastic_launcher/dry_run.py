@@ -1,0 +1,64 @@
+"""Write the dry-run artifacts (all or nothing) and print the plan."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from elastic_launcher.plan import Plan
+from elastic_launcher.render import Rendered, dump_yaml
+
+MANIFEST_FILE = "manifest.yaml"
+
+
+def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:
+    """<out_dir>/manifest.yaml, configs/, recipe.yaml. Written to a temporary sibling first and
+    swapped in, so an interrupted run never leaves a half-written directory behind."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        (tmp / MANIFEST_FILE).write_text(rendered.manifest)
+        (tmp / "recipe.yaml").write_text(dump_yaml(recipe))
+        (tmp / "configs").mkdir()
+        for name, text in rendered.configs.items():
+            (tmp / "configs" / name).write_text(text)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def plan_table(plan: Plan) -> str:
+    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "per-rank batch", "micro", "grad-accum",
+              "LR", "tokens/step", "config")
+    rows = [header]
+    for s in plan.sizes:
+        rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), s.batch.describe_local(),
+                     str(s.batch.micro_batch), str(s.batch.grad_accum_steps), f"{s.learning_rate:g}",
+                     f"{s.tokens_per_step:,}", "scale_config" if s.from_scale_config else "base (derived)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i < 8 else c for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def summary(plan: Plan, target: str) -> str:
+    p = plan.policy
+    kind = "elastic" if p.is_elastic else "static"
+    nodes = f"{p.min_nodes}..{p.max_nodes} nodes" if p.is_elastic else f"{plan.initial_nodes} nodes"
+    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
+             f"target {target}", plan_table(plan)]
+    if plan.unused_scale_configs:
+        lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
+                     f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")
+    lines += [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,211 @@
+"""Recipe -> plan: the elastic policy, the node counts it allows, and for each of them the fully
+merged training config with its batch math. Everything is validated here, before anything is
+written, so a bad recipe fails on the laptop instead of on the cluster."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from omegaconf import OmegaConf
+
+from elastic_launcher.instances import InstanceType, lookup
+from training.config import BatchPlan, ConfigError, JobConfig, build, plan_batches
+
+RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass
+class ElasticPolicy:
+    """The recipe's `elastic_policy` block (the sagemaker-hyperpod-recipes keys, off by default)."""
+
+    is_elastic: bool = False
+    min_nodes: int = 1
+    max_nodes: int = 1
+    replica_increment_step: int | None = None
+    replica_discrete_values: list[int] | None = None  # default: scale_config node counts in [min, max]
+    use_graceful_shutdown: bool = True
+    graceful_shutdown_timeout: int = 600  # seconds to checkpoint and exit after SIGUSR1
+    scaling_timeout: int = 600  # capacity must stay available this long before a scale-up
+    faulty_timeout: int = 300  # wait for replacement capacity before scaling down after a fault
+    scale_up_snooze_time: int = 0  # no scale-up for this long after a restart
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """Everything that holds at one allowed node count."""
+
+    nodes: int
+    nproc_per_node: int
+    config: JobConfig
+    config_dict: dict  # the same config as plain data, ready to be written
+    batch: BatchPlan
+    from_scale_config: bool  # False: base config with derived batch math (step policies)
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def learning_rate(self) -> float:
+        return self.config.training_config.training_args.learning_rate
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch.global_batch * self.config.training_config.datasets.max_len
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_name: str
+    instance: InstanceType
+    policy: ElasticPolicy
+    base: dict  # base training config (no scale_config / elastic_policy)
+    sizes: tuple[SizePlan, ...]  # ascending node counts
+    unused_scale_configs: tuple[int, ...]  # entries outside [min, max]: valid, not used
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def initial_nodes(self) -> int:
+        return self.sizes[0].nodes
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.sizes[0].nproc_per_node
+
+    def size(self, nodes: int) -> SizePlan | None:
+        return next((s for s in self.sizes if s.nodes == nodes), None)
+
+
+def scale_config_key(key) -> int:
+    """`n4` (the command-line friendly form), `4` or '4' (upstream's integer keys) -> 4."""
+    text = str(key)
+    digits = text[1:] if text[:1] == "n" else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise ConfigError(f"scale_config key {key!r} is not a node count: use n<nodes>, e.g. n4")
+    return int(digits)
+
+
+def normalize_scale_config(scale_config: dict | None) -> dict[int, dict]:
+    """Entries keyed by node count. When both `4` and `n4` exist (an upstream block plus a
+    command-line `+recipes.scale_config.n4...` override), `n4` is merged on top."""
+    entries: dict[int, dict] = {}
+    for key in sorted(scale_config or {}, key=lambda k: str(k).startswith("n")):
+        nodes, entry = scale_config_key(key), scale_config[key] or {}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"recipes.scale_config.{key}={entry!r} must be a mapping of training-config overrides")
+        entries[nodes] = _merge(entries.get(nodes, {}), entry)
+    return entries
+
+
+def _merge(base: dict, override: dict) -> dict:
+    return OmegaConf.to_container(OmegaConf.merge(base, override))
+
+
+def allowed_sizes(policy: ElasticPolicy, scale_counts: list[int], static_nodes: int,
+                  every_size: bool = False) -> list[int]:
+    """The node counts a job may run at. `every_size`: the runtime (torchrun's c10d rendezvous)
+    accepts any count in [min, max], so all of them must be valid."""
+    key = "recipes.elastic_policy"
+    if not policy.is_elastic:
+        if static_nodes < 1:
+            raise ConfigError(f"recipes.trainer.num_nodes={static_nodes} must be >= 1")
+        return [static_nodes]
+    lo, hi, step, values = policy.min_nodes, policy.max_nodes, policy.replica_increment_step, policy.replica_discrete_values
+    if lo < 1:
+        raise ConfigError(f"{key}.min_nodes={lo} must be >= 1")
+    if lo > hi:
+        raise ConfigError(f"{key}.min_nodes={lo} is greater than max_nodes={hi}: lower min_nodes or raise max_nodes")
+    if step is not None and values is not None:
+        raise ConfigError(f"{key} sets both replica_increment_step={step} and replica_discrete_values={values}: keep one")
+    if values is not None:
+        if not values:
+            raise ConfigError(f"{key}.replica_discrete_values is empty: list the node counts to allow, or remove it")
+        outside = [v for v in values if not lo <= v <= hi]
+        if outside:
+            raise ConfigError(f"{key}.replica_discrete_values={values} has {outside} outside [min_nodes={lo}, "
+                              f"max_nodes={hi}]: remove them or widen the range")
+        sizes = sorted(set(values))
+    elif step is not None:
+        if step < 1:
+            raise ConfigError(f"{key}.replica_increment_step={step} must be >= 1")
+        if (hi - lo) % step:
+            raise ConfigError(f"{key}.replica_increment_step={step} never reaches max_nodes={hi} from min_nodes={lo}: "
+                              f"use a step dividing {hi - lo} or set max_nodes={lo + (hi - lo) // step * step}")
+        sizes = list(range(lo, hi + 1, step))
+    else:
+        sizes = sorted(n for n in scale_counts if lo <= n <= hi)
+        if not sizes and not every_size:
+            raise ConfigError(f"{key}: no scale_config entry inside [min_nodes={lo}, max_nodes={hi}] (entries: "
+                              f"{sorted(scale_counts)}): set replica_increment_step or replica_discrete_values")
+    return list(range(lo, hi + 1)) if every_size else sizes
+
+
+def _validate_policy(policy: ElasticPolicy) -> None:
+    for name in ("graceful_shutdown_timeout", "scaling_timeout", "faulty_timeout", "scale_up_snooze_time"):
+        value = getattr(policy, name)
+        if value < 0:
+            raise ConfigError(f"recipes.elastic_policy.{name}={value} is negative: use seconds >= 0")
+
+
+def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
+    if len(name) > 63:
+        raise ConfigError(f"{key}={name!r} is {len(name)} characters; Kubernetes allows 63: shorten it")
+    if not RFC1123_LABEL.match(name):
+        raise ConfigError(f"{key}={name!r} is not a valid Kubernetes name (RFC 1123: lowercase letters, digits, '-', "
+                          f"starting and ending alphanumeric): e.g. {re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-')!r}")
+
+
+# Settings that must not change between sizes: the data stream and the resume fingerprint hang on them.
+_INVARIANTS = {
+    "training_config.training_args.train_batch_size": lambda c: c.training_config.training_args.train_batch_size,
+    "training_config.datasets.max_len": lambda c: c.training_config.datasets.max_len,
+    "training_config.datasets.train_data": lambda c: c.training_config.datasets.train_data,
+    "training_config.training_args.seed": lambda c: c.training_config.training_args.seed,
+}
+
+
+def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False) -> Plan:
+    """Validate a resolved recipe and plan every node count its elastic policy allows (with
+    `every_size`, every count in [min_nodes, max_nodes])."""
+    recipe = dict(recipe)
+    policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
+    _validate_policy(policy)
+    entries = normalize_scale_config(recipe.pop("scale_config", None))
+    base_cfg = build(JobConfig, recipe, "recipes")
+    instance = lookup(base_cfg.instance_type)
+    job_name = job_name or base_cfg.run.name
+    validate_job_name(job_name)
+
+    nodes_list = allowed_sizes(policy, list(entries), base_cfg.trainer.num_nodes, every_size)
+    sizes = []
+    for nodes in nodes_list:
+        entry = entries.get(nodes)
+        where = f"recipes.scale_config.n{nodes}" if entry is not None else "recipes"
+        entry_nodes = (entry or {}).get("trainer", {}).get("num_nodes", nodes)
+        if entry_nodes != nodes:
+            raise ConfigError(f"{where}.trainer.num_nodes={entry_nodes} contradicts its key n{nodes}: "
+                              f"set it to {nodes} or remove it")
+        merged = _merge(recipe, entry or {})
+        merged["trainer"] = {**merged.get("trainer", {}), "num_nodes": nodes}
+        cfg = build(JobConfig, merged, where)
+        nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        try:
+            batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
+                                 f"{where}.training_config.training_args")
+        except ConfigError as e:
+            raise ConfigError(f"at {nodes} nodes: {e}") from None
+        sizes.append(SizePlan(nodes, nproc, cfg, merged, batch, entry is not None))
+
+    first = sizes[0]
+    for key, get in _INVARIANTS.items():
+        for size in sizes[1:]:
+            if get(size.config) != get(first.config):
+                raise ConfigError(
+                    f"{key} is {get(size.config)!r} at {size.nodes} nodes but {get(first.config)!r} at {first.nodes}: "
+                    f"it must be the same at every size (set it in the recipe, not per scale_config entry)")
+    warnings = []
+    if len({s.learning_rate for s in sizes}) > 1:
+        warnings.append("learning_rate differs between sizes: the schedule jumps at each resize")
+    unused = tuple(sorted(n for n in entries if n not in nodes_list))
+    return Plan(job_name, instance, policy, recipe, tuple(sizes), unused, tuple(warnings))

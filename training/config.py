@@ -1,0 +1,270 @@
+"""The training config: schema, per-size file contract and batch math.
+
+Shared by the launcher (which validates and renders one config per allowed node count) and the
+trainer (which reads the file for its live node count on every restart). Both sides call the same
+functions, so they cannot disagree about what a config means. Plain dataclasses and arithmetic:
+this module must never import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --- the per-size file contract -------------------------------------------------------------------
+# The launcher writes BASE_CONFIG_FILE plus one file per allowed node count into a directory (a
+# ConfigMap mounted at /config on a cluster); the trainer picks the file for its node count and
+# falls back to the base file (with derived batch math) for a count that has none.
+BASE_CONFIG_FILE = "config.yaml"
+CONFIG_DIR_ENV = "ELASTIC_CONFIG_DIR"
+
+
+def config_file_for(nodes: int) -> str:
+    return f"config-n{nodes}.yaml"
+
+
+def select_config_file(config_dir: str | Path, nodes: int) -> tuple[Path, bool]:
+    """The config file for `nodes`, and whether it is a per-size file (False: the base fallback)."""
+    config_dir = Path(config_dir)
+    sized = config_dir / config_file_for(nodes)
+    if sized.is_file():
+        return sized, True
+    base = config_dir / BASE_CONFIG_FILE
+    if not base.is_file():
+        raise ConfigError(f"no {config_file_for(nodes)} or {BASE_CONFIG_FILE} in config dir '{config_dir}': "
+                          f"point --config-dir (or ${CONFIG_DIR_ENV}) at the launcher's rendered configs")
+    return base, False
+
+
+class ConfigError(ValueError):
+    """A configuration mistake a user can fix. Its message is one line: key, value and the fix."""
+
+
+# --- schema ----------------------------------------------------------------------------------------
+@dataclass
+class UnevenBatch:
+    """Per-rank batches when the global batch does not divide by the data-parallel size (as upstream):
+    `num_dp_groups_with_small_batch_size` ranks take `small_local_batch_size` samples, the rest take
+    `large_local_batch_size`. Derived automatically when none of the three numbers is given."""
+
+    use_uneven_batch: bool = False
+    num_dp_groups_with_small_batch_size: int | None = None
+    small_local_batch_size: int | None = None
+    large_local_batch_size: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    model_name_or_path: str | None = None  # hub id or local directory (the real loading path)
+    architecture: dict[str, Any] | None = None  # inline transformers config (model_type + kwargs), random init
+    tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
+    attn_implementation: str | None = None
+    mixed_precision: str = "bf16"  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class DatasetConfig:
+    train_data: str = "data/sft_tiny.jsonl"  # JSONL/Parquet file or directory, or a hub dataset id
+    split: str = "train"
+    messages_key: str = "messages"
+    max_len: int = 4096  # sequence length: samples are truncated (or packed) to this many tokens
+    packing: bool = False
+    num_workers: int = 0
+
+
+@dataclass
+class TrainingArgs:
+    train_batch_size: int = 128  # global batch in samples; constant across resizes
+    micro_train_batch_size: int = 1  # samples per rank per forward/backward
+    learning_rate: float = 1e-5
+    min_learning_rate: float = 0.0  # floor of the cosine decay
+    warmup_steps: int = 0
+    max_steps: int = 100
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    uneven_batch: UnevenBatch = field(default_factory=UnevenBatch)
+
+
+@dataclass
+class CheckpointConfig:
+    save_steps: int = 50  # also saved on every elastic event and at the last step
+    keep_last: int = 3
+    async_save: bool = False
+    ignore_fingerprint: bool = False  # resume even if global batch / seq len / data changed
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 1
+    tensorboard: bool = False
+    audit_samples: bool = False  # write the sample ids of every step to samples.jsonl
+
+
+@dataclass
+class TrainingSection:
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    datasets: DatasetConfig = field(default_factory=DatasetConfig)
+    training_args: TrainingArgs = field(default_factory=TrainingArgs)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: str = "runs/run"  # checkpoints/, metrics.jsonl, samples.jsonl live here
+
+
+@dataclass
+class TrainerConfig:
+    num_nodes: int = 1
+    nproc_per_node: int | None = None  # None: the instance type's accelerators (1 on CPU instances)
+
+
+@dataclass
+class JobConfig:
+    """One resolved training config: what a per-size file holds."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    instance_type: str = "local"
+    training_config: TrainingSection = field(default_factory=TrainingSection)
+
+
+def _suggest(word: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(sorted(map(str, choices)))}"
+
+
+def _check_type(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_type(value, inner, path)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, path)
+    expected = origin or hint
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        dict: isinstance(value, dict),
+        list: isinstance(value, list),
+    }.get(expected, True)
+    if not ok:
+        raise ConfigError(f"{path}={value!r} is not a {expected.__name__}: set it to a {expected.__name__}")
+    return float(value) if expected is float else value
+
+
+def build(cls: type, data: Any, path: str = ""):
+    """Build dataclass `cls` from a plain mapping, rejecting unknown keys (with a suggestion) and
+    values of the wrong type; missing keys take the dataclass defaults."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}={data!r} must be a mapping of {cls.__name__} fields")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in hints:
+            raise ConfigError(f"unknown key '{where}': {_suggest(key, names)}")
+        kwargs[key] = _check_type(value, hints[key], where)
+    return cls(**kwargs)
+
+
+def load_job_config(path: str | Path) -> JobConfig:
+    import yaml
+
+    with open(path) as f:
+        return build(JobConfig, yaml.safe_load(f), "")
+
+
+# --- batch math ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one global batch is split at one data-parallel size. Rank k takes positions
+    [offsets[k], offsets[k] + local_batches[k]) of each step's global window, so the set of samples
+    per step is the same at every size; only which rank holds which sample changes."""
+
+    global_batch: int
+    local_batches: tuple[int, ...]  # per data-parallel rank
+    micro_batch: int
+    grad_accum_steps: int  # the same on every rank: FSDP collectives must line up
+
+    @property
+    def dp_size(self) -> int:
+        return len(self.local_batches)
+
+    @property
+    def uneven(self) -> bool:
+        return len(set(self.local_batches)) > 1
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, total = [], 0
+        for b in self.local_batches:
+            out.append(total)
+            total += b
+        return tuple(out)
+
+    def describe_local(self) -> str:
+        if not self.uneven:
+            return str(self.local_batches[0])
+        small, large = min(self.local_batches), max(self.local_batches)
+        n_small = self.local_batches.count(small)
+        return f"{n_small}x{small}+{self.dp_size - n_small}x{large}"
+
+
+def plan_batches(args: TrainingArgs, dp_size: int, where: str = "training_config.training_args") -> BatchPlan:
+    """Validate the batch settings at `dp_size` ranks and derive the per-rank split."""
+    B, micro, ub = args.train_batch_size, args.micro_train_batch_size, args.uneven_batch
+    if B < 1:
+        raise ConfigError(f"{where}.train_batch_size={B} must be >= 1")
+    if micro < 1:
+        raise ConfigError(f"{where}.micro_train_batch_size={micro} must be >= 1")
+    if dp_size > B:
+        raise ConfigError(f"{where}.train_batch_size={B} is smaller than the data-parallel size {dp_size}: "
+                          f"raise train_batch_size to >= {dp_size} or disallow this node count")
+    numbers = (ub.num_dp_groups_with_small_batch_size, ub.small_local_batch_size, ub.large_local_batch_size)
+    given = [n is not None for n in numbers]
+    if any(given) and not ub.use_uneven_batch:
+        raise ConfigError(f"{where}.uneven_batch sets batch sizes but use_uneven_batch=false: "
+                          f"set use_uneven_batch=true or remove the sizes")
+    if any(given) and not all(given):
+        raise ConfigError(f"{where}.uneven_batch gives only some of num_dp_groups_with_small_batch_size, "
+                          f"small_local_batch_size, large_local_batch_size: give all three or none (derived)")
+    if all(given):
+        n_small, small, large = numbers
+        if not 0 <= n_small <= dp_size:
+            raise ConfigError(f"{where}.uneven_batch.num_dp_groups_with_small_batch_size={n_small} is outside "
+                              f"[0, {dp_size}] (the data-parallel size): fix it or remove the uneven sizes")
+        if not 1 <= small <= large:
+            raise ConfigError(f"{where}.uneven_batch small_local_batch_size={small}, large_local_batch_size={large}: "
+                              f"need 1 <= small <= large")
+        total = n_small * small + (dp_size - n_small) * large
+        if total != B:
+            raise ConfigError(f"{where}.uneven_batch gives {n_small}x{small} + {dp_size - n_small}x{large} = {total} "
+                              f"samples at data-parallel size {dp_size}, but train_batch_size={B}: "
+                              f"make them sum to {B} or remove the sizes to derive them")
+        local = (small,) * n_small + (large,) * (dp_size - n_small)
+    else:
+        # Even when B divides; otherwise the smallest possible imbalance, small ranks first.
+        small, rem = divmod(B, dp_size)
+        local = (small,) * (dp_size - rem) + (small + 1,) * rem
+    return BatchPlan(B, local, micro, math.ceil(max(local) / micro))
