@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,10 +53,14 @@ def load_job(cfg: DictConfig, recipe_name: str) -> Job:
     data = to_plain(cfg)
     recipe = data.pop("recipes")
     settings = build(LauncherSettings, data)
-    if settings.action not in ACTIONS:
-        raise ConfigError(f"action={settings.action!r} is not one of {', '.join(ACTIONS)}")
-    if settings.target not in TARGETS:
-        raise ConfigError(f"target={settings.target!r} is not one of {', '.join(TARGETS)}")
+    for key, value, choices in (("action", settings.action, ACTIONS), ("target", settings.target, TARGETS)):
+        if value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1)
+            hint = f"did you mean {key}={close[0]}?" if close else f"use one of {', '.join(choices)}"
+            raise ConfigError(f"{key}={value!r} is not one of {', '.join(choices)}: {hint}")
+    if settings.action in ("submit", "server_dry_run") and not settings.cluster.image:
+        raise ConfigError("cluster.image is not set: submitting needs the training image, "
+                          "e.g. cluster.image=<account>.dkr.ecr.<region>.amazonaws.com/train:latest")
     # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
     plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow")
     return Job(settings, recipe_name, recipe, plan)

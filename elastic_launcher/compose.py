@@ -57,7 +57,11 @@ def _explain(error: Exception, overrides: list[str]) -> str:
     not_found = re.search(r"Could not (?:override|delete) '([^']+)'", text)
     if not_found:
         return _explain_key(not_found.group(1), overrides)
-    return text.strip().splitlines()[0] + " (see https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    first = text.strip().splitlines()[0]
+    bad = getattr(error, "override", None)
+    if bad is not None:
+        first = f"cannot parse override '{bad}': {first} (quote values with special characters)"
+    return first + " (see https://hydra.cc/docs/advanced/override_grammar/basic/)"
 
 
 def _explain_key(key: str, overrides: list[str]) -> str:

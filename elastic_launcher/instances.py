@@ -40,7 +40,7 @@ class InstanceType:
         for key, count in ((self.accelerator_key, self.neuron_devices or self.gpus),
                            ("vpc.amazonaws.com/efa", self.efa)):
             if key and count:
-                requests[key] = limits[key] = count
+                requests[key] = limits[key] = str(count)  # quantities are strings in the API
         return {"requests": requests, "limits": limits}
 
 

@@ -166,7 +166,9 @@ def _check_type(value: Any, hint: Any, path: str) -> Any:
         list: isinstance(value, list),
     }.get(expected, True)
     if not ok:
-        raise ConfigError(f"{path}={value!r} is not a {expected.__name__}: set it to a {expected.__name__}")
+        name = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                "dict": "a mapping", "list": "a list"}[expected.__name__]
+        raise ConfigError(f"{path}={value!r} is not {name}: set it to {name}")
     return float(value) if expected is float else value
 
 

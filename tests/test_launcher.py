@@ -1,0 +1,176 @@
+"""Composing recipes, overriding and swapping scale configs, and the dry-run artifacts."""
+
+import yaml
+import pytest
+
+from conftest import MAIN_COMMAND, ROOT, run_launcher_process
+from elastic_launcher.compose import options
+from elastic_launcher.plan import make_plan
+from training.config import load_job_config, select_config_file
+
+RECIPES = options("recipes")
+
+
+def read_configs(tmp_path, job):
+    configs = tmp_path / "out" / job / "configs"
+    return {p.name: yaml.safe_load(p.read_text()) for p in configs.iterdir()}
+
+
+def training_args(config):
+    return config["training_config"]["training_args"]
+
+
+def test_every_shipped_recipe_is_listed():
+    assert {"llama/llama3_1_8b_sft", "llama/llama3_2_1b_sft", "llama/llama3_3_70b_sft", "gpt_oss/gpt_oss_20b_sft",
+            "gpt_oss/gpt_oss_120b_sft", "llama/tiny_llama_sft"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("elastic", [False, True])
+def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
+    code, out, err = launch(f"recipes={recipe}", f"recipes.elastic_policy.is_elastic={str(elastic).lower()}")
+    assert code == 0, err
+    job_dir = next((tmp_path / "out").iterdir())
+    docs = list(yaml.safe_load_all((job_dir / "manifest.yaml").read_text()))
+    assert [d["kind"] for d in docs if d] == ["ConfigMap", "HyperPodPyTorchJob"]
+    configs = read_configs(tmp_path, job_dir.name)
+    # Every per-size file is a complete training config the trainer can load.
+    for name in configs:
+        cfg = load_job_config(job_dir / "configs" / name)
+        assert cfg.training_config.training_args.train_batch_size >= 1
+    assert ("elasticPolicy" in docs[1]["spec"]) == elastic
+
+
+def test_main_command_plans_every_allowed_size(launch, tmp_path):
+    code, out, _ = launch(*MAIN_COMMAND)
+    assert code == 0
+    configs = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert set(configs) == {"config.yaml", "config-n2.yaml", "config-n3.yaml", "config-n4.yaml", "config-n6.yaml",
+                            "config-n8.yaml"}
+    # The printed table has one row per allowed size, with the uneven split at 3 nodes.
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["2", "3", "4", "6", "8"]
+    assert rows[1][:4] == ["3", "24", "24", "16x5+8x6"]
+    assert "n1, n16" in out  # scale_config entries outside [2, 8]: reported, not an error
+    uneven = training_args(configs["config-n3.yaml"])["uneven_batch"]
+    assert (uneven["num_dp_groups_with_small_batch_size"], uneven["small_local_batch_size"],
+            uneven["large_local_batch_size"]) == (16, 5, 6)
+    assert configs["config-n3.yaml"]["trainer"]["num_nodes"] == 3
+
+
+def test_scale_config_entry_overridden_from_command_line(launch, tmp_path):
+    code, _, err = launch(*MAIN_COMMAND, "recipes.scale_config.n4.training_config.training_args.micro_train_batch_size=2",
+                          "recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5")
+    assert code == 0, err
+    configs = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert training_args(configs["config-n4.yaml"])["micro_train_batch_size"] == 2
+    assert training_args(configs["config-n4.yaml"])["learning_rate"] == 1e-5
+    assert training_args(configs["config-n2.yaml"])["learning_rate"] == 2e-5
+
+
+def test_new_scale_config_entry_added_with_plus(launch, tmp_path):
+    code, out, err = launch(*MAIN_COMMAND, "recipes.elastic_policy.replica_discrete_values=[2,5]",
+                            "+recipes.scale_config.n5.training_config.training_args.micro_train_batch_size=4")
+    assert code == 0, err
+    configs = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert training_args(configs["config-n5.yaml"])["micro_train_batch_size"] == 4
+    assert set(configs) == {"config.yaml", "config-n2.yaml", "config-n5.yaml"}
+
+
+def test_scale_config_set_swapped_from_command_line(launch, tmp_path):
+    code, out, err = launch(*MAIN_COMMAND, "scale_configs@recipes.scale_config=llama3_8b_p4d",
+                            "recipes.instance_type=ml.p4d.24xlarge")
+    assert code == 0, err
+    configs = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert training_args(configs["config-n2.yaml"])["micro_train_batch_size"] == 2  # p4d set, not p5's 8
+    manifest = (tmp_path / "out" / "llama3-1-8b-sft" / "manifest.yaml").read_text()
+    assert "ml.p4d.24xlarge" in manifest and "vpc.amazonaws.com/efa: '4'" in manifest
+
+
+UPSTREAM_BLOCK = """\
+# scale_config copied unchanged from a sagemaker-hyperpod-recipes recipe
+2:
+  trainer:
+    num_nodes: 2
+  training_config:
+    training_args:
+      train_batch_size: 128
+      micro_train_batch_size: 8
+      learning_rate: 0.0004
+3:
+  trainer:
+    num_nodes: 3
+  training_config:
+    training_args:
+      train_batch_size: 128
+      learning_rate: 0.0004
+      uneven_batch:
+        use_uneven_batch: true
+        num_dp_groups_with_small_batch_size: 16
+        small_local_batch_size: 5
+        large_local_batch_size: 6
+"""
+
+
+def test_upstream_scale_config_block_accepted(launch, tmp_path):
+    (tmp_path / "extra" / "scale_configs").mkdir(parents=True)
+    (tmp_path / "extra" / "scale_configs" / "upstream.yaml").write_text(UPSTREAM_BLOCK)
+    code, out, err = launch("recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=3",
+                            f"hydra.searchpath=[file://{tmp_path / 'extra'}]",
+                            "scale_configs@recipes.scale_config=upstream",
+                            # an integer-keyed entry is overridden through its n<nodes> twin
+                            "+recipes.scale_config.n2.training_config.training_args.learning_rate=1e-4")
+    assert code == 0, err
+    configs = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert set(configs) == {"config.yaml", "config-n2.yaml", "config-n3.yaml"}
+    assert training_args(configs["config-n2.yaml"])["learning_rate"] == 1e-4
+    assert training_args(configs["config-n2.yaml"])["micro_train_batch_size"] == 8
+    assert training_args(configs["config-n3.yaml"])["learning_rate"] == 4e-4
+    assert "16x5+8x6" in out
+
+
+def test_step_policy_sizes_without_entries_get_derived_batch_math():
+    from elastic_launcher.compose import compose, to_plain
+
+    cfg = to_plain(compose(["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.elastic_policy.min_nodes=1", "recipes.elastic_policy.max_nodes=9",
+                            "recipes.elastic_policy.replica_increment_step=2"]))
+    plan = make_plan(cfg["recipes"])
+    assert [s.nodes for s in plan.sizes] == [1, 3, 5, 7, 9]
+    five = plan.size(5)
+    assert not five.from_scale_config and five.batch.dp_size == 40
+    assert sum(five.batch.local_batches) == 128 and five.batch.describe_local() == "32x3+8x4"
+    assert plan.size(3).from_scale_config
+
+
+def test_trainer_picks_the_file_for_its_size_and_falls_back_to_base(launch, tmp_path):
+    assert launch(*MAIN_COMMAND)[0] == 0
+    configs = tmp_path / "out" / "llama3-1-8b-sft" / "configs"
+    assert select_config_file(configs, 3) == (configs / "config-n3.yaml", True)
+    assert select_config_file(configs, 5) == (configs / "config.yaml", False)
+
+
+def test_hydra_cfg_job_help_and_plus_plus_overrides(launch):
+    code, out, _ = launch("--cfg", "job", "++recipes.run.name=renamed")
+    assert code == 0 and yaml.safe_load(out)["recipes"]["run"]["name"] == "renamed"
+    code, out, _ = launch("--help")
+    assert code == 0 and "llama/llama3_1_8b_sft" in out and "scale_configs@recipes.scale_config" in out
+
+
+def test_dry_run_as_typed_in_a_fresh_process_never_imports_torch_or_kubernetes(tmp_path):
+    probe = ("import sys; from elastic_launcher.cli import main; code = main(sys.argv[1:]); "
+             "assert code == 0; bad = {'torch', 'kubernetes'} & set(sys.modules); assert not bad, bad")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", probe, *MAIN_COMMAND, f"output_dir={tmp_path}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "llama3-1-8b-sft: elastic, 2..8 nodes" in result.stdout
+
+
+def test_main_command_works_exactly_as_typed(tmp_path):
+    result = run_launcher_process(*MAIN_COMMAND, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "results" / "llama3-1-8b-sft" / "manifest.yaml").is_file()

@@ -1,0 +1,120 @@
+"""Rendered manifests: schema checks of both job kinds, the fields users rely on, and golden files."""
+
+import os
+
+import pytest
+import yaml
+
+from conftest import MAIN_COMMAND, ROOT
+from k8s_schema import check_k8s, hyperpod_sdk_model, validate_crd
+
+GOLDEN = ROOT / "tests" / "golden"
+FULL_CLUSTER = ["cluster.image=123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0", "cluster.namespace=team-a",
+                "cluster.queue_name=hyperpod-ns-team-a-localqueue", "cluster.kueue_priority=training-priority",
+                "cluster.priority_class=high", "cluster.service_account=trainer", "cluster.checkpoint_pvc=fsx-claim",
+                "cluster.shm_size=64Gi", "+cluster.env.NCCL_DEBUG=WARN",
+                "+cluster.secret_env.HF_TOKEN={secret:hf-token,key:token}",
+                "+cluster.host_paths.datasets={path:/fsx/datasets,mount:/datasets}",
+                "cluster.tolerations=[{key:nvidia.com/gpu,operator:Exists,effect:NoSchedule}]"]
+
+
+def render(launch, tmp_path, *overrides):
+    code, _, err = launch(*overrides)
+    assert code == 0, err
+    manifest = next((tmp_path / "out").iterdir()) / "manifest.yaml"
+    configmap, job = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    return manifest.read_text(), configmap, job
+
+
+def pod_spec(job):
+    if job["kind"] == "HyperPodPyTorchJob":
+        return job["spec"]["replicaSpecs"][0]["template"]
+    return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+
+
+@pytest.mark.parametrize("extra", [[], ["recipes.elastic_policy.replica_increment_step=2",
+                                        "recipes.elastic_policy.max_nodes=8"]], ids=["discrete", "step"])
+def test_hyperpod_job_passes_schema_checks(launch, tmp_path, extra):
+    _, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, *FULL_CLUSTER, *extra)
+    validate_crd(job, "hyperpodpytorchjob.schema.yaml")
+    check_k8s(pod_spec(job), "V1PodTemplateSpec")
+    check_k8s(configmap, "V1ConfigMap")
+
+
+def test_hyperpod_job_passes_the_hyperpod_sdk_model(launch, tmp_path):
+    model = hyperpod_sdk_model()
+    if model is None:
+        pytest.skip("PyPI unreachable: cannot fetch sagemaker-hyperpod==3.12.0 for its CRD model")
+    _, _, job = render(launch, tmp_path, *MAIN_COMMAND, *FULL_CLUSTER)
+    model.model_validate(job["spec"], by_name=True, by_alias=False)
+
+
+def test_kubeflow_job_passes_schema_checks(launch, tmp_path):
+    _, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, *FULL_CLUSTER, "target=kubeflow")
+    validate_crd(job, "pytorchjob.schema.yaml")
+    check_k8s(pod_spec(job), "V1PodTemplateSpec")
+
+
+def test_hyperpod_fields_users_rely_on(launch, tmp_path):
+    text, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, *FULL_CLUSTER)
+    spec = job["spec"]
+    assert spec["elasticPolicy"] == {"minReplicas": 2, "maxReplicas": 8, "replicaDiscreteValues": [2, 3, 4, 6, 8],
+                                     "gracefulShutdownTimeoutInSeconds": 600, "scalingTimeoutInSeconds": 600,
+                                     "faultyScaleDownTimeoutInSeconds": 300}
+    assert 'nprocPerNode: "8"' in text
+    replica = spec["replicaSpecs"][0]
+    assert (replica["replicas"], replica["maxReplicas"]) == (2, 8)
+    container = pod_spec(job)["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["command"] == ["hyperpodrun"]
+    assert "--nnodes=2" in container["args"] and not any(":" in a for a in container["args"] if "nnodes" in a)
+    assert container["args"][-3:] == ["-m", "training", "--config-dir=/config"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HYPERPOD_SIGNAL_COORDINATION"]["value"] == "distributed"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    resources = container["resources"]
+    for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):
+        assert resources["requests"][key] == resources["limits"][key]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-team-a-localqueue"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "training-priority"
+    assert pod_spec(job)["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"] == "ml.p5.48xlarge"
+    assert spec["runPolicy"]["restartPolicy"] == {"evalPeriodSeconds": 3600, "scaleUpSnoozeTimeInSeconds": 0}
+    # The ConfigMap carries the base config and one per allowed size, mounted where the trainer reads.
+    assert set(configmap["data"]) == {"config.yaml", "config-n2.yaml", "config-n3.yaml", "config-n4.yaml",
+                                      "config-n6.yaml", "config-n8.yaml"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["training-config"] == "/config" and mounts["shm"] == "/dev/shm"
+    assert mounts["checkpoints"] == "/checkpoints"
+    assert yaml.safe_load(configmap["data"]["config-n3.yaml"])["trainer"]["num_nodes"] == 3
+
+
+def test_static_job_has_no_elastic_policy(launch, tmp_path):
+    _, _, job = render(launch, tmp_path, "recipes=llama/llama3_3_70b_sft")
+    assert "elasticPolicy" not in job["spec"] and "maxReplicas" not in job["spec"]["replicaSpecs"][0]
+    assert job["spec"]["replicaSpecs"][0]["replicas"] == 8
+
+
+def test_step_policy_renders_the_step_not_discrete_values(launch, tmp_path):
+    _, _, job = render(launch, tmp_path, *MAIN_COMMAND, "recipes.elastic_policy.replica_increment_step=2")
+    policy = job["spec"]["elasticPolicy"]
+    assert policy["replicaIncrementStep"] == 2 and "replicaDiscreteValues" not in policy
+
+
+def test_kubeflow_fields_users_rely_on(launch, tmp_path):
+    _, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, "target=kubeflow")
+    assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 8,
+                                            "maxRestarts": 10}
+    assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
+    container = pod_spec(job)["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["command"] == ["torchrun"]
+    # torchrun may settle on any count in [2, 8]: each one has a config.
+    assert {f"config-n{n}.yaml" for n in range(2, 9)} <= set(configmap["data"])
+
+
+@pytest.mark.parametrize("target", ["hyperpod", "kubeflow"])
+def test_golden_manifest(launch, tmp_path, target):
+    text, _, _ = render(launch, tmp_path, "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                        *FULL_CLUSTER, f"target={target}")
+    golden = GOLDEN / f"{target}_tiny_llama_sft.yaml"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text(), f"rendering changed; review and regenerate with UPDATE_GOLDEN=1 ({golden})"

@@ -1,0 +1,117 @@
+"""Every bad input the launcher catches: one line naming the key, the value and the fix, a non-zero
+exit, no traceback, and nothing written."""
+
+import pytest
+
+from conftest import MAIN_COMMAND, run_launcher_process
+
+ELASTIC = ["recipes.elastic_policy.is_elastic=true"]
+TINY = ["recipes=llama/tiny_llama_sft", *ELASTIC]
+TINY_ARGS = "recipes.training_config.training_args"
+
+CASES = {
+    "unknown recipe": (["recipes=llama/llama3_1_8b_stf"], "did you mean llama/llama3_1_8b_sft"),
+    "unknown scale-config set": (["scale_configs@recipes.scale_config=llama3_8b_p4"], "did you mean llama3_8b_p4d"),
+    "misspelled override key": ([f"{TINY_ARGS}.lerning_rate=1"], f"did you mean '{TINY_ARGS}.learning_rate'"),
+    "misspelled key added with +": ([f"+{TINY_ARGS}.lerning_rate=1"], "unknown key 'recipes.training_config."
+                                    "training_args.lerning_rate': did you mean 'learning_rate'"),
+    "misspelled key in a scale_config entry": (
+        [*MAIN_COMMAND, "+recipes.scale_config.n4.training_config.training_args.micro_batch=2"],
+        "unknown key 'recipes.scale_config.n4.training_config.training_args.micro_batch'"),
+    "integer scale_config key on the command line": (
+        ["recipes.scale_config.4.training_config.training_args.learning_rate=1"],
+        "recipes.scale_config.n4.training_config.training_args.learning_rate="),
+    "wrong value type": (["recipes.trainer.num_nodes=abc"], "recipes.trainer.num_nodes='abc' is not an integer"),
+    "missing mandatory value": (["recipes.training_config.model_config.model_name_or_path=???"],
+                                "recipes.training_config.model_config.model_name_or_path has no value"),
+    "min > max": ([*ELASTIC, "recipes.elastic_policy.min_nodes=4", "recipes.elastic_policy.max_nodes=2"],
+                  "min_nodes=4 is greater than max_nodes=2"),
+    "min < 1": ([*ELASTIC, "recipes.elastic_policy.min_nodes=0"], "recipes.elastic_policy.min_nodes=0 must be >= 1"),
+    "step and discrete both set": ([*ELASTIC, "recipes.elastic_policy.replica_increment_step=2",
+                                    "recipes.elastic_policy.replica_discrete_values=[2,4]"], "keep one"),
+    "discrete values outside [min, max]": (
+        [*MAIN_COMMAND, "recipes.elastic_policy.replica_discrete_values=[2,4,16]"], "[16] outside [min_nodes=2"),
+    "discrete values empty": ([*MAIN_COMMAND, "recipes.elastic_policy.replica_discrete_values=[]"],
+                              "replica_discrete_values is empty"),
+    "step never reaches max": ([*MAIN_COMMAND, "recipes.elastic_policy.replica_increment_step=4"],
+                               "replica_increment_step=4 never reaches max_nodes=8"),
+    "step < 1": ([*MAIN_COMMAND, "recipes.elastic_policy.replica_increment_step=0"], "replica_increment_step=0 must"),
+    "no allowed size at all": ([*ELASTIC, "recipes.elastic_policy.min_nodes=20", "recipes.elastic_policy.max_nodes=30"],
+                               "no scale_config entry inside [min_nodes=20, max_nodes=30]"),
+    "data-parallel size exceeds global batch": (
+        [*TINY, "recipes.elastic_policy.max_nodes=9", "recipes.elastic_policy.replica_increment_step=1"],
+        "at 9 nodes: recipes.training_config.training_args.train_batch_size=8 is smaller than the data-parallel size 9"),
+    "global batch not conserved": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.uneven_batch.large_local_batch_size=4"],
+        "1x2 + 2x4 = 10 samples at data-parallel size 3, but train_batch_size=8"),
+    "uneven sizes without use_uneven_batch": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.uneven_batch.use_uneven_batch=false"],
+        "use_uneven_batch=false: set use_uneven_batch=true"),
+    "uneven small > large": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.uneven_batch.small_local_batch_size=4",
+         "recipes.scale_config.n3.training_config.training_args.uneven_batch.large_local_batch_size=2"],
+        "need 1 <= small <= large"),
+    "uneven small-group count above DP size": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.uneven_batch.num_dp_groups_with_small_batch_size=5"],
+        "num_dp_groups_with_small_batch_size=5 is outside [0, 3]"),
+    "uneven numbers only partly given": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.uneven_batch.small_local_batch_size=null"],
+        "give all three or none"),
+    "micro-batch < 1": ([f"{TINY_ARGS}.micro_train_batch_size=0", "recipes=llama/tiny_llama_sft",
+                         "recipes.scale_config.n2.training_config.training_args.micro_train_batch_size=0"],
+                        "micro_train_batch_size=0 must be >= 1"),
+    "global batch differs between sizes": (
+        [*TINY, "recipes.scale_config.n3.training_config.training_args.train_batch_size=9",
+         "recipes.scale_config.n3.training_config.training_args.uneven_batch.large_local_batch_size=3",
+         "recipes.scale_config.n3.training_config.training_args.uneven_batch.num_dp_groups_with_small_batch_size=0"],
+        "train_batch_size is 9 at 3 nodes but 8 at 1"),
+    "scale_config entry contradicts its key": (
+        ["recipes=llama/tiny_llama_sft", "+recipes.scale_config.n2.trainer.num_nodes=3"],
+        "recipes.scale_config.n2.trainer.num_nodes=3 contradicts its key n2"),
+    "scale_config key that is no node count": (["+recipes.scale_config.nfoo.trainer.num_nodes=3"],
+                                               "scale_config key 'nfoo' is not a node count"),
+    "unknown instance type": (["recipes.instance_type=ml.p5.48xl"], "did you mean 'ml.p5.48xlarge'"),
+    "job name not RFC 1123": (["cluster.job_name=My_Job"], "cluster.job_name='My_Job' is not a valid Kubernetes name"),
+    "job name over 63 chars": ([f"cluster.job_name={'a' * 64}"], "is 64 characters; Kubernetes allows 63"),
+    "missing image when submitting": (["action=submit"], "cluster.image is not set"),
+    "negative timeout": ([*MAIN_COMMAND, "recipes.elastic_policy.graceful_shutdown_timeout=-5"],
+                         "graceful_shutdown_timeout=-5 is negative"),
+    "unknown action": (["action=sumbit"], "did you mean action=submit"),
+    "unknown target": (["target=kubeflw"], "did you mean target=kubeflow"),
+    "secret as plain env": (["+cluster.env.HF_TOKEN=hf_abc"], "cluster.env.HF_TOKEN looks like a secret"),
+    "malformed secret reference": (["+cluster.secret_env.HF_TOKEN=hf-token"], "must be {secret: <secret name>"),
+    "unknown flag": (["--verbose"], "unknown flag --verbose"),
+    "bad override syntax": (["recipes.run.name=[unclosed"], "recipes.run.name=[unclosed"),
+}
+
+
+@pytest.mark.parametrize("overrides,message", CASES.values(), ids=CASES.keys())
+def test_bad_input_is_one_clear_line(launch, tmp_path, overrides, message):
+    code, out, err = launch(*overrides)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists(), "nothing may be written for a bad input"
+
+
+def test_configmap_over_one_mebibyte_is_rejected(launch, tmp_path):
+    big = "x" * 70_000  # an inline value copied into each of the 17 per-size files
+    code, _, err = launch(*ELASTIC, "recipes.elastic_policy.max_nodes=16", "recipes.elastic_policy.replica_increment_step=1",
+                          f"recipes.training_config.model_config.architecture={{note:{big}}}")
+    assert code == 2
+    assert "over Kubernetes' 1 MiB limit" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_there_are_at_least_twenty_distinct_checks():
+    assert len(CASES) + 1 >= 20
+
+
+def test_full_traceback_on_request():
+    quiet = run_launcher_process("recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.min_nodes=0")
+    loud = run_launcher_process("recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.min_nodes=0",
+                                env={"HYDRA_FULL_ERROR": "1"})
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    assert loud.returncode != 0 and "Traceback" in loud.stderr and "min_nodes=0" in loud.stderr
