@@ -1,0 +1,74 @@
+"""Regenerate the shipped tiny SFT dataset and tokenizer (both generated here, license-clean).
+
+    python data/make_tiny_data.py
+
+sft_tiny.jsonl: chat samples ({"id", "messages": [{role, content}, ...]}) about arithmetic, colours,
+counting and word facts, some multi-turn, some with a system prompt. tiny_tokenizer/: a 512-token
+BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
+"""
+
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COLOURS = {"sky": "blue", "grass": "green", "snow": "white", "coal": "black", "blood": "red", "sun": "yellow",
+           "lemon": "yellow", "leaf": "green", "ocean": "blue", "cherry": "red", "milk": "white", "night": "black"}
+NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+WORDS = ["apple", "river", "stone", "cloud", "bridge", "garden", "window", "candle", "forest", "rocket"]
+SYSTEMS = ["You are a helpful assistant.", "Answer briefly.", "You are a patient teacher."]
+
+
+def sample(rng: random.Random, i: int) -> dict:
+    kind = rng.randrange(4)
+    if kind == 0:
+        a, b = rng.randrange(50), rng.randrange(50)
+        turns = [(f"What is {a} plus {b}?", f"{a} plus {b} is {a + b}.")]
+    elif kind == 1:
+        thing = rng.choice(sorted(COLOURS))
+        turns = [(f"What colour is the {thing}?", f"The {thing} is usually {COLOURS[thing]}.")]
+    elif kind == 2:
+        n = rng.randrange(1, 10)
+        turns = [(f"Count from one to {NUMBERS[n]}.", " ".join(NUMBERS[1:n + 1]) + ".")]
+    else:
+        word = rng.choice(WORDS)
+        turns = [(f"How many letters are in the word {word}?", f"The word {word} has {len(word)} letters."),
+                 ("And spelled backwards?", f"Backwards it is {word[::-1]}.")][: rng.randrange(1, 3)]
+    messages = [{"role": "system", "content": rng.choice(SYSTEMS)}] if rng.random() < 0.3 else []
+    for user, assistant in turns:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return {"id": i, "messages": messages}
+
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def main() -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    samples = [sample(rng, i) for i in range(512)]
+    with open(HERE / "sft_tiny.jsonl", "w") as f:
+        for s in samples:
+            f.write(json.dumps(s) + "\n")
+
+    specials = ["<|pad|>", "<|bos|>", "<|eos|>", "<|unk|>", "<|system|>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE(unk_token="<|unk|>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator((m["content"] for s in samples for m in s["messages"]), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>",
+                                   pad_token="<|pad|>", unk_token="<|unk|>",
+                                   additional_special_tokens=specials[4:])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(HERE / "tiny_tokenizer")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Per-step metrics on rank 0: stdout, <run_dir>/metrics.jsonl, optionally TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+# Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "B200": 2250e12, "A100": 312e12,
+                   "A10G": 125e12, "L40S": 362e12, "L4": 121e12}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+
+def flops_per_token(non_embedding_params: int, layers: int, hidden: int, seq_len: int) -> float:
+    """6N for the matmuls plus the attention scores (6 * L * H * T, forward + backward)."""
+    return 6 * non_embedding_params + 6 * layers * hidden * seq_len
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (process peak RSS)
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str):
+        self.enabled, self.launch_id = enabled, launch_id
+        self._metrics = open(run_dir / "metrics.jsonl", "a") if enabled else None
+        self._samples = open(run_dir / "samples.jsonl", "a") if enabled and audit_samples else None
+        self._tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise RuntimeError("training_config.logging.tensorboard=true needs `pip install tensorboard`") from e
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def _write(self, record: dict) -> None:
+        record = {"time": time.time(), "launch": self.launch_id, **record}
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()
+                       if k not in ("time", "launch")), flush=True)
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        self._write(record)
+        if self._tb:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, record["step"])
+
+    def samples(self, step: int, world_size: int, sample_ids: list[int]) -> None:
+        if self._samples:
+            self._samples.write(json.dumps({"step": step, "world_size": world_size, "launch": self.launch_id,
+                                            "sample_ids": sample_ids}) + "\n")
+            self._samples.flush()
+
+    def event(self, **fields) -> None:
+        """Lifecycle events (start, resume, checkpoint, stop) in the same file, marked by `event`."""
+        if self.enabled:
+            self._write(fields)
+
+    def close(self) -> None:
+        for f in (self._metrics, self._samples):
+            if f:
+                f.close()
+        if self._tb:
+            self._tb.close()

@@ -1,0 +1,76 @@
+"""transformers causal LMs (Llama 3.x, GPT-OSS) sharded with FSDP2.
+
+Weights come from `model_name_or_path` (hub id or local directory) or, for tiny test models, from an
+inline architecture config with seeded random init. GPT-OSS checkpoints store their expert weights
+in MXFP4; training needs real-valued weights, so they are dequantized to the training dtype while
+loading (transformers' Mxfp4Config(dequantize=True)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from training.config import ConfigError, ModelConfig
+
+
+def _is_mxfp4(name_or_path: str) -> bool:
+    from transformers import AutoConfig
+
+    quant = getattr(AutoConfig.from_pretrained(name_or_path), "quantization_config", None) or {}
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    return str(method) in ("mxfp4", "QuantizationMethod.MXFP4")
+
+
+def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
+    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+    torch.manual_seed(seed)  # identical init on every rank before sharding
+    if cfg.architecture:
+        arch = dict(cfg.architecture)
+        model_type = arch.pop("model_type", None)
+        if not model_type:
+            raise ConfigError("training_config.model_config.architecture needs a model_type (e.g. llama, gpt_oss)")
+        config = AutoConfig.for_model(model_type, **arch)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs)
+    elif cfg.model_name_or_path:
+        if _is_mxfp4(cfg.model_name_or_path):
+            from transformers import Mxfp4Config
+
+            kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
+    else:
+        raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
+    model.config.use_cache = False
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return list(model.model.layers)
+
+
+def apply_fsdp(model: torch.nn.Module, mesh, mixed_precision: str, on_gpu: bool) -> torch.nn.Module:
+    """fully_shard each decoder layer, then the root (embeddings, final norm, LM head), as torchtitan
+    does. bf16 compute with fp32 gradient reduction on GPU; plain fp32 on CPU, where bf16 is slow."""
+    if mixed_precision not in ("bf16", "fp32"):
+        raise ConfigError(f"training_config.model_config.mixed_precision={mixed_precision!r}: use bf16 or fp32")
+    policy = MixedPrecisionPolicy()
+    if on_gpu and mixed_precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    layers = decoder_layers(model)
+    for i, layer in enumerate(layers):
+        # The last layer's parameters are needed again right away by backward: keep them gathered.
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """(all parameters, parameters outside the embedding): the latter drives FLOPs per token."""
+    total = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    return total, total - embed
