@@ -30,3 +30,62 @@ def run_launcher_process(*args, env=None, cwd=ROOT, timeout=60):
     """The launcher as a user runs it: a fresh `python launcher.py` process."""
     return subprocess.run([sys.executable, str(ROOT / "launcher.py"), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+# --- training runs ---------------------------------------------------------------------------------
+import json
+import signal
+import time
+
+
+def render_configs(out_dir: Path, *overrides, recipe="llama/tiny_llama_sft") -> Path:
+    """The launcher's per-size configs for a tiny recipe (elastic over 1..3 nodes)."""
+    from elastic_launcher.cli import main
+
+    code = main([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides,
+                 f"output_dir={out_dir}"])
+    assert code == 0
+    return next(Path(out_dir).iterdir()) / "configs"
+
+
+def local_job(config_dir: Path, run_dir: Path):
+    from elastic_launcher.local import LocalJob
+
+    return LocalJob(Path(config_dir), Path(run_dir), nproc_per_node=1)
+
+
+def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240):
+    """Run the trainer on `nodes` local processes to completion; return the torchrun exit code."""
+    job = local_job(config_dir, run_dir)
+    log = open(Path(run_dir).parent / f"torchrun-{Path(run_dir).name}.log", "ab")
+    proc = job.start(nodes, stop_at_step, log=log)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert code == 0, Path(log.name).read_text()[-3000:]
+    return code
+
+
+def records(run_dir, name="metrics.jsonl"):
+    path = Path(run_dir) / name
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def losses(run_dir) -> dict[int, float]:
+    """Loss per step; a step recomputed after a crash counts with its last (committed) value."""
+    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r}
+
+
+def committed_samples(run_dir) -> dict[int, list[int]]:
+    return {r["step"]: r["sample_ids"] for r in records(run_dir, "samples.jsonl")}
+
+
+def wait_for(predicate, timeout=120, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    raise TimeoutError("condition not met in time")

@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     rank0 = topo.rank == 0
     log = MetricsLogger(run_dir, rank0, tc.logging.tensorboard, tc.logging.audit_samples,
                         launch_id=f"{int(PROCESS_START * 1000)}")
-    log.event(event="start", step=None, process_start=PROCESS_START, world_size=topo.world_size, nodes=topo.nodes,
+    log.event(event="start", process_start=PROCESS_START, world_size=topo.world_size, nodes=topo.nodes,
               config=config_path.name, derived_batch_math=not own_file, per_rank_batch=list(plan.local_batches),
               micro_batch=plan.micro_batch, grad_accum=plan.grad_accum_steps)
 

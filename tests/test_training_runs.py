@@ -1,0 +1,107 @@
+"""Multi-process CPU runs of the trainer (gloo, torchrun, hard timeouts): resume, resize, elastic stop."""
+
+import os
+import shutil
+import signal
+
+import pytest
+
+from conftest import committed_samples, local_job, losses, records, render_configs, train, wait_for
+from elastic_launcher.local import child_pids
+from training.checkpoint import COMPLETE, latest_checkpoint, step_dir
+
+pytestmark = pytest.mark.timeout(600)
+STEPS = 8
+TINY = ["recipes.training_config.logging.audit_samples=true", f"recipes.training_config.training_args.max_steps={STEPS}",
+        "recipes.training_config.checkpoint.save_steps=1000"]
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    return render_configs(tmp_path_factory.mktemp("configs"), *TINY)
+
+
+@pytest.fixture(scope="module")
+def fixed_run(configs, tmp_path_factory):
+    """The reference: 8 steps on 2 processes, never interrupted."""
+    run_dir = tmp_path_factory.mktemp("fixed") / "run"
+    train(configs, run_dir, nodes=2)
+    return run_dir
+
+
+def assert_same_run(run_dir, reference, rel):
+    got, want = losses(run_dir), losses(reference)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert abs(got[step] - want[step]) <= rel * abs(want[step]), (step, got[step], want[step])
+    samples, reference_samples = committed_samples(run_dir), committed_samples(reference)
+    assert samples == reference_samples
+    flat = [i for step in sorted(samples) for i in samples[step]]
+    assert len(flat) == len(set(flat)) == STEPS * 8  # none repeated, none skipped
+
+
+def test_resume_reproduces_an_uninterrupted_run(configs, fixed_run, tmp_path):
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2, stop_at_step=4)
+    assert latest_checkpoint(run_dir / "checkpoints") == step_dir(run_dir / "checkpoints", 4)
+    train(configs, run_dir, nodes=2)
+    assert_same_run(run_dir, fixed_run, rel=1e-6)
+
+
+def test_resize_2_3_1_matches_the_fixed_size_run(configs, fixed_run, tmp_path):
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2, stop_at_step=3)
+    train(configs, run_dir, nodes=3, stop_at_step=6)  # 8 samples over 3 ranks: 2 + 3 + 3
+    train(configs, run_dir, nodes=1)
+    sizes = {r["step"]: r["world_size"] for r in records(run_dir) if "loss" in r}
+    assert sizes == {1: 2, 2: 2, 3: 2, 4: 3, 5: 3, 6: 3, 7: 1, 8: 1}
+    starts = [r for r in records(run_dir) if r.get("event") == "start"]
+    assert [s["per_rank_batch"] for s in starts] == [[4, 4], [2, 3, 3], [8]]
+    assert_same_run(run_dir, fixed_run, rel=1e-5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM"])
+def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig):
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=100000",
+                             "recipes.training_config.checkpoint.save_steps=1000")
+    run_dir = tmp_path / "run"
+    proc = local_job(configs, run_dir).start(nodes=2, log=open(tmp_path / "torchrun.log", "wb"))
+    try:
+        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
+        workers = child_pids(proc.pid)
+        assert len(workers) == 2
+        os.kill(workers[1], sig)  # one rank hears it; all must agree to stop at the same step
+        assert proc.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stop = [r for r in records(run_dir) if r.get("event") == "stop"]
+    assert len(stop) == 1
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    assert latest == step_dir(run_dir / "checkpoints", stop[0]["step"]) and (latest / COMPLETE).exists()
+    assert stop[0]["step"] == max(losses(run_dir))
+
+
+def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, fixed_run, tmp_path):
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2, stop_at_step=4)
+    # A save of step 6 cut short by SIGKILL: shards on disk, no COMPLETE marker.
+    partial = step_dir(run_dir / "checkpoints", 6)
+    shutil.copytree(step_dir(run_dir / "checkpoints", 4), partial)
+    (partial / COMPLETE).unlink()
+    train(configs, run_dir, nodes=2)
+    resumed = [r for r in records(run_dir) if r.get("event") == "resume"]
+    assert resumed[-1]["step"] == 4
+    assert not partial.exists()  # cleaned up once a newer checkpoint completed
+    assert_same_run(run_dir, fixed_run, rel=1e-6)
+
+
+def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=6",
+                             recipe="gpt_oss/tiny_gpt_oss_sft")
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2)
+    curve = losses(run_dir)
+    assert sorted(curve) == list(range(1, 7)) and all(v == v and v > 0 for v in curve.values())
+    assert curve[6] < curve[1]
+    assert (latest_checkpoint(run_dir / "checkpoints") / COMPLETE).exists()

@@ -1,0 +1,113 @@
+"""Single-process pieces of the trainer: batch split, sampler, SFT masking, collation, schedule,
+checkpoint validity and the resume fingerprint."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from training.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
+from training.config import ConfigError, TrainingArgs, UnevenBatch, plan_batches
+from training.data import IGNORE_INDEX, collate, tokenize_chat
+from training.sampler import GlobalBatchSampler
+from training.train import lr_factor
+
+from conftest import ROOT
+
+
+def test_uneven_split_keeps_the_global_batch_and_micro_step_count():
+    plan = plan_batches(TrainingArgs(train_batch_size=128, micro_train_batch_size=4), 24)
+    assert plan.local_batches == (5,) * 16 + (6,) * 8 and sum(plan.local_batches) == 128
+    assert plan.grad_accum_steps == 2  # every rank runs 2 micro-steps, the 5-sample ranks too
+    explicit = plan_batches(TrainingArgs(train_batch_size=128, uneven_batch=UnevenBatch(True, 16, 2, 3)), 48)
+    assert explicit.local_batches == (2,) * 16 + (3,) * 32
+
+
+def stream(dataset_len, batch, sizes_by_step, seed=7):
+    """Concatenated global windows, with each step read rank by rank at the DP size of that step."""
+    out, consumed = [], 0
+    for dp in sizes_by_step:
+        plan = plan_batches(TrainingArgs(train_batch_size=batch, micro_train_batch_size=2), dp)
+        step = []
+        for rank in range(dp):
+            sampler = GlobalBatchSampler(dataset_len, plan, rank, seed, consumed)
+            step += [i for micro in sampler.rank_micro_batches(consumed) for i in micro]
+        out.append(step)
+        consumed += batch
+    return out
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_sample_stream_is_independent_of_resizes(trial):
+    rng = random.Random(trial)
+    dataset_len, batch, steps = rng.randrange(5, 60), rng.randrange(3, 13), 25
+    fixed = stream(dataset_len, batch, [2] * steps)
+    resized = stream(dataset_len, batch, [rng.randrange(1, batch + 1) for _ in range(steps)])
+    assert resized == fixed
+    flat = [i for step in fixed for i in step]
+    # Each epoch is a permutation: every sample exactly once before any repeats.
+    for epoch in range(len(flat) // dataset_len):
+        assert sorted(flat[epoch * dataset_len:(epoch + 1) * dataset_len]) == list(range(dataset_len))
+
+
+def test_rank_slices_are_disjoint_and_padded_with_empty_micro_batches():
+    plan = plan_batches(TrainingArgs(train_batch_size=8, micro_train_batch_size=2), 3)  # 2 + 3 + 3
+    per_rank = [GlobalBatchSampler(100, plan, r, 0).rank_micro_batches(0) for r in range(3)]
+    assert [len(m) for m in per_rank] == [2, 2, 2]
+    assert [len(b) for b in per_rank[0]] == [2, 0]
+    ids = [i for rank in per_rank for micro in rank for i in micro]
+    assert len(ids) == len(set(ids)) == 8
+
+
+def test_prompt_tokens_are_masked_and_assistant_turns_trained():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2 plus 3?"},
+                {"role": "assistant", "content": "2 plus 3 is 5."}, {"role": "user", "content": "And backwards?"},
+                {"role": "assistant", "content": "Backwards it is 5."}]
+    row = tokenize_chat(messages, tok, max_len=512)
+    trained = tok.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != IGNORE_INDEX])
+    assert trained == "2 plus 3 is 5.<|eos|>Backwards it is 5.<|eos|>"
+    truncated = tokenize_chat(messages, tok, max_len=10)
+    assert len(truncated["input_ids"]) == len(truncated["labels"]) == 10
+
+
+def test_collate_shifts_labels_and_builds_a_masked_dummy():
+    batch = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "sample_ids": [7]},
+                     {"input_ids": [4, 5], "labels": [-100, 5], "sample_ids": [9]}])
+    assert batch["labels"].tolist() == [[2, 3, -100], [5, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]] and batch["sample_ids"] == [7, 9]
+    dummy = collate([])
+    assert (dummy["labels"] == IGNORE_INDEX).all() and dummy["sample_ids"] == []
+
+
+def test_lr_schedule_is_warmup_then_cosine_to_the_floor():
+    args = TrainingArgs(learning_rate=1e-3, min_learning_rate=1e-4, warmup_steps=4, max_steps=20)
+    lrs = [args.learning_rate * lr_factor(s, args) for s in range(21)]
+    assert lrs[0] == pytest.approx(2.5e-4) and lrs[3] == pytest.approx(1e-3)
+    assert lrs[20] == pytest.approx(1e-4) and all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def fake_checkpoint(root, step, complete=True, fingerprint=None):
+    path = step_dir(root, step)
+    path.mkdir(parents=True)
+    (path / STATE_FILE).write_text(json.dumps({"step": step, "consumed_samples": step * 8, "world_size": 2,
+                                               "fingerprint": fingerprint or {"train_batch_size": 8}}))
+    if complete:
+        (path / COMPLETE).touch()
+    return path
+
+
+def test_incomplete_newest_checkpoint_is_ignored(tmp_path):
+    fake_checkpoint(tmp_path, 4)
+    fake_checkpoint(tmp_path, 8, complete=False)
+    assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 4)
+
+
+def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path):
+    fake_checkpoint(tmp_path, 4, fingerprint={"train_batch_size": 8, "max_len": 64})
+    ckpt = Checkpointer(tmp_path, keep_last=3, async_save=False, rank=0, world_size=1)
+    with pytest.raises(ConfigError, match=r"train_batch_size: 8 -> 16.*ignore_fingerprint=true"):
+        ckpt.load(None, None, None, {"train_batch_size": 16, "max_len": 64}, ignore_fingerprint=False)
