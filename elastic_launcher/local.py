@@ -55,9 +55,9 @@ def child_pids(pid: int) -> list[int]:
     return sorted(children)
 
 
-def prepare(job) -> LocalJob:
+def prepare(job, plan=None) -> LocalJob:
     """Render the per-size configs (as a dry run does) and pick the run directory."""
-    plan = job.plan
+    plan = plan or job.plan
     rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
     out = write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
     run_dir = Path(job.settings.local.run_dir or plan.sizes[0].config.run.output_dir).resolve()

@@ -1,0 +1,229 @@
+"""Local elastic rehearsal: drive a recipe through a capacity trace the way the HyperPod operator
+does, with the real training entrypoint, then report what every resize cost.
+
+Trace: a list of events, each at a `step` (the job's progress) or a `time` (seconds since start):
+`{step: 6, nodes: 3}` sets the available capacity, `{step: 20, kill: true}` SIGKILLs a worker (its
+node dies and leaves the capacity). The driver applies the recipe's elastic_policy: only allowed
+sizes, the largest that fits the capacity; a scale-up waits `scaling_timeout` of stable capacity,
+`scale_up_snooze_time` after a restart and `local.min_stable_period` after the last resize; after a
+failure it waits `faulty_timeout`. A resize is SIGUSR1 to every worker, up to
+`graceful_shutdown_timeout` for a clean exit (then SIGKILL), and a relaunch at the new size that
+resumes from the newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from elastic_launcher.errors import LauncherError
+from elastic_launcher.local import LocalJob, child_pids, prepare
+from elastic_launcher.plan import Plan, make_plan
+from training.config import ConfigError
+
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    step: int | None = None
+    time: float | None = None
+    nodes: int | None = None
+    kill: bool = False
+
+    def due(self, step: int, elapsed: float) -> bool:
+        return (self.step is not None and step >= self.step) or (self.time is not None and elapsed >= self.time)
+
+
+def parse_trace(value, max_nodes: int) -> list[TraceEvent]:
+    """`local.trace`: a list of events, or the path of a YAML file holding one."""
+    if isinstance(value, str):
+        path = Path(value)
+        if not path.is_file():
+            raise ConfigError(f"local.trace={value!r} is neither a list of events nor a YAML file")
+        value = yaml.safe_load(path.read_text())
+    if value is None:
+        raise ConfigError("action=rehearse needs local.trace, e.g. local.trace=[{step:0,nodes:2},{step:6,nodes:3}]")
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"local.trace={value!r} must be a non-empty list of events")
+    events = []
+    for i, raw in enumerate(value):
+        if not isinstance(raw, dict) or set(raw) - {"step", "time", "nodes", "kill"}:
+            raise ConfigError(f"local.trace[{i}]={raw!r}: use {{step|time: N, nodes: M}} or {{step|time: N, kill: true}}")
+        event = TraceEvent(raw.get("step"), raw.get("time"), raw.get("nodes"), bool(raw.get("kill", False)))
+        if (event.step is None) == (event.time is None):
+            raise ConfigError(f"local.trace[{i}]={raw!r} needs exactly one of step or time")
+        if (event.nodes is None) == (not event.kill):
+            raise ConfigError(f"local.trace[{i}]={raw!r} needs either nodes or kill: true")
+        if event.nodes is not None and not 0 <= event.nodes:
+            raise ConfigError(f"local.trace[{i}].nodes={event.nodes} must be >= 0")
+        events.append(event)
+    if not any(e.nodes is not None and (e.step == 0 or e.time == 0) for e in events):
+        events.insert(0, TraceEvent(step=0, nodes=max_nodes))  # full capacity unless the trace says otherwise
+    return events
+
+
+@dataclass
+class Timeline:
+    """Every event with wall-clock timestamps, written to timeline.json."""
+
+    started: float = field(default_factory=time.time)
+    events: list[dict] = field(default_factory=list)
+
+    def add(self, kind: str, **details) -> dict:
+        now = time.time()
+        event = {"t": round(now - self.started, 3), "time": now, "event": kind, **details}
+        self.events.append(event)
+        print(f"[rehearse +{event['t']:7.2f}s] {kind} " + " ".join(f"{k}={v}" for k, v in details.items()), flush=True)
+        return event
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written right now
+            pass
+    return records
+
+
+class Rehearsal:
+    def __init__(self, plan: Plan, local: LocalJob, trace: list[TraceEvent], min_stable_period: float, log_path: Path):
+        self.plan, self.local, self.trace = plan, local, list(trace)
+        self.policy, self.min_stable = plan.policy, min_stable_period
+        self.allowed = [s.nodes for s in plan.sizes]
+        self.max_steps = plan.sizes[0].config.training_config.training_args.max_steps
+        self.timeline = Timeline()
+        self.log = open(log_path, "ab")
+        self.available = 0
+        self.capacity_since = self.timeline.started
+        self.proc, self.size, self.last_restart, self.last_resize, self.failed_at = None, 0, 0.0, 0.0, None
+        self.dying = False  # a worker was killed: the job is failing, not to be stopped gracefully
+
+    def target(self) -> int:
+        fitting = [n for n in self.allowed if n <= self.available]
+        return max(fitting) if fitting else 0
+
+    def progress(self) -> int:
+        return max((r["step"] for r in read_records(self.local.run_dir) if "loss" in r), default=0)
+
+    def launch(self, nodes: int, reason: str) -> None:
+        self.proc = self.local.start(nodes, log=self.log)
+        self.size, self.last_restart = nodes, time.time()
+        self.timeline.add("launch", nodes=nodes, reason=reason, pid=self.proc.pid)
+
+    def stop_gracefully(self, reason: str) -> None:
+        workers = child_pids(self.proc.pid)
+        self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.size, reason=reason)
+        for pid in workers:
+            os.kill(pid, signal.SIGUSR1)
+        try:
+            code = self.proc.wait(timeout=self.policy.graceful_shutdown_timeout)
+            self.timeline.add("exit", code=code, graceful=True)
+        except Exception:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+            self.timeline.add("exit", code=code, graceful=False, reason="graceful_shutdown_timeout passed")
+        self.proc, self.last_resize = None, time.time()
+
+    def kill_worker(self) -> None:
+        workers = child_pids(self.proc.pid) if self.proc else []
+        if not workers:
+            return
+        os.kill(workers[-1], signal.SIGKILL)
+        self.available, self.dying = max(0, self.available - 1), True  # that node is gone
+        self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.available)
+
+    def apply_trace(self, step: int) -> None:
+        elapsed = time.time() - self.timeline.started
+        while self.trace and self.trace[0].due(step, elapsed):
+            event = self.trace.pop(0)
+            if event.kill:
+                self.kill_worker()
+            elif event.nodes != self.available:
+                self.available, self.capacity_since = event.nodes, time.time()
+                self.timeline.add("capacity", available=event.nodes, at_step=step)
+
+    def may_scale_up(self, now: float) -> bool:
+        p = self.policy
+        return (now - self.capacity_since >= p.scaling_timeout and now - self.last_restart >= p.scale_up_snooze_time
+                and now - self.last_resize >= self.min_stable)
+
+    def run(self, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            step = self.progress()
+            self.apply_trace(step)
+            now, target = time.time(), self.target()
+            if self.proc is not None and self.proc.poll() is not None:  # the job ended by itself
+                code = self.proc.returncode
+                self.proc, self.dying = None, False
+                if code == 0 and self.progress() >= self.max_steps:
+                    self.timeline.add("done", step=self.progress())
+                    return
+                self.failed_at = now
+                self.timeline.add("failure", code=code, step=self.progress(), available=self.available)
+            elif self.proc is None:
+                waited = self.failed_at is None or now - self.failed_at >= self.policy.faulty_timeout
+                if target and waited:
+                    self.launch(target, "failure recovery" if self.failed_at else "start")
+                    self.failed_at = None
+            elif self.dying:
+                pass  # torchrun is tearing the job down after the lost worker
+            elif target < self.size:
+                self.stop_gracefully(f"capacity {self.available} < {self.size} nodes")
+                if target:
+                    self.launch(target, "scale down")
+            elif target > self.size and self.may_scale_up(now):
+                self.stop_gracefully(f"capacity for {target} nodes")
+                self.launch(target, "scale up")
+            time.sleep(POLL_SECONDS)
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        raise LauncherError(f"rehearsal did not finish within local.timeout={timeout:g}s (progress: step "
+                            f"{self.progress()} of {self.max_steps}): raise local.timeout or shorten max_steps")
+
+
+def run(job) -> int:
+    from elastic_launcher import rehearsal_report
+
+    # Sample lineage is what proves a resize invisible: the rehearsal always records it.
+    recipe = copy.deepcopy(job.recipe)
+    recipe["training_config"]["logging"]["audit_samples"] = True
+    plan = make_plan(recipe, job.plan.job_name)
+    if not plan.policy.is_elastic:
+        raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
+    settings = job.settings.local
+    local = prepare(job, plan)
+    if (local.run_dir / "checkpoints").exists():
+        raise LauncherError(f"{local.run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
+    trace = parse_trace(settings.trace, plan.policy.max_nodes)
+    local.run_dir.mkdir(parents=True, exist_ok=True)
+    rehearsal = Rehearsal(plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log")
+    try:
+        rehearsal.run(settings.timeout)
+    finally:
+        (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
+    reference = None
+    if settings.compare:
+        reference = LocalJob(local.config_dir, local.run_dir.with_name(local.run_dir.name + "-fixed"),
+                             local.nproc_per_node)
+        nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
+        print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
+        proc = reference.start(nodes, log=rehearsal.log)
+        if proc.wait(timeout=settings.timeout) != 0:
+            raise LauncherError(f"the fixed-size reference run failed: see {local.run_dir / 'torchrun.log'}")
+    report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference.run_dir if reference else None)
+    print(report.summary(), flush=True)
+    return 0 if report.matched in (None, True) else 1

@@ -1,0 +1,75 @@
+"""The local elastic rehearsal: a 2 -> 3 -> 1 -> 2 capacity trace plus a node failure, compared with
+a fixed-size run of the same steps."""
+
+import json
+
+import pytest
+
+from conftest import ROOT, committed_samples, losses, records
+
+pytestmark = pytest.mark.timeout(600)
+STEPS = 36
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    from elastic_launcher.cli import main
+
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                 f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
+                 f"recipes.training_config.training_args.max_steps={STEPS}", "local.timeout=500",
+                 f"output_dir={tmp / 'out'}"])
+    return code, tmp / "run", tmp / "run-fixed"
+
+
+def test_rehearsal_completes_and_matches_the_fixed_run(rehearsal):
+    code, run_dir, fixed_dir = rehearsal
+    assert code == 0
+    assert sorted(losses(run_dir)) == list(range(1, STEPS + 1))
+    samples, reference = committed_samples(run_dir), committed_samples(fixed_dir)
+    assert samples == reference
+    flat = [i for step in sorted(samples) for i in samples[step]]
+    assert len(flat) == len(set(flat)) == STEPS * 8
+    got, want = losses(run_dir), losses(fixed_dir)
+    assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
+    sizes = {r["world_size"] for r in records(run_dir) if "loss" in r}
+    assert sizes == {1, 2, 3}
+
+
+def test_failure_steps_are_recomputed_not_lost_or_doubled(rehearsal):
+    _, run_dir, fixed_dir = rehearsal
+    audit = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in audit]
+    redone = [s for s in set(steps) if steps.count(s) > 1]
+    assert redone, "the kill landed between checkpoints: some steps ran twice"
+    fixed = committed_samples(fixed_dir)
+    for record in audit:  # every attempt at a step, lost or committed, read the same samples
+        assert record["sample_ids"] == fixed[record["step"]]
+
+
+def test_timeline_and_report_show_every_transition(rehearsal):
+    _, run_dir, _ = rehearsal
+    timeline = json.loads((run_dir / "timeline.json").read_text())
+    kinds = [e["event"] for e in timeline]
+    assert [e["nodes"] for e in timeline if e["event"] == "launch"] == [2, 3, 1, 2, 1, 2]
+    assert kinds.count("signal") == 4 and kinds.count("kill") == 1 and kinds.count("failure") == 1
+    assert kinds[-1] == "done" and all(e["time"] >= timeline[0]["time"] for e in timeline)
+    report = json.loads((run_dir / "rehearsal_report.json").read_text())
+    causes = [t["cause"] for t in report["transitions"]]
+    assert causes == ["resize", "resize", "resize", "failure", "resize"]
+    for t in report["transitions"]:
+        assert t["downtime_s"] > 0 and t["relaunch_to_first_step_s"] > 0
+        if t["cause"] == "resize":
+            assert t["checkpoint_bytes"] > 0 and t["steps_recomputed"] == 0
+    assert report["transitions"][3]["steps_recomputed"] >= 1
+    assert 0 < report["utilization"] <= 1 and report["matched"] is True
+
+
+def test_chart_is_a_valid_png(rehearsal):
+    _, run_dir, _ = rehearsal
+    from PIL import Image
+
+    with Image.open(run_dir / "rehearsal.png") as image:
+        image.verify()
+        assert image.format == "PNG" and image.size[0] > 500
