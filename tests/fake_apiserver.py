@@ -1,0 +1,148 @@
+"""A small Kubernetes API server on loopback for the cluster-action tests: the real `kubernetes`
+client talks HTTP to it. It serves the few endpoints the launcher uses (CRD discovery, ConfigMaps,
+the two job custom resources, pods), enforces bearer-token auth (401), forbidden namespaces (403),
+unknown resources (404), duplicates (409), the CRD schemas (422) and dryRun=All, and records what
+it stored."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import jsonschema
+import yaml
+
+from k8s_schema import SCHEMAS
+
+CRDS = {
+    "hyperpod": ("sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs", "HyperPodPyTorchJob",
+                 "hyperpodpytorchjob.schema.yaml"),
+    "kubeflow": ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "pytorchjob.schema.yaml"),
+}
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def status(code: int, reason: str, message: str, causes=None) -> dict:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    if causes:
+        body["details"] = {"causes": causes}
+    return body
+
+
+class FakeApiServer:
+    def __init__(self, crds=("hyperpod", "kubeflow"), forbidden_namespaces=(), token="t0k3n", user="tester"):
+        self.crds = {CRDS[c][2]: CRDS[c] for c in crds}
+        self.forbidden, self.token, self.user = set(forbidden_namespaces), token, user
+        self.store: dict[tuple[str, str, str], dict] = {}  # (resource plural, namespace, name) -> object
+        self.pods: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self.fail_creates: set[str] = set()  # plurals whose creation is answered with a 500
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self):
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def kubeconfig(self, path, namespace="team-a", token=None) -> str:
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": self.user, "user": {"token": token or self.token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": self.user, "namespace": namespace}}]}))
+        return str(path)
+
+    def names(self, plural: str) -> list[str]:
+        return sorted(name for (p, _, name) in self.store if p == plural)
+
+    # --- request handling --------------------------------------------------------------------------
+    def _route(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        if m := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path):
+            group, version = m.groups()
+            resources = [{"name": p, "singularName": k.lower(), "namespaced": True, "kind": k,
+                          "verbs": ["create", "delete", "get", "list", "update"]}
+                         for p, (g, v, _, k, _) in self.crds.items() if (g, v) == (group, version)]
+            if not resources:
+                return 404, status(404, "NotFound", "the server could not find the requested resource")
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                         "resources": resources}
+        m = (re.fullmatch(r"/api/v1/namespaces/([^/]+)/(configmaps|pods)(?:/([^/]+))?", path)
+             or re.fullmatch(r"/apis/[^/]+/[^/]+/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?", path))
+        if not m or (path.startswith("/apis/") and m.group(2) not in self.crds):
+            return 404, status(404, "NotFound", "the server could not find the requested resource")
+        namespace, plural, name = m.groups()
+        verb = {"POST": "create", "PUT": "update", "DELETE": "delete", "GET": "get" if name else "list"}[method]
+        if namespace in self.forbidden:
+            group = self.crds[plural][0] if plural in self.crds else ""
+            return 403, status(403, "Forbidden", f'{plural} is forbidden: User "{self.user}" cannot {verb} resource '
+                                                 f'"{plural}" in API group "{group}" in the namespace "{namespace}"')
+        if plural == "pods":
+            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.pods}
+        key = (plural, namespace, name or (body or {}).get("metadata", {}).get("name"))
+        dry_run = query.get("dryRun") == ["All"]
+        if verb == "get":
+            return (200, self.store[key]) if key in self.store else (404, status(404, "NotFound", f'{plural} "{name}" not found'))
+        if verb == "delete":
+            if key not in self.store:
+                return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+            del self.store[key]
+            return 200, status(200, "", "deleted") | {"status": "Success"}
+        if plural in self.fail_creates:
+            return 500, status(500, "InternalError", "injected failure")
+        invalid = self._validate(plural, body)
+        if invalid:
+            return 422, status(422, "Invalid", f"{plural} \"{key[2]}\" is invalid", invalid)
+        if verb == "create" and key in self.store:
+            return 409, status(409, "AlreadyExists", f'{plural} "{key[2]}" already exists')
+        if verb == "update" and key not in self.store:
+            return 404, status(404, "NotFound", f'{plural} "{key[2]}" not found')
+        if not dry_run:
+            self.store[key] = body
+        return (201 if verb == "create" else 200), body
+
+    def _validate(self, plural: str, body: dict) -> list[dict]:
+        name = body.get("metadata", {}).get("name", "")
+        if not NAME.match(name) or len(name) > 253:
+            return [{"field": "metadata.name", "message": f"Invalid value: {name!r}", "reason": "FieldValueInvalid"}]
+        if plural == "configmaps":
+            bad = [k for k, v in (body.get("data") or {}).items() if not isinstance(v, str)]
+            return [{"field": f"data[{k}]", "message": "must be a string", "reason": "FieldValueInvalid"} for k in bad]
+        schema = yaml.safe_load((SCHEMAS / self.crds[plural][4]).read_text())
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(body), key=lambda e: list(e.path))
+        return [{"field": ".".join(map(str, e.path)) or "<root>", "message": e.message, "reason": "FieldValueInvalid"}
+                for e in errors]
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                url = urlparse(self.path)
+                server.requests.append((self.command, self.path))
+                if self.headers.get("Authorization") != f"Bearer {server.token}":
+                    code, body = 401, status(401, "Unauthorized", "Unauthorized")
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    payload = json.loads(self.rfile.read(length)) if length else None
+                    code, body = server._route(self.command, url.path, parse_qs(url.query), payload)
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
