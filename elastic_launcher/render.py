@@ -16,6 +16,7 @@ from elastic_launcher.plan import Plan
 from elastic_launcher.settings import ClusterSettings
 from training.config import BASE_CONFIG_FILE, ConfigError, config_file_for
 
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 5x faster
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
 TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2"}
 TRAINING_COMMAND = ["-m", "training"]  # the entrypoint module, run by hyperpodrun / torchrun
@@ -34,7 +35,7 @@ class Rendered:
 
 
 def dump_yaml(data) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
+    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=120)
 
 
 def _yaml_filter(value, indent: int = 2) -> str:
@@ -45,8 +46,9 @@ def _yaml_filter(value, indent: int = 2) -> str:
     return "\n" + "\n".join(" " * indent + line for line in text.splitlines())
 
 
+# Compiled templates are cached on disk (keyed by source), sparing every dry run the compile.
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"), undefined=jinja2.StrictUndefined,
-                          keep_trailing_newline=True)
+                          keep_trailing_newline=True, bytecode_cache=jinja2.FileSystemBytecodeCache())
 _env.filters["yaml"] = _yaml_filter
 _env.filters["json"] = json.dumps
 
