@@ -18,8 +18,8 @@ class Transition:
     signal_to_exit_s: float | None
     checkpoint_save_s: float | None
     checkpoint_bytes: int | None
-    relaunch_to_first_step_s: float | None
-    downtime_s: float | None  # signal (or failure) -> first step at the new size
+    relaunch_to_first_step_s: float | None  # relaunch -> the first step at the new size starts
+    downtime_s: float | None  # end of the last step at the old size -> start of the first at the new one
     steps_recomputed: int
 
 
@@ -80,8 +80,10 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Repo
         checkpoint = next((r for r in records if r.get("event") == "checkpoint" and start
                            and start["time"] <= r["time"] <= (ended or start)["time"] + 1), None)
         first = _first_step_after(records, events[cur]["time"])
-        last_before = max((r["step"] for r in records if "loss" in r
-                           and events[prev]["time"] <= r["time"] <= events[cur]["time"]), default=0)
+        old_steps = [r for r in records if "loss" in r and events[prev]["time"] <= r["time"] <= events[cur]["time"]]
+        last_before = max((r["step"] for r in old_steps), default=0)
+        last_end = max((r["time"] for r in old_steps), default=None)
+        first_start = first["time"] - first["step_time"] if first else None
         resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= events[cur]["time"]),
                        0)
         transitions.append(Transition(
@@ -91,8 +93,8 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Repo
             signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
             checkpoint_save_s=checkpoint["seconds"] if checkpoint else None,
             checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
-            relaunch_to_first_step_s=first["time"] - events[cur]["time"] if first else None,
-            downtime_s=first["time"] - start["time"] if first and start else None,
+            relaunch_to_first_step_s=first_start - events[cur]["time"] if first else None,
+            downtime_s=first_start - last_end if first and last_end else None,
             steps_recomputed=max(0, last_before - resumed)))
 
     used, available = _node_seconds(events)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,6 +54,19 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _allocate_adamw_state(optimizer) -> None:
+    """Give a fresh AdamW its (zero) state so DCP has tensors to load into. torch's generic fallback
+    runs a whole optimizer step for this, which dominates resume time for large models on CPU."""
+    if optimizer.state or not isinstance(optimizer, torch.optim.AdamW):
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = torch.zeros_like(p)
+            optimizer.state[p] = state
+
+
 def _snapshot(obj):
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
@@ -72,10 +86,12 @@ class Checkpointer:
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
         self.async_save = async_save
         self._pending = None  # (future, directory, state) of an async save in flight
+        self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
         # DCP's async save needs a CPU-capable group for its own collectives (NCCL alone is not).
         self._group = dist.new_group(backend="gloo") if async_save and dist.get_backend() != "gloo" else None
 
     def _app_state(self, model, optimizer, scheduler) -> dict:
+        _allocate_adamw_state(optimizer)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         return {"model": model_sd, "optim": optim_sd, "scheduler": scheduler.state_dict()}
 
@@ -142,10 +158,15 @@ class Checkpointer:
             raise ConfigError(f"checkpoint {path} was written with different settings ({detail}): the data stream "
                               f"would not continue exactly; restore them, use a new run.output_dir, or set "
                               f"training_config.checkpoint.ignore_fingerprint=true to resume anyway")
-        app = self._app_state(model, optimizer, scheduler)
+        marks = [time.perf_counter()]
+        app = self._app_state(model, optimizer, scheduler)  # allocates the optimizer state to read into
+        marks.append(time.perf_counter())
         dcp.load(app, checkpoint_id=str(path))
+        marks.append(time.perf_counter())
         set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"])
         scheduler.load_state_dict(app["scheduler"])
+        marks.append(time.perf_counter())
+        self.load_seconds = dict(zip(("prepare", "read", "apply"), (b - a for a, b in zip(marks, marks[1:]))))
         rng = path / "rng" / f"rank{self.rank}.pt"
         if state.world_size == self.world_size and rng.exists():
             saved = torch.load(rng, weights_only=False)

@@ -22,9 +22,14 @@ def _is_mxfp4(name_or_path: str) -> bool:
     return str(method) in ("mxfp4", "QuantizationMethod.MXFP4")
 
 
-def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
-    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype)."""
+def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn.Module:
+    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype).
+    `resuming`: a checkpoint will overwrite every weight, so random init is skipped (buffers such as
+    rotary frequencies are still computed)."""
+    from contextlib import nullcontext
+
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
 
     kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
     torch.manual_seed(seed)  # identical init on every rank before sharding
@@ -34,7 +39,8 @@ def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
         if not model_type:
             raise ConfigError("training_config.model_config.architecture needs a model_type (e.g. llama, gpt_oss)")
         config = AutoConfig.for_model(model_type, **arch)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs)
+        with no_init_weights() if resuming else nullcontext():
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs)
     elif cfg.model_name_or_path:
         if _is_mxfp4(cfg.model_name_or_path):
             from transformers import Mxfp4Config

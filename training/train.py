@@ -24,7 +24,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
-from training.checkpoint import Checkpointer, TrainState, bytes_on_disk  # noqa: E402
+from training.checkpoint import Checkpointer, TrainState, bytes_on_disk, latest_checkpoint  # noqa: E402
 from training.config import CONFIG_DIR_ENV, BatchPlan, JobConfig, TrainingArgs, load_job_config, plan_batches  # noqa: E402
 from training.config import select_config_file  # noqa: E402
 from training.data import IGNORE_INDEX, collate, load_or_build  # noqa: E402
@@ -139,7 +139,8 @@ def main(argv=None) -> int:
                             builder=topo.local_rank == 0)
     if tc.model_config.architecture is not None and "vocab_size" not in tc.model_config.architecture:
         tc.model_config.architecture["vocab_size"] = len(tokenizer)
-    model = build_model(tc.model_config, ta.seed)
+    resuming = latest_checkpoint(run_dir / "checkpoints") is not None
+    model = build_model(tc.model_config, ta.seed, resuming=resuming)
     _, non_embedding = count_parameters(model)
     model_flops = flops_per_token(non_embedding, model.config.num_hidden_layers, model.config.hidden_size,
                                   tc.datasets.max_len)
@@ -155,7 +156,8 @@ def main(argv=None) -> int:
     state = checkpointer.load(model, optimizer, scheduler, fp, ckpt_cfg.ignore_fingerprint)
     if state is not None:
         log.event(event="resume", step=state.step, from_world_size=state.world_size, world_size=topo.world_size,
-                  consumed_samples=state.consumed_samples)
+                  consumed_samples=state.consumed_samples,
+                  **{f"load_{k}_s": round(v, 3) for k, v in checkpointer.load_seconds.items()})
     state = TrainState(state.step if state else 0, state.consumed_samples if state else 0, topo.world_size, fp)
 
     from torchdata.stateful_dataloader import StatefulDataLoader
