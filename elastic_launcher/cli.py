@@ -66,14 +66,6 @@ def load_job(cfg: DictConfig, recipe_name: str) -> Job:
     return Job(settings, recipe_name, recipe, plan)
 
 
-def _recipe_choice(overrides: list[str]) -> str:
-    chosen = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "recipes"]
-    if chosen:
-        return chosen[-1]
-    defaults = OmegaConf.load(Path(__file__).resolve().parent.parent / "launcher.yaml").defaults
-    return next(d["recipes"] for d in defaults if isinstance(d, DictConfig) and "recipes" in d)
-
-
 def dry_run(job: Job) -> int:
     from elastic_launcher.dry_run import summary, write_artifacts
     from elastic_launcher.render import render
@@ -121,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"unknown flag {arg}: see python launcher.py --help")
             else:
                 overrides.append(arg)
-        cfg = compose(overrides)
+        cfg, recipe_name = compose(overrides)
         if show_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=resolve), end="")
             return 0
-        return run_action(load_job(cfg, _recipe_choice(overrides)))
+        return run_action(load_job(cfg, recipe_name))
     except USER_ERRORS as e:
         return report(e)
     except KeyboardInterrupt:

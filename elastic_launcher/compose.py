@@ -11,7 +11,7 @@ import difflib
 import re
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from training.config import ConfigError
@@ -31,16 +31,21 @@ def options(group: str) -> list[str]:
                   if not p.relative_to(base).parts[0] == "common")
 
 
-def compose(overrides: list[str]) -> DictConfig:
+def compose(overrides: list[str]) -> tuple[DictConfig, str]:
+    """The composed config (without Hydra's own section) and the name of the chosen recipe."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
     try:
         with initialize_config_dir(config_dir=str(ROOT), version_base=None, job_name="launcher"):
-            return hydra_compose(PRIMARY, overrides=_SKIP_HYDRA_RUNTIME + overrides)
+            cfg = hydra_compose(PRIMARY, overrides=_SKIP_HYDRA_RUNTIME + overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_explain(e, overrides)) from None
+    recipe = cfg.hydra.runtime.choices.recipes
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, recipe
 
 
 def _explain(error: Exception, overrides: list[str]) -> str:
@@ -67,7 +72,7 @@ def _explain(error: Exception, overrides: list[str]) -> str:
 def _explain_key(key: str, overrides: list[str]) -> str:
     """Find the first segment of `key` the config lacks and suggest the closest existing one."""
     groups_only = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")]
-    node = compose(groups_only) if groups_only != overrides else None
+    node = compose(groups_only)[0] if groups_only != overrides else None
     parts = key.split(".")
     for i, part in enumerate(parts):
         if node is None or not isinstance(node, DictConfig):

@@ -58,12 +58,12 @@ def child_pids(pid: int) -> list[int]:
 def prepare(job, plan=None) -> LocalJob:
     """Render the per-size configs (as a dry run does) and pick the run directory."""
     plan = plan or job.plan
-    rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
-    out = write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
     run_dir = Path(job.settings.local.run_dir or plan.sizes[0].config.run.output_dir).resolve()
     if not job.settings.local.resume and (run_dir / "checkpoints").exists():
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
+    rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
+    out = write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
     return LocalJob((out / "configs").resolve(), run_dir, job.settings.local.nproc_per_node)
 
 
@@ -72,11 +72,11 @@ def run(job) -> int:
         from elastic_launcher import rehearse
 
         return rehearse.run(job)
-    local = prepare(job)
     nodes = job.settings.local.nodes or job.plan.sizes[0].config.trainer.num_nodes
     if job.plan.size(nodes) is None:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
         raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
+    local = prepare(job)
     print(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
           f"run dir {local.run_dir}", flush=True)
     proc = local.start(nodes)

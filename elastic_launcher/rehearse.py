@@ -17,6 +17,7 @@ import copy
 import json
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,9 @@ class Rehearsal:
         try:
             code = self.proc.wait(timeout=self.policy.graceful_shutdown_timeout)
             self.timeline.add("exit", code=code, graceful=True)
-        except Exception:
+        except subprocess.TimeoutExpired:
+            for pid in workers:
+                os.kill(pid, signal.SIGKILL)
             os.killpg(self.proc.pid, signal.SIGKILL)
             code = self.proc.wait()
             self.timeline.add("exit", code=code, graceful=False, reason="graceful_shutdown_timeout passed")
@@ -205,25 +208,30 @@ def run(job) -> int:
     if not plan.policy.is_elastic:
         raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local
-    local = prepare(job, plan)
-    if (local.run_dir / "checkpoints").exists():
-        raise LauncherError(f"{local.run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
     trace = parse_trace(settings.trace, plan.policy.max_nodes)
+    local = prepare(job, plan)
+    reference_dir = local.run_dir.with_name(local.run_dir.name + "-fixed")
+    for run_dir in (local.run_dir, reference_dir):
+        if (run_dir / "metrics.jsonl").exists():
+            raise LauncherError(f"{run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
     local.run_dir.mkdir(parents=True, exist_ok=True)
     rehearsal = Rehearsal(plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log")
     try:
         rehearsal.run(settings.timeout)
     finally:
         (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
-    reference = None
     if settings.compare:
-        reference = LocalJob(local.config_dir, local.run_dir.with_name(local.run_dir.name + "-fixed"),
-                             local.nproc_per_node)
         nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
-        print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
-        proc = reference.start(nodes, log=rehearsal.log)
-        if proc.wait(timeout=settings.timeout) != 0:
-            raise LauncherError(f"the fixed-size reference run failed: see {local.run_dir / 'torchrun.log'}")
-    report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference.run_dir if reference else None)
+        print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference_dir}", flush=True)
+        proc = LocalJob(local.config_dir, reference_dir, local.nproc_per_node).start(nodes, log=rehearsal.log)
+        try:
+            failed = proc.wait(timeout=settings.timeout) != 0
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            failed = True
+        if failed:
+            raise LauncherError(f"the fixed-size reference run failed or timed out: see {local.run_dir / 'torchrun.log'}")
+    rehearsal.log.close()
+    report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference_dir if settings.compare else None)
     print(report.summary(), flush=True)
     return 0 if report.matched in (None, True) else 1

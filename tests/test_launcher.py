@@ -135,7 +135,7 @@ def test_step_policy_sizes_without_entries_get_derived_batch_math():
 
     cfg = to_plain(compose(["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                             "recipes.elastic_policy.min_nodes=1", "recipes.elastic_policy.max_nodes=9",
-                            "recipes.elastic_policy.replica_increment_step=2"]))
+                            "recipes.elastic_policy.replica_increment_step=2"])[0])
     plan = make_plan(cfg["recipes"])
     assert [s.nodes for s in plan.sizes] == [1, 3, 5, 7, 9]
     five = plan.size(5)

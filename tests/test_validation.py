@@ -81,6 +81,15 @@ CASES = {
     "secret as plain env": (["+cluster.env.HF_TOKEN=hf_abc"], "cluster.env.HF_TOKEN looks like a secret"),
     "malformed secret reference": (["+cluster.secret_env.HF_TOKEN=hf-token"], "must be {secret: <secret name>"),
     "unknown flag": (["--verbose"], "unknown flag --verbose"),
+    "rehearsal of a static job": (["recipes=llama/tiny_llama_sft", "action=rehearse", "local.trace=[{step:0,nodes:2}]"],
+                                  "action=rehearse needs an elastic recipe"),
+    "rehearsal without a trace": ([*TINY, "action=rehearse"], "action=rehearse needs local.trace"),
+    "trace event without nodes or kill": ([*TINY, "action=rehearse", "local.trace=[{step:3}]"],
+                                          "local.trace[0]={'step': 3} needs either nodes or kill: true"),
+    "trace event with step and time": ([*TINY, "action=rehearse", "local.trace=[{step:3,time:2,nodes:1}]"],
+                                       "needs exactly one of step or time"),
+    "local run at a size the recipe disallows": (["recipes=llama/tiny_llama_sft", "action=local", "local.nodes=3"],
+                                                 "local.nodes=3 is not a size this recipe allows (2)"),
     "bad override syntax": (["recipes.run.name=[unclosed"], "recipes.run.name=[unclosed"),
 }
 

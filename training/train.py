@@ -79,9 +79,9 @@ def train_step(model, micro_batches: list[dict], device, world_size: int) -> tup
     global label-token count of the step (all-reduced before backward) and multiplied by the DP size
     that FSDP's gradient averaging divides by, so the gradient equals the fixed-size run's whatever
     the DP size or the split. Returns (local loss sum, global [label tokens, input tokens])."""
-    local = torch.tensor([sum(int((m["labels"] != IGNORE_INDEX).sum()) for m in micro_batches),
-                          sum(len(m["sample_ids"]) and int(m["attention_mask"].sum()) for m in micro_batches)],
-                         dtype=torch.float64, device=device)
+    real = [m for m in micro_batches if m["sample_ids"]]  # padding micro-batches count no tokens
+    local = torch.tensor([sum(int((m["labels"] != IGNORE_INDEX).sum()) for m in real),
+                          sum(int(m["attention_mask"].sum()) for m in real)], dtype=torch.float64, device=device)
     dist.all_reduce(local)
     label_tokens = local[0]
     loss_sum = torch.zeros((), device=device)
