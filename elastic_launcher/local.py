@@ -55,10 +55,14 @@ def child_pids(pid: int) -> list[int]:
     return sorted(children)
 
 
+def run_dir_of(job) -> Path:
+    return Path(job.settings.local.run_dir or job.plan.sizes[0].config.run.output_dir).resolve()
+
+
 def prepare(job, plan=None) -> LocalJob:
     """Render the per-size configs (as a dry run does) and pick the run directory."""
     plan = plan or job.plan
-    run_dir = Path(job.settings.local.run_dir or plan.sizes[0].config.run.output_dir).resolve()
+    run_dir = run_dir_of(job)
     if not job.settings.local.resume and (run_dir / "checkpoints").exists():
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from elastic_launcher.errors import LauncherError
-from elastic_launcher.local import LocalJob, child_pids, prepare
+from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of
 from elastic_launcher.plan import Plan, make_plan
 from training.config import ConfigError
 
@@ -209,11 +209,12 @@ def run(job) -> int:
         raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local
     trace = parse_trace(settings.trace, plan.policy.max_nodes)
+    run_dir = run_dir_of(job)
+    reference_dir = run_dir.with_name(run_dir.name + "-fixed")
+    for existing in (run_dir, reference_dir):
+        if (existing / "metrics.jsonl").exists():
+            raise LauncherError(f"{existing} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
     local = prepare(job, plan)
-    reference_dir = local.run_dir.with_name(local.run_dir.name + "-fixed")
-    for run_dir in (local.run_dir, reference_dir):
-        if (run_dir / "metrics.jsonl").exists():
-            raise LauncherError(f"{run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
     local.run_dir.mkdir(parents=True, exist_ok=True)
     rehearsal = Rehearsal(plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log")
     try:
