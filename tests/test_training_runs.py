@@ -96,8 +96,23 @@ def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, f
     assert_same_run(run_dir, fixed_run, rel=1e-6)
 
 
+def test_async_checkpoints_resume_exactly_and_only_the_last_are_kept(configs, fixed_run, tmp_path):
+    async_configs = render_configs(tmp_path / "configs", *TINY, "recipes.training_config.checkpoint.save_steps=1",
+                                   "recipes.training_config.checkpoint.async_save=true",
+                                   "recipes.training_config.checkpoint.keep_last=2")
+    run_dir = tmp_path / "run"
+    train(async_configs, run_dir, nodes=2, stop_at_step=5)
+    root = run_dir / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000004", "step-00000005"]
+    shutil.rmtree(step_dir(root, 5))  # resume from step 4, written in the background while training went on
+    train(configs, run_dir, nodes=2)
+    assert [r["step"] for r in records(run_dir) if r.get("event") == "resume"] == [4]
+    assert_same_run(run_dir, fixed_run, rel=1e-6)
+
+
 def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=6",
+                             "recipes.training_config.model_config.activation_checkpointing=true",
                              recipe="gpt_oss/tiny_gpt_oss_sft")
     run_dir = tmp_path / "run"
     train(configs, run_dir, nodes=2)

@@ -61,9 +61,7 @@ def test_rank_slices_are_disjoint_and_padded_with_empty_micro_batches():
 
 
 def test_prompt_tokens_are_masked_and_assistant_turns_trained():
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
+    tok = tiny_tokenizer()
     messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2 plus 3?"},
                 {"role": "assistant", "content": "2 plus 3 is 5."}, {"role": "user", "content": "And backwards?"},
                 {"role": "assistant", "content": "Backwards it is 5."}]
@@ -111,3 +109,34 @@ def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path):
     ckpt = Checkpointer(tmp_path, keep_last=3, async_save=False, rank=0, world_size=1)
     with pytest.raises(ConfigError, match=r"train_batch_size: 8 -> 16.*ignore_fingerprint=true"):
         ckpt.load(None, None, None, {"train_batch_size": 16, "max_len": 64}, ignore_fingerprint=False)
+
+
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
+
+
+def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
+    import datasets
+
+    from training.config import DatasetConfig
+    from training.data import build_dataset
+
+    datasets.load_dataset("json", data_files=str(ROOT / "data" / "sft_tiny.jsonl"), split="train").to_parquet(
+        str(tmp_path / "sft.parquet"))
+    plain = build_dataset(DatasetConfig(train_data=str(tmp_path / "sft.parquet"), max_len=64), tiny_tokenizer())
+    packed = build_dataset(DatasetConfig(train_data=str(tmp_path), max_len=64, packing=True), tiny_tokenizer())
+    assert len(packed) < len(plain) // 2
+    assert all(len(row["input_ids"]) == len(row["labels"]) <= 64 for row in packed)
+    ids = [i for row in packed for i in row["sample_ids"]]
+    assert sorted(ids) == sorted(i for row in plain for i in row["sample_ids"])
+
+
+def test_unknown_messages_column_is_a_clear_error(tmp_path):
+    from training.config import DatasetConfig
+    from training.data import build_dataset
+
+    (tmp_path / "d.jsonl").write_text('{"conversation": []}\n')
+    with pytest.raises(ConfigError, match="messages_key='messages' is not a column.*conversation"):
+        build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl")), tiny_tokenizer())

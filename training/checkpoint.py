@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -87,8 +87,9 @@ class Checkpointer:
         self.async_save = async_save
         self._pending = None  # (future, directory, state) of an async save in flight
         self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
-        # DCP's async save needs a CPU-capable group for its own collectives (NCCL alone is not).
-        self._group = dist.new_group(backend="gloo") if async_save and dist.get_backend() != "gloo" else None
+        # An async save runs its collectives in a background thread: on a group of its own (gloo, which
+        # also serves CPU staging under NCCL), never interleaved with the training's.
+        self._group = dist.new_group(backend="gloo") if async_save else None
 
     def _app_state(self, model, optimizer, scheduler) -> dict:
         _allocate_adamw_state(optimizer)
@@ -112,16 +113,21 @@ class Checkpointer:
         if self.async_save and not blocking:
             # Write a private CPU copy in the background, so training may update the parameters.
             future = dcp.async_save(_snapshot(app), checkpoint_id=str(target), process_group=self._group)
-            self._pending = (future, target, state)
+            self._pending = (future, target, replace(state))  # training goes on mutating `state`
         else:
             dcp.save(app, checkpoint_id=str(target))
             self._finish(target, state)
         return target
 
-    def poll(self) -> None:
-        """Finish an async save whose writes are done (called every step, cheaply)."""
-        if self._pending and self._pending[0].done():
-            self.wait()
+    @property
+    def writing(self) -> bool:
+        """An async save is still writing on this rank. Ranks finish at different times, so the
+        trainer agrees on "all done" in a collective before calling wait()."""
+        return self._pending is not None and not self._pending[0].done()
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
 
     def wait(self) -> None:
         if self._pending:

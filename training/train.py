@@ -182,9 +182,9 @@ def main(argv=None) -> int:
         scheduler.step()
         state.step += 1
         state.consumed_samples += plan.global_batch
-        # One collective for the logged loss and the elastic-event agreement.
-        stats = torch.stack([loss_sum.double(), torch.tensor(float(stop.requested), dtype=torch.float64,
-                                                             device=device)])
+        # One collective for the logged loss, the elastic-event agreement and async-save completion.
+        flags = torch.tensor([float(stop.requested), float(checkpointer.writing)], dtype=torch.float64, device=device)
+        stats = torch.cat([loss_sum.double().reshape(1), flags])
         dist.all_reduce(stats)
         elapsed = time.perf_counter() - started
         if tc.logging.audit_samples:
@@ -203,7 +203,8 @@ def main(argv=None) -> int:
             if peak:
                 record["mfu"] = model_flops * tps / topo.world_size / peak
             log.log(record)
-        checkpointer.poll()
+        if checkpointer.pending and stats[2] == 0:  # every rank's background write is done
+            checkpointer.wait()
         stopping = bool(stats[1] > 0)
         if stopping or state.step == last_step or state.step % ckpt_cfg.save_steps == 0:
             saved_at = time.time()
