@@ -64,38 +64,34 @@ def committed(run_dir: Path, name: str, key: str) -> dict[int, object]:
     return out
 
 
-def _first_step_after(records: list[dict], t: float) -> dict | None:
-    return next((r for r in records if "loss" in r and r["time"] >= t), None)
+def _transition(records: list[dict], events: list[dict], prev: int, cur: int) -> Transition:
+    """What happened between launch `prev` and launch `cur` (indices into the timeline)."""
+    launched, relaunched = events[prev], events[cur]
+    between = events[prev + 1 : cur]
+    cause = next((e for e in between if e["event"] in ("signal", "kill")), None)
+    ended = next((e for e in between if e["event"] in ("exit", "failure")), None)
+    failed = any(e["event"] in ("kill", "failure") for e in between)
+    began = (cause or ended or relaunched)["time"]
+    checkpoint = next((r for r in records if r.get("event") == "checkpoint"
+                       and began <= r["time"] <= (ended or relaunched)["time"] + 1), None)
+    old_steps = [r for r in records if "loss" in r and launched["time"] <= r["time"] <= relaunched["time"]]
+    first = next((r for r in records if "loss" in r and r["time"] >= relaunched["time"]), None)
+    first_start = first["time"] - first["step_time"] if first else None
+    resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), 0)
+    return Transition(
+        cause="failure" if failed else "resize", from_nodes=launched["nodes"], to_nodes=relaunched["nodes"],
+        signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
+        checkpoint_save_s=checkpoint["seconds"] if checkpoint else None,
+        checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
+        relaunch_to_first_step_s=first_start - relaunched["time"] if first else None,
+        downtime_s=first_start - old_steps[-1]["time"] if first and old_steps else None,
+        steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed))
 
 
 def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Report:
     records, events = read_records(run_dir), timeline.events
     launches = [i for i, e in enumerate(events) if e["event"] == "launch"]
-    transitions = []
-    for prev, cur in zip(launches, launches[1:]):
-        between = events[prev + 1 : cur]
-        cause = next((e for e in between if e["event"] in ("signal", "kill")), None)
-        ended = next((e for e in between if e["event"] in ("exit", "failure")), None)
-        start = cause or ended
-        checkpoint = next((r for r in records if r.get("event") == "checkpoint" and start
-                           and start["time"] <= r["time"] <= (ended or start)["time"] + 1), None)
-        first = _first_step_after(records, events[cur]["time"])
-        old_steps = [r for r in records if "loss" in r and events[prev]["time"] <= r["time"] <= events[cur]["time"]]
-        last_before = max((r["step"] for r in old_steps), default=0)
-        last_end = max((r["time"] for r in old_steps), default=None)
-        first_start = first["time"] - first["step_time"] if first else None
-        resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= events[cur]["time"]),
-                       0)
-        transitions.append(Transition(
-            cause="failure" if cause and cause["event"] == "kill" or (ended and ended["event"] == "failure")
-            else "resize",
-            from_nodes=events[prev]["nodes"], to_nodes=events[cur]["nodes"],
-            signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
-            checkpoint_save_s=checkpoint["seconds"] if checkpoint else None,
-            checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
-            relaunch_to_first_step_s=first_start - events[cur]["time"] if first else None,
-            downtime_s=first_start - last_end if first and last_end else None,
-            steps_recomputed=max(0, last_before - resumed)))
+    transitions = [_transition(records, events, prev, cur) for prev, cur in zip(launches, launches[1:])]
 
     used, available = _node_seconds(events)
     losses = committed(run_dir, "metrics.jsonl", "loss")
