@@ -50,15 +50,14 @@ def compose(overrides: list[str]) -> tuple[DictConfig, str]:
 
 def _explain(error: Exception, overrides: list[str]) -> str:
     text = str(error)
-    missing = re.search(r"Could not find '([^']+)'", text)
+    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", text)  # e.g. 'recipes/llama/llama3_1_8b_stf'
     if missing:
-        group, _, option = missing.group(1).rpartition("/")
-        group = group.split("/")[0] if group.startswith("recipes") else group
+        group, option = missing.groups()
         key = "scale_configs@recipes.scale_config" if group == "scale_configs" else group
         choices = options(group)
-        close = difflib.get_close_matches(missing.group(1).split(f"{group}/", 1)[-1], choices, n=3, cutoff=0.5)
+        close = difflib.get_close_matches(option, choices, n=3, cutoff=0.5)
         hint = f"did you mean {' or '.join(close)}?" if close else f"available: {', '.join(choices)}"
-        return f"unknown {group} option {key}={missing.group(1).split(f'{group}/', 1)[-1]}: {hint}"
+        return f"unknown {group} option {key}={option}: {hint}"
     not_found = re.search(r"Could not (?:override|delete) '([^']+)'", text)
     if not_found:
         return _explain_key(not_found.group(1), overrides)
