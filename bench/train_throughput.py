@@ -29,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs; the median ratio counts")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating pairs of runs; the median ratio counts")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

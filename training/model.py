@@ -51,7 +51,7 @@ def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn
         raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
     model.config.use_cache = False
     if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
