@@ -120,3 +120,23 @@ def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
     assert sorted(curve) == list(range(1, 7)) and all(v == v and v > 0 for v in curve.values())
     assert curve[6] < curve[1]
     assert (latest_checkpoint(run_dir / "checkpoints") / COMPLETE).exists()
+
+
+def test_pretrained_weights_reach_every_rank(tmp_path):
+    """Rank 0 loads the checkpoint and scatters it: two ranks must train exactly as one does."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                                 tie_word_embeddings=True)).save_pretrained(tmp_path / "model")
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.model_config.architecture=null",
+                             f"recipes.training_config.model_config.model_name_or_path={tmp_path / 'model'}",
+                             "recipes.training_config.training_args.max_steps=3")
+    train(configs, tmp_path / "one", nodes=1)
+    train(configs, tmp_path / "two", nodes=2)
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert sorted(one) == sorted(two) == [1, 2, 3]
+    for step in one:
+        assert abs(one[step] - two[step]) <= 1e-5 * one[step], (step, one[step], two[step])

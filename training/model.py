@@ -1,8 +1,10 @@
 """transformers causal LMs (Llama 3.x, GPT-OSS) sharded with FSDP2.
 
 Weights come from `model_name_or_path` (hub id or local directory) or, for tiny test models, from an
-inline architecture config with seeded random init. GPT-OSS checkpoints store their expert weights
-in MXFP4; training needs real-valued weights, so they are dequantized to the training dtype while
+inline architecture config with seeded random init. Only rank 0 materializes the full model; the
+other ranks build it on the meta device and receive their shards from rank 0 after sharding, so a
+node holds one full copy instead of one per GPU. GPT-OSS checkpoints store their expert weights in
+MXFP4; training needs real-valued weights, so they are dequantized to the training dtype while
 loading (transformers' Mxfp4Config(dequantize=True)).
 """
 
@@ -49,9 +51,53 @@ def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn
         model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
     else:
         raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
+    return _prepare(model, cfg)
+
+
+def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
     model.config.use_cache = False
     if cfg.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def _skeleton(cfg: ModelConfig) -> torch.nn.Module:
+    """The same modules as build_model, with parameters and buffers on the meta device (no memory)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cfg.architecture:
+        arch = dict(cfg.architecture)
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+    else:
+        config = AutoConfig.from_pretrained(cfg.model_name_or_path)
+        if hasattr(config, "quantization_config"):  # rank 0 dequantizes; the skeleton is plain
+            del config.quantization_config
+    kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+    with torch.device("meta"):
+        return _prepare(AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs), cfg)
+
+
+def build_sharded_model(cfg: ModelConfig, seed: int, mesh, mixed_precision: str, on_gpu: bool,
+                        resuming: bool) -> torch.nn.Module:
+    """The FSDP2-sharded model. Rank 0 builds it for real (pretrained weights, or seeded init, or
+    uninitialized when a checkpoint will overwrite it); the others build a meta skeleton. After
+    sharding, rank 0's weights are scattered (unless resuming) and its buffers (e.g. rotary
+    frequencies, which are not in any checkpoint) broadcast."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    rank0, single = dist.get_rank() == 0, mesh.size() == 1
+    model = build_model(cfg, seed, resuming) if rank0 or single else _skeleton(cfg)
+    full = model.state_dict() if rank0 and not resuming and not single else {}
+    apply_fsdp(model, mesh, mixed_precision, on_gpu)
+    if single:
+        return model
+    if not rank0:
+        model.to_empty(device=mesh.device_type)
+    if not resuming:
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
     return model
 
 

@@ -30,7 +30,7 @@ from training.config import select_config_file  # noqa: E402
 from training.data import IGNORE_INDEX, collate, load_or_build  # noqa: E402
 from training.elastic import ElasticStop, die_with_parent  # noqa: E402
 from training.metrics import MetricsLogger, flops_per_token, peak_flops, peak_memory_gib  # noqa: E402
-from training.model import apply_fsdp, build_model, count_parameters  # noqa: E402
+from training.model import build_sharded_model, count_parameters  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -140,11 +140,10 @@ def main(argv=None) -> int:
     if tc.model_config.architecture is not None and "vocab_size" not in tc.model_config.architecture:
         tc.model_config.architecture["vocab_size"] = len(tokenizer)
     resuming = latest_checkpoint(run_dir / "checkpoints") is not None
-    model = build_model(tc.model_config, ta.seed, resuming=resuming)
+    model = build_sharded_model(tc.model_config, ta.seed, mesh, tc.model_config.mixed_precision, on_gpu, resuming)
     _, non_embedding = count_parameters(model)
     model_flops = flops_per_token(non_embedding, model.config.num_hidden_layers, model.config.hidden_size,
                                   tc.datasets.max_len)
-    model = apply_fsdp(model, mesh, tc.model_config.mixed_precision, on_gpu)
     optimizer = torch.optim.AdamW(model.parameters(), lr=ta.learning_rate, betas=(ta.adam_beta1, ta.adam_beta2),
                                   weight_decay=ta.weight_decay, foreach=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, ta))
