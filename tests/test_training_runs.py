@@ -123,7 +123,9 @@ def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
 
 
 def test_pretrained_weights_reach_every_rank(tmp_path):
-    """Rank 0 loads the checkpoint and scatters it: two ranks must train exactly as one does."""
+    """Rank 0 loads the checkpoint and scatters it: two ranks must train exactly as one does, also
+    after a resume (which builds the model without reading or initializing weights). Tied
+    embeddings, as in Llama 3.2, must stay tied on every path."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -133,10 +135,11 @@ def test_pretrained_weights_reach_every_rank(tmp_path):
                                  tie_word_embeddings=True)).save_pretrained(tmp_path / "model")
     configs = render_configs(tmp_path / "configs", "recipes.training_config.model_config.architecture=null",
                              f"recipes.training_config.model_config.model_name_or_path={tmp_path / 'model'}",
-                             "recipes.training_config.training_args.max_steps=3")
+                             "recipes.training_config.training_args.max_steps=4")
     train(configs, tmp_path / "one", nodes=1)
+    train(configs, tmp_path / "two", nodes=2, stop_at_step=2)
     train(configs, tmp_path / "two", nodes=2)
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert sorted(one) == sorted(two) == [1, 2, 3]
+    assert sorted(one) == sorted(two) == [1, 2, 3, 4]
     for step in one:
         assert abs(one[step] - two[step]) <= 1e-5 * one[step], (step, one[step], two[step])

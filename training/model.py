@@ -16,45 +16,63 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from training.config import ConfigError, ModelConfig
 
 
-def _is_mxfp4(name_or_path: str) -> bool:
+def _hf_config(cfg: ModelConfig):
+    """The transformers config of the model, without quantization (training needs real weights)."""
     from transformers import AutoConfig
 
-    quant = getattr(AutoConfig.from_pretrained(name_or_path), "quantization_config", None) or {}
-    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
-    return str(method) in ("mxfp4", "QuantizationMethod.MXFP4")
-
-
-def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn.Module:
-    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype).
-    `resuming`: a checkpoint will overwrite every weight, so random init is skipped (buffers such as
-    rotary frequencies are still computed)."""
-    from contextlib import nullcontext
-
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
-    torch.manual_seed(seed)  # identical init on every rank before sharding
     if cfg.architecture:
         arch = dict(cfg.architecture)
         model_type = arch.pop("model_type", None)
         if not model_type:
             raise ConfigError("training_config.model_config.architecture needs a model_type (e.g. llama, gpt_oss)")
-        config = AutoConfig.for_model(model_type, **arch)
-        with no_init_weights() if resuming else nullcontext():
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs)
-    elif cfg.model_name_or_path:
-        if _is_mxfp4(cfg.model_name_or_path):
-            from transformers import Mxfp4Config
-
-            kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
-        model = AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
-    else:
+        return AutoConfig.for_model(model_type, **arch)
+    if not cfg.model_name_or_path:
         raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
-    return _prepare(model, cfg)
+    config = AutoConfig.from_pretrained(cfg.model_name_or_path)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    return config
+
+
+def _attention(cfg: ModelConfig) -> dict:
+    return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+
+
+def _from_pretrained(cfg: ModelConfig) -> torch.nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kwargs = _attention(cfg)
+    quant = getattr(AutoConfig.from_pretrained(cfg.model_name_or_path), "quantization_config", None) or {}
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    if str(method) in ("mxfp4", "QuantizationMethod.MXFP4"):
+        from transformers import Mxfp4Config
+
+        kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
+    return AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
+
+
+def _from_config(cfg: ModelConfig, init: bool) -> torch.nn.Module:
+    from contextlib import nullcontext
+
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    with nullcontext() if init else no_init_weights():
+        return AutoModelForCausalLM.from_config(_hf_config(cfg), dtype=torch.float32, **_attention(cfg))
+
+
+def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn.Module:
+    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype).
+    `resuming`: a checkpoint will overwrite every weight, so neither pretrained weights are read nor
+    random init is run (buffers such as rotary frequencies are still computed)."""
+    torch.manual_seed(seed)
+    if cfg.architecture or resuming:
+        return _prepare(_from_config(cfg, init=not resuming), cfg)
+    return _prepare(_from_pretrained(cfg), cfg)
 
 
 def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    model.tie_weights()  # no_init_weights also skips tying (e.g. Llama 3.2's embeddings and LM head)
     model.config.use_cache = False
     if cfg.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -63,18 +81,8 @@ def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
 
 def _skeleton(cfg: ModelConfig) -> torch.nn.Module:
     """The same modules as build_model, with parameters and buffers on the meta device (no memory)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if cfg.architecture:
-        arch = dict(cfg.architecture)
-        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
-    else:
-        config = AutoConfig.from_pretrained(cfg.model_name_or_path)
-        if hasattr(config, "quantization_config"):  # rank 0 dequantizes; the skeleton is plain
-            del config.quantization_config
-    kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
     with torch.device("meta"):
-        return _prepare(AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs), cfg)
+        return _prepare(_from_config(cfg, init=False), cfg)
 
 
 def build_sharded_model(cfg: ModelConfig, seed: int, mesh, mixed_precision: str, on_gpu: bool,
