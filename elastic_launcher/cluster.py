@@ -71,16 +71,16 @@ class Cluster:
         api = client.ApiClient(configuration)
         self.core, self.custom, self.host = client.CoreV1Api(api), client.CustomObjectsApi(api), configuration.host
 
-    def call(self, what: str, fn, *args, kind: JobKind | None = None, missing_ok: bool = False, **kwargs):
-        """Run one API call; `what` is "<verb> <resource>" for the error message. With
-        `missing_ok`, a 404 answers None instead of failing."""
+    def call(self, what: str, fn, *args, kind: JobKind | None = None, tolerate: tuple[int, ...] = (), **kwargs):
+        """Run one API call; `what` is "<verb> <resource>" for the error message. An HTTP status
+        in `tolerate` (e.g. 404 for "missing is fine") answers None instead of failing."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
             return fn(*args, **kwargs)
         except ApiException as e:
-            if missing_ok and e.status == 404:
+            if e.status in tolerate:
                 return None
             raise LauncherError(self._explain(e, what, kind)) from None
         except (HTTPError, OSError) as e:
@@ -115,14 +115,14 @@ class Cluster:
 
     def crd_installed(self, kind: JobKind) -> bool:
         resources = self.call(f"discover {kind.group}/{kind.version}", self.custom.get_api_resources, kind.group,
-                              kind.version, missing_ok=True)
+                              kind.version, tolerate=(404,))
         return resources is not None and any(r.name == kind.plural for r in resources.resources)
 
 
-def _unique_name(base: str, manifest: str) -> str:
+def _unique_name(base: str, content_hash: str) -> str:
     """A name derived from the rendered content: resubmitting the same job finds it again
     (idempotent), a changed job gets a new name (no clash with the running one)."""
-    suffix = hashlib.sha256(manifest.encode()).hexdigest()[:5]
+    suffix = content_hash[:5]
     return f"{base[: 63 - len(suffix) - 1].rstrip('-')}-{suffix}"
 
 
@@ -132,7 +132,7 @@ def submit(job, cluster: Cluster, dry_run: bool) -> int:
     first = render(plan, settings, job.settings.target, cluster.namespace, job.recipe_name)
     content_hash = hashlib.sha256(first.manifest.encode()).hexdigest()[:16]
     if settings.unique_name and not settings.job_name:
-        plan = dataclasses.replace(plan, job_name=_unique_name(plan.job_name, first.manifest))
+        plan = dataclasses.replace(plan, job_name=_unique_name(plan.job_name, content_hash))
     rendered = render(plan, settings, job.settings.target, cluster.namespace, job.recipe_name)
     configmap, body = rendered.objects
     body["metadata"].setdefault("annotations", {})[CONTENT_HASH] = content_hash
@@ -155,11 +155,8 @@ def submit(job, cluster: Cluster, dry_run: bool) -> int:
 
     created_configmap = False
     try:
-        try:
-            cluster.call("create configmaps", cluster.core.create_namespaced_config_map, ns, configmap, **dry)
-        except LauncherError as e:
-            if "(409)" not in str(e):
-                raise
+        if cluster.call("create configmaps", cluster.core.create_namespaced_config_map, ns, configmap,
+                        tolerate=(409,), **dry) is None:
             # An orphan config of this very job name (its job is gone): ours to overwrite.
             cluster.call("replace configmaps", cluster.core.replace_namespaced_config_map, configmap_name(name), ns,
                          configmap, **dry)
@@ -184,7 +181,7 @@ def submit(job, cluster: Cluster, dry_run: bool) -> int:
 
 def _get(cluster: Cluster, kind: JobKind, name: str) -> dict | None:
     return cluster.call(f"get {kind.plural}", cluster.custom.get_namespaced_custom_object, kind.group, kind.version,
-                        cluster.namespace, kind.plural, name, missing_ok=True)
+                        cluster.namespace, kind.plural, name, tolerate=(404,))
 
 
 def delete(job, cluster: Cluster, name: str | None = None, quiet: bool = False) -> int:
@@ -194,7 +191,7 @@ def delete(job, cluster: Cluster, name: str | None = None, quiet: bool = False) 
                             (kind.group, kind.version, cluster.namespace, kind.plural, name)),
                            ("delete configmaps", cluster.core.delete_namespaced_config_map,
                             (configmap_name(name), cluster.namespace))):
-        if cluster.call(what, fn, *args, missing_ok=True) is not None:
+        if cluster.call(what, fn, *args, tolerate=(404,)) is not None:
             gone.append(what.split()[1])
     if not gone and not quiet:
         raise LauncherError(f"nothing to delete: no {kind.kind} {name!r} and no configmap {configmap_name(name)!r} in "

@@ -151,3 +151,12 @@ def test_no_kubeconfig(launch, tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit")
     assert code == 2 and "no usable kubeconfig" in one_line_error(err)
+
+
+def test_orphan_configmap_of_the_job_name_is_overwritten(launch, api):
+    api.store[("configmaps", "team-a", "training-config-lone")] = {"metadata": {"name": "training-config-lone"},
+                                                                   "data": {"config.yaml": "stale"}}
+    code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit", "cluster.job_name=lone")
+    assert code == 0, err
+    assert api.store[("configmaps", "team-a", "training-config-lone")]["data"]["config.yaml"] != "stale"
+    assert api.names(HP) == ["lone"]
