@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -67,11 +66,9 @@ def load_job(cfg: DictConfig, recipe_name: str) -> Job:
 
 
 def dry_run(job: Job) -> int:
-    from elastic_launcher.dry_run import summary, write_artifacts
-    from elastic_launcher.render import render
+    from elastic_launcher.dry_run import summary, write_job
 
-    rendered = render(job.plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
-    out = write_artifacts(Path(job.settings.output_dir) / job.plan.job_name, rendered, job.recipe)
+    out = write_job(job)
     print(summary(job.plan, job.settings.target))
     if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
         print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")

@@ -8,9 +8,16 @@ import tempfile
 from pathlib import Path
 
 from elastic_launcher.plan import Plan
-from elastic_launcher.render import Rendered, dump_yaml
+from elastic_launcher.render import Rendered, dump_yaml, render
 
 MANIFEST_FILE = "manifest.yaml"
+
+
+def write_job(job, plan: Plan | None = None) -> Path:
+    """Render `plan` (default: the job's) and write it to <output_dir>/<job name>/."""
+    plan = plan or job.plan
+    rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
+    return write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
 
 
 def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:

@@ -10,11 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic_launcher.dry_run import write_artifacts
+from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
-from elastic_launcher.render import render
+from training.config import NUM_NODES_ENV
 
-NUM_NODES_ENV = "ELASTIC_NUM_NODES"  # read by training.train.Topology
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,11 @@ def run_dir_of(job) -> Path:
 
 def prepare(job, plan=None) -> LocalJob:
     """Render the per-size configs (as a dry run does) and pick the run directory."""
-    plan = plan or job.plan
     run_dir = run_dir_of(job)
     if not job.settings.local.resume and (run_dir / "checkpoints").exists():
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
-    rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
-    out = write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
+    out = write_job(job, plan)
     return LocalJob((out / "configs").resolve(), run_dir, job.settings.local.nproc_per_node)
 
 

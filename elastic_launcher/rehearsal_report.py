@@ -54,14 +54,7 @@ class Report:
 
 def committed(run_dir: Path, name: str, key: str) -> dict[int, object]:
     """Per step, the value of its last record: a step recomputed after a failure counts once."""
-    path = run_dir / name
-    out = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if key in record:
-                out[record["step"]] = record[key]
-    return out
+    return {r["step"]: r[key] for r in read_records(run_dir, name) if key in r}
 
 
 def _transition(records: list[dict], events: list[dict], prev: int, cur: int) -> Transition:

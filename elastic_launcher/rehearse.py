@@ -86,8 +86,9 @@ class Timeline:
         return event
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
+def read_records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
+    """The JSON lines the trainer wrote to `run_dir/name` (metrics.jsonl or samples.jsonl)."""
+    path = Path(run_dir) / name
     if not path.exists():
         return []
     records = []

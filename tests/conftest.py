@@ -33,7 +33,6 @@ def run_launcher_process(*args, env=None, cwd=ROOT, timeout=60):
 
 
 # --- training runs ---------------------------------------------------------------------------------
-import json
 import signal
 import time
 
@@ -69,17 +68,22 @@ def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240):
 
 
 def records(run_dir, name="metrics.jsonl"):
-    path = Path(run_dir) / name
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    from elastic_launcher.rehearse import read_records
+
+    return read_records(run_dir, name)
 
 
 def losses(run_dir) -> dict[int, float]:
     """Loss per step; a step recomputed after a crash counts with its last (committed) value."""
-    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r}
+    from elastic_launcher.rehearsal_report import committed
+
+    return committed(Path(run_dir), "metrics.jsonl", "loss")
 
 
 def committed_samples(run_dir) -> dict[int, list[int]]:
-    return {r["step"]: r["sample_ids"] for r in records(run_dir, "samples.jsonl")}
+    from elastic_launcher.rehearsal_report import committed
+
+    return committed(Path(run_dir), "samples.jsonl", "sample_ids")
 
 
 def wait_for(predicate, timeout=120, interval=0.2):

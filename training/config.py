@@ -23,6 +23,8 @@ from typing import Any
 # falls back to the base file (with derived batch math) for a count that has none.
 BASE_CONFIG_FILE = "config.yaml"
 CONFIG_DIR_ENV = "ELASTIC_CONFIG_DIR"
+# Local runs simulate N nodes inside one torchrun; without it nodes = WORLD_SIZE / LOCAL_WORLD_SIZE.
+NUM_NODES_ENV = "ELASTIC_NUM_NODES"
 
 
 def config_file_for(nodes: int) -> str:

@@ -25,8 +25,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from training.checkpoint import Checkpointer, TrainState, bytes_on_disk, latest_checkpoint  # noqa: E402
-from training.config import CONFIG_DIR_ENV, BatchPlan, JobConfig, TrainingArgs, load_job_config, plan_batches  # noqa: E402
-from training.config import select_config_file  # noqa: E402
+from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, BatchPlan, JobConfig, TrainingArgs,  # noqa: E402
+                             load_job_config, plan_batches, select_config_file)
 from training.data import IGNORE_INDEX, collate, load_or_build  # noqa: E402
 from training.elastic import ElasticStop, die_with_parent  # noqa: E402
 from training.metrics import MetricsLogger, flops_per_token, peak_flops, peak_memory_gib  # noqa: E402
@@ -34,7 +34,6 @@ from training.model import build_sharded_model, count_parameters  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
-NUM_NODES_ENV = "ELASTIC_NUM_NODES"  # local runs simulate N nodes inside one torchrun
 
 
 @dataclass(frozen=True)
