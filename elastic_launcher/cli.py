@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from elastic_launcher.compose import compose, options, to_plain
 from elastic_launcher.errors import USER_ERRORS, report
-from elastic_launcher.plan import Plan, make_plan
+from elastic_launcher.plan import Plan, TypedKeys, make_plan
 from elastic_launcher.settings import ACTIONS, TARGETS, LauncherSettings
 from training.config import ConfigError, build
 
@@ -48,7 +48,7 @@ class Job:
         return self.settings.cluster.namespace or "default"
 
 
-def load_job(cfg: DictConfig, recipe_name: str) -> Job:
+def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Job:
     data = to_plain(cfg)
     recipe = data.pop("recipes")
     settings = build(LauncherSettings, data)
@@ -61,7 +61,8 @@ def load_job(cfg: DictConfig, recipe_name: str) -> Job:
         raise ConfigError("cluster.image is not set: submitting needs the training image, "
                           "e.g. cluster.image=<account>.dkr.ecr.<region>.amazonaws.com/train:latest")
     # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
-    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow")
+    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow",
+                     typed=TypedKeys.from_overrides(list(overrides)))
     return Job(settings, recipe_name, recipe, plan)
 
 
@@ -72,7 +73,12 @@ def dry_run(job: Job) -> int:
     print(summary(job.plan, job.settings.target))
     if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
         print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")
-    print(f"wrote {out / 'manifest.yaml'} (kubectl apply -f), {out / 'configs'}/, {out / 'recipe.yaml'}")
+    if job.settings.cluster.image:
+        print(f"wrote {out / 'manifest.yaml'} (kubectl apply -f), {out / 'configs'}/, {out / 'recipe.yaml'}")
+    else:
+        print("warning: cluster.image is not set: the manifest names a placeholder image; set cluster.image=<image> "
+              "before applying it")
+        print(f"wrote {out / 'manifest.yaml'}, {out / 'configs'}/, {out / 'recipe.yaml'}")
     return 0
 
 
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if show_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=resolve), end="")
             return 0
-        return run_action(load_job(cfg, recipe_name))
+        return run_action(load_job(cfg, recipe_name, overrides))
     except USER_ERRORS as e:
         return report(e)
     except KeyboardInterrupt:

@@ -70,8 +70,13 @@ def _explain(error: Exception, overrides: list[str]) -> str:
 
 def _explain_key(key: str, overrides: list[str]) -> str:
     """Find the first segment of `key` the config lacks and suggest the closest existing one."""
-    groups_only = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")]
-    node = compose(groups_only)[0] if groups_only != overrides else None
+    # The config as composed from the group choices alone (minus the failing key), to look `key` up in.
+    groups_only = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")
+                   and o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        node = compose(groups_only)[0]
+    except ConfigError:
+        node = None
     parts = key.split(".")
     for i, part in enumerate(parts):
         if node is None or not isinstance(node, DictConfig):

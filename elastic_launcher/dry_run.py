@@ -61,11 +61,17 @@ def plan_table(plan: Plan) -> str:
 def summary(plan: Plan, target: str) -> str:
     p = plan.policy
     kind = "elastic" if p.is_elastic else "static"
-    nodes = f"{p.min_nodes}..{p.max_nodes} nodes" if p.is_elastic else f"{plan.initial_nodes} nodes"
+    counts = [s.nodes for s in plan.sizes]
+    if not p.is_elastic:
+        nodes = f"{plan.initial_nodes} nodes"
+    elif counts == list(range(p.min_nodes, p.max_nodes + 1)):
+        nodes = f"{p.min_nodes}..{p.max_nodes} nodes"
+    else:
+        nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
     lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
              f"target {target}", plan_table(plan)]
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")
-    lines += [f"warning: {w}" for w in plan.warnings]
+    lines += [f"note: {n}" for n in plan.notes] + [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)

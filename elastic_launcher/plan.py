@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, field
 
 from elastic_launcher.instances import InstanceType, lookup
-from training.config import BatchPlan, ConfigError, JobConfig, build, plan_batches
+from training.config import (RESUME_INVARIANTS, BatchPlan, ConfigError, JobConfig, build, get_path, plan_batches,
+                             ranged)
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -23,10 +24,39 @@ class ElasticPolicy:
     replica_increment_step: int | None = None
     replica_discrete_values: list[int] | None = None  # default: scale_config node counts in [min, max]
     use_graceful_shutdown: bool = True
-    graceful_shutdown_timeout: int = 600  # seconds to checkpoint and exit after SIGUSR1
-    scaling_timeout: int = 600  # capacity must stay available this long before a scale-up
-    faulty_timeout: int = 300  # wait for replacement capacity before scaling down after a fault
-    scale_up_snooze_time: int = 0  # no scale-up for this long after a restart
+    graceful_shutdown_timeout: int = ranged(600, ge=0)  # seconds to checkpoint and exit after SIGUSR1
+    scaling_timeout: int = ranged(600, ge=0)  # capacity must stay available this long before a scale-up
+    faulty_timeout: int = ranged(300, ge=0)  # wait for replacement capacity before scaling down after a fault
+    scale_up_snooze_time: int = ranged(0, ge=0)  # no scale-up for this long after a restart
+
+
+@dataclass(frozen=True)
+class TypedKeys:
+    """The recipe keys the user set on the command line, so the plan can honour them: a recipe key
+    typed by the user wins over the scale_config entries that set it, unless the user also typed
+    that entry's key."""
+
+    recipe: frozenset[str] = frozenset()  # paths under recipes, e.g. training_config.training_args.learning_rate
+    entries: frozenset[tuple[int, str]] = frozenset()  # (nodes, path inside that scale_config entry)
+
+    @classmethod
+    def from_overrides(cls, overrides: list[str]) -> "TypedKeys":
+        recipe, entries = set(), set()
+        for override in overrides:
+            key = override.split("=", 1)[0]
+            if "=" not in override or key.startswith("~") or not key.lstrip("+").startswith("recipes."):
+                continue
+            path = key.lstrip("+").removeprefix("recipes.")
+            if path.startswith("scale_config."):
+                _, entry, *rest = path.split(".")
+                if rest:
+                    try:
+                        entries.add((scale_config_key(entry), ".".join(rest)))
+                    except ConfigError:
+                        pass  # reported when the scale config is normalized
+            else:
+                recipe.add(path)
+        return cls(frozenset(recipe), frozenset(entries))
 
 
 @dataclass(frozen=True)
@@ -62,6 +92,7 @@ class Plan:
     sizes: tuple[SizePlan, ...]  # ascending node counts
     unused_scale_configs: tuple[int, ...]  # entries outside [min, max]: valid, not used
     warnings: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # what the command line changed beyond the obvious
 
     @property
     def initial_nodes(self) -> int:
@@ -87,6 +118,11 @@ def scale_config_key(key) -> int:
 def normalize_scale_config(scale_config: dict | None) -> dict[int, dict]:
     """Entries keyed by node count. When both `4` and `n4` exist (an upstream block plus a
     command-line `+recipes.scale_config.n4...` override), `n4` is merged on top."""
+    if scale_config is not None and not isinstance(scale_config, dict):
+        hint = f"scale_configs@recipes.scale_config={scale_config}" if isinstance(scale_config, str) else \
+            "scale_configs@recipes.scale_config=<set>"
+        raise ConfigError(f"recipes.scale_config={scale_config!r} is not a mapping of n<nodes> entries: to swap the "
+                          f"scale-config set use {hint}")
     entries: dict[int, dict] = {}
     for key in sorted(scale_config or {}, key=lambda k: str(k).startswith("n")):
         nodes, entry = scale_config_key(key), scale_config[key] or {}
@@ -144,11 +180,45 @@ def allowed_sizes(policy: ElasticPolicy, scale_counts: list[int], static_nodes: 
     return list(range(lo, hi + 1)) if every_size else sizes
 
 
-def _validate_policy(policy: ElasticPolicy) -> None:
-    for name in ("graceful_shutdown_timeout", "scaling_timeout", "faulty_timeout", "scale_up_snooze_time"):
-        value = getattr(policy, name)
-        if value < 0:
-            raise ConfigError(f"recipes.elastic_policy.{name}={value} is negative: use seconds >= 0")
+def _validate_policy(policy: ElasticPolicy, typed: TypedKeys) -> None:
+    sizing = sorted(k for k in typed.recipe if k.startswith("elastic_policy.") and k != "elastic_policy.is_elastic"
+                    and k.split(".")[1] in ("min_nodes", "max_nodes", "replica_increment_step",
+                                            "replica_discrete_values"))
+    if sizing and not policy.is_elastic:
+        raise ConfigError(f"recipes.{sizing[0]} is set but recipes.elastic_policy.is_elastic=false, so it would be "
+                          f"ignored: add recipes.elastic_policy.is_elastic=true (or use recipes.trainer.num_nodes)")
+
+
+def _without(entry: dict, path: str) -> tuple[dict, bool]:
+    """`entry` minus the value at dotted `path` (and everything under it); whether anything was there."""
+    head, _, rest = path.partition(".")
+    if head not in entry:
+        return entry, False
+    if not rest:
+        return {k: v for k, v in entry.items() if k != head}, True
+    if not isinstance(entry[head], dict):
+        return entry, False
+    inner, found = _without(entry[head], rest)
+    return ({**entry, head: inner} if found else entry), found
+
+
+def _apply_typed_keys(entries: dict[int, dict], typed: TypedKeys) -> tuple[dict[int, dict], list[str]]:
+    """Drop from each entry the keys the user typed for the whole recipe, so they hold at every size."""
+    notes = []
+    for path in sorted(typed.recipe):
+        if path.startswith(("scale_config", "elastic_policy")):
+            continue
+        shadowing = []
+        for nodes in sorted(entries):
+            if (nodes, path) in typed.entries:
+                continue
+            entries[nodes], found = _without(entries[nodes], path)
+            if found:
+                shadowing.append(f"n{nodes}")
+        if shadowing:
+            notes.append(f"recipes.{path} from the command line replaces scale_config entries "
+                         f"{', '.join(shadowing)} (to change one size: recipes.scale_config.n<N>.{path}=...)")
+    return entries, notes
 
 
 def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
@@ -159,22 +229,14 @@ def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
                           f"starting and ending alphanumeric): e.g. {re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-')!r}")
 
 
-# Settings that must not change between sizes: the data stream and the resume fingerprint hang on them.
-_INVARIANTS = {
-    "training_config.training_args.train_batch_size": lambda c: c.training_config.training_args.train_batch_size,
-    "training_config.datasets.max_len": lambda c: c.training_config.datasets.max_len,
-    "training_config.datasets.train_data": lambda c: c.training_config.datasets.train_data,
-    "training_config.training_args.seed": lambda c: c.training_config.training_args.seed,
-}
-
-
-def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False) -> Plan:
+def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False,
+              typed: TypedKeys = TypedKeys()) -> Plan:
     """Validate a resolved recipe and plan every node count its elastic policy allows (with
     `every_size`, every count in [min_nodes, max_nodes])."""
     recipe = dict(recipe)
     policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
-    _validate_policy(policy)
-    entries = normalize_scale_config(recipe.pop("scale_config", None))
+    _validate_policy(policy, typed)
+    entries, notes = _apply_typed_keys(normalize_scale_config(recipe.pop("scale_config", None)), typed)
     base_cfg = build(JobConfig, recipe, "recipes")
     instance = lookup(base_cfg.instance_type)
     job_name = job_name or base_cfg.run.name
@@ -201,14 +263,20 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         sizes.append(SizePlan(nodes, nproc, cfg, merged, batch, entry is not None))
 
     first = sizes[0]
-    for key, get in _INVARIANTS.items():
+    for path in RESUME_INVARIANTS:
+        want = get_path(first.config.training_config, path)
         for size in sizes[1:]:
-            if get(size.config) != get(first.config):
+            got = get_path(size.config.training_config, path)
+            if got != want:
                 raise ConfigError(
-                    f"{key} is {get(size.config)!r} at {size.nodes} nodes but {get(first.config)!r} at {first.nodes}: "
-                    f"it must be the same at every size (set it in the recipe, not per scale_config entry)")
+                    f"training_config.{path} is {got!r} at {size.nodes} nodes but {want!r} at {first.nodes}: "
+                    f"a resume at another size would be refused; it must be the same at every size (set it in "
+                    f"the recipe, not per scale_config entry)")
     warnings = []
-    if len({s.learning_rate for s in sizes}) > 1:
-        warnings.append("learning_rate differs between sizes: the schedule jumps at each resize")
+    rates = {s.nodes: s.learning_rate for s in sizes}
+    if len(set(rates.values())) > 1:
+        listed = ", ".join(f"{n} nodes: {lr:g}" for n, lr in rates.items())
+        warnings.append(f"learning_rate differs between sizes ({listed}): after a resize the new size's LR "
+                        f"governs the schedule from that step on")
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
-    return Plan(job_name, instance, policy, recipe, tuple(sizes), unused, tuple(warnings))
+    return Plan(job_name, instance, policy, recipe, tuple(sizes), unused, tuple(warnings), tuple(notes))

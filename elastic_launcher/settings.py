@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.config import ranged
+
 ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "delete", "local", "rehearse")
 TARGETS = ("hyperpod", "kubeflow")
 
@@ -32,9 +34,9 @@ class ClusterSettings:
     secret_env: dict[str, Any] = field(default_factory=dict)
     config_mount: str = "/config"
     clean_pod_policy: str = "None"
-    job_max_retry_count: int = 3
-    restart_eval_period: int = 3600
-    max_restarts: int = 10
+    job_max_retry_count: int = ranged(3, ge=0)
+    restart_eval_period: int = ranged(3600, ge=1)
+    max_restarts: int = ranged(10, ge=0)
     replace: bool = False
     unique_name: bool = True
 
@@ -43,14 +45,14 @@ class ClusterSettings:
 class LocalSettings:
     """`action=local` and `action=rehearse`: torchrun on this machine."""
 
-    nodes: int | None = None  # local: default recipes.trainer.num_nodes
-    nproc_per_node: int = 1  # processes per local "node"
+    nodes: int | None = ranged(None, ge=1)  # local: default recipes.trainer.num_nodes
+    nproc_per_node: int = ranged(1, ge=1)  # processes per local "node"
     run_dir: str | None = None  # default: recipes.run.output_dir
     resume: bool = True  # start from the newest valid checkpoint in run_dir
     trace: Any = None  # rehearse: capacity events (list or YAML file), see README
     compare: bool = True  # rehearse: also run the same steps at a fixed size and compare
-    min_stable_period: float = 0.0  # rehearse: seconds between two resizes (anti-thrashing)
-    timeout: float = 900.0  # hard wall-clock limit of a local run or rehearsal
+    min_stable_period: float = ranged(0.0, ge=0)  # rehearse: seconds between two resizes (anti-thrashing)
+    timeout: float = ranged(900.0, gt=0)  # hard wall-clock limit of a local run or rehearsal
 
 
 @dataclass

@@ -1,9 +1,15 @@
 import os
 import sys
 
-from training.train import main
+from training.elastic import ElasticStop, die_with_parent
 
-code = main()
+# Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
+die_with_parent()
+stop = ElasticStop()
+
+from training.train import main  # noqa: E402
+
+code = main(stop=stop)
 # Everything is saved and flushed: skip the interpreter's teardown of a large model and the
 # distributed runtime, which would only delay the restart at the new size.
 sys.stdout.flush()

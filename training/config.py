@@ -48,6 +48,45 @@ class ConfigError(ValueError):
     """A configuration mistake a user can fix. Its message is one line: key, value and the fix."""
 
 
+# Settings a resumed run must share with its checkpoint, as paths under training_config: the data
+# stream (which samples, in which order, in which global batches) hangs on them. The launcher
+# refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
+RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "datasets.train_data",
+                     "datasets.split", "datasets.messages_key", "datasets.max_len", "datasets.packing")
+
+
+def get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+def ranged(default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None,
+           le: float | None = None):
+    """A dataclass field whose value `build` checks against bounds, e.g. `ranged(50, ge=1)`."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le)) if v is not None}
+    return field(default=default, metadata={"bounds": bounds})
+
+
+def one_of(default: str, *choices: str):
+    """A string dataclass field that `build` checks against `choices`."""
+    return field(default=default, metadata={"choices": (default, *choices)})
+
+
+_BOUND_TESTS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+                "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+
+
+def _check_bounds(value: Any, bounds: dict, path: str) -> None:
+    if value is None:
+        return
+    for name, bound in bounds.items():
+        test, symbol = _BOUND_TESTS[name]
+        if not test(value, bound):
+            rule = " and ".join(f"{_BOUND_TESTS[n][1]} {b:g}" for n, b in bounds.items())
+            raise ConfigError(f"{path}={value!r} is out of range: it must be {rule}")
+
+
 # --- schema ----------------------------------------------------------------------------------------
 @dataclass
 class UnevenBatch:
@@ -66,9 +105,12 @@ class ModelConfig:
     model_name_or_path: str | None = None  # hub id or local directory (the real loading path)
     architecture: dict[str, Any] | None = None  # inline transformers config (model_type + kwargs), random init
     tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
-    attn_implementation: str | None = None
-    mixed_precision: str = "bf16"  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
-    activation_checkpointing: bool = False
+    attn_implementation: str | None = None  # None: transformers' default (sdpa); flex_attention on GPU for packing
+    mixed_precision: str = one_of("bf16", "fp32")  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
+    activation_checkpointing: str = one_of("none", "selective", "full")  # selective: every other layer
+    compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
+    sharding: str = one_of("fsdp", "hsdp")  # hsdp: shard within a node, replicate across nodes
+    loss_chunk_tokens: int = ranged(8192, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
 
 
 @dataclass
@@ -76,38 +118,40 @@ class DatasetConfig:
     train_data: str = "data/sft_tiny.jsonl"  # JSONL/Parquet file or directory, or a hub dataset id
     split: str = "train"
     messages_key: str = "messages"
-    max_len: int = 4096  # sequence length: samples are truncated (or packed) to this many tokens
+    max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
     packing: bool = False
-    num_workers: int = 0
+    num_workers: int = ranged(0, ge=0)
 
 
 @dataclass
 class TrainingArgs:
     train_batch_size: int = 128  # global batch in samples; constant across resizes
     micro_train_batch_size: int = 1  # samples per rank per forward/backward
-    learning_rate: float = 1e-5
-    min_learning_rate: float = 0.0  # floor of the cosine decay
-    warmup_steps: int = 0
-    max_steps: int = 100
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    max_grad_norm: float = 1.0
-    seed: int = 42
+    learning_rate: float = ranged(1e-5, gt=0)
+    min_learning_rate: float = ranged(0.0, ge=0)  # floor of the cosine decay
+    warmup_steps: int = ranged(0, ge=0)
+    max_steps: int = ranged(100, ge=1)
+    weight_decay: float = ranged(0.0, ge=0)
+    adam_beta1: float = ranged(0.9, ge=0, lt=1)
+    adam_beta2: float = ranged(0.95, ge=0, lt=1)
+    max_grad_norm: float = ranged(1.0, gt=0)
+    max_skipped_steps: int = ranged(0, ge=0)  # steps with a non-finite loss/gradient to skip before stopping
+    seed: int = ranged(42, ge=0)
     uneven_batch: UnevenBatch = field(default_factory=UnevenBatch)
 
 
 @dataclass
 class CheckpointConfig:
-    save_steps: int = 50  # also saved on every elastic event and at the last step
-    keep_last: int = 3
+    save_steps: int = ranged(50, ge=1)  # also saved on every elastic event and at the last step
+    keep_last: int = ranged(3, ge=1)  # the newest checkpoint is never deleted
     async_save: bool = False
+    save_timeout: float = ranged(1800.0, gt=0)  # seconds a save may take before the run fails with an error
     ignore_fingerprint: bool = False  # resume even if global batch / seq len / data changed
 
 
 @dataclass
 class LoggingConfig:
-    log_every: int = 1
+    log_every: int = ranged(1, ge=1)
     tensorboard: bool = False
     audit_samples: bool = False  # write the sample ids of every step to samples.jsonl
 
@@ -129,8 +173,8 @@ class RunConfig:
 
 @dataclass
 class TrainerConfig:
-    num_nodes: int = 1
-    nproc_per_node: int | None = None  # None: the instance type's accelerators (1 on CPU instances)
+    num_nodes: int = ranged(1, ge=1)
+    nproc_per_node: int | None = ranged(None, ge=1)  # None: the instance type's accelerators (1 on CPU instances)
 
 
 @dataclass
@@ -182,13 +226,17 @@ def build(cls: type, data: Any, path: str = ""):
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}={data!r} must be a mapping of {cls.__name__} fields")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
         if key not in hints:
-            raise ConfigError(f"unknown key '{where}': {_suggest(key, names)}")
+            raise ConfigError(f"unknown key '{where}': {_suggest(key, fields)}")
         kwargs[key] = _check_type(value, hints[key], where)
+        _check_bounds(kwargs[key], fields[key].metadata.get("bounds", {}), where)
+        choices = fields[key].metadata.get("choices")
+        if choices and value not in choices:
+            raise ConfigError(f"{where}={value!r} is not one of {', '.join(choices)}: {_suggest(value, choices)}")
     return cls(**kwargs)
 
 
@@ -238,6 +286,9 @@ class BatchPlan:
 def plan_batches(args: TrainingArgs, dp_size: int, where: str = "training_config.training_args") -> BatchPlan:
     """Validate the batch settings at `dp_size` ranks and derive the per-rank split."""
     B, micro, ub = args.train_batch_size, args.micro_train_batch_size, args.uneven_batch
+    if args.min_learning_rate > args.learning_rate:
+        raise ConfigError(f"{where}.min_learning_rate={args.min_learning_rate:g} is above learning_rate="
+                          f"{args.learning_rate:g}: the cosine decay would rise; lower it to <= {args.learning_rate:g}")
     if B < 1:
         raise ConfigError(f"{where}.train_batch_size={B} must be >= 1")
     if micro < 1:

@@ -7,6 +7,7 @@ never trips a collective timeout.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -20,6 +21,8 @@ from training.config import ConfigError, DatasetConfig
 
 IGNORE_INDEX = -100
 _READY = "READY"
+_STATS = "stats.json"
+_FORMAT = 2  # bump when the cached rows change shape
 
 
 def _source_identity(path: str) -> str:
@@ -33,23 +36,68 @@ def _source_identity(path: str) -> str:
 
 def cache_key(cfg: DatasetConfig, tokenizer_name: str) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
-                       _source_identity(tokenizer_name)])
+                       _source_identity(tokenizer_name), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _data_files(cfg: DatasetConfig) -> list[str] | None:
+    """The local files behind train_data, or None for a hub dataset id."""
+    path = Path(cfg.train_data)
+    key = "training_config.datasets.train_data"
+    if not path.exists():
+        # A hub id looks like `org/name`; anything else that does not exist is a mistyped local path,
+        # which must fail here in a second rather than after a network round trip to the hub.
+        if path.is_absolute() or cfg.train_data.startswith(".") or path.suffix or cfg.train_data.count("/") != 1:
+            raise ConfigError(f"{key}={cfg.train_data!r} does not exist: give an existing JSONL/Parquet file or "
+                              f"directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
+        return None
+    files = sorted(str(f) for f in (path.rglob("*") if path.is_dir() else [path])
+                   if f.suffix in (".jsonl", ".json", ".parquet"))
+    if not files:
+        raise ConfigError(f"{key}={cfg.train_data!r} has no .jsonl/.json/.parquet files")
+    if all(Path(f).stat().st_size == 0 for f in files):
+        raise ConfigError(f"{key}={cfg.train_data!r} is empty: it holds no rows")
+    return files
 
 
 def _load_raw(cfg: DatasetConfig):
     import datasets
 
     datasets.disable_progress_bars()
-    path = Path(cfg.train_data)
-    if path.exists():
-        files = sorted(str(f) for f in (path.rglob("*") if path.is_dir() else [path])
-                       if f.suffix in (".jsonl", ".json", ".parquet"))
-        if not files:
-            raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no .jsonl/.json/.parquet files")
-        kind = "parquet" if files[0].endswith(".parquet") else "json"
-        return datasets.load_dataset(kind, data_files=files, split="train")
-    return datasets.load_dataset(cfg.train_data, split=cfg.split)
+    files = _data_files(cfg)
+    if files is None:
+        return datasets.load_dataset(cfg.train_data, split=cfg.split), None
+    kind = "parquet" if files[0].endswith(".parquet") else "json"
+    return datasets.load_dataset(kind, data_files=files, split="train"), files
+
+
+def _where(files: list[str] | None, index: int, train_data: str) -> str:
+    """A row's place a person can find: file and line for JSONL, else the row index."""
+    if files:
+        for name in files:
+            if not name.endswith((".jsonl", ".json")):
+                break
+            with open(name) as f:
+                lines = [n for n, line in enumerate(f, 1) if line.strip()]
+            if index < len(lines):
+                return f"{name} line {lines[index]}"
+            index -= len(lines)
+    return f"row {index} of {train_data}"
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_messages(messages) -> None:
+    """Raise ValueError (the reason) unless `messages` is a conversation the trainer can learn from."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {role, content}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} must be {{role: one of {', '.join(ROLES)}, content: <text>}}, got {m!r}")
+    first = next((m["role"] for m in messages if m["role"] != "system"), None)
+    if first == "assistant":
+        raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")
 
 
 def tokenize_chat(messages: list[dict], tokenizer, max_len: int) -> dict:
@@ -70,78 +118,146 @@ def tokenize_chat(messages: list[dict], tokenizer, max_len: int) -> dict:
     return {"input_ids": input_ids[:max_len], "labels": labels[:max_len]}
 
 
-def _pack(rows: dict, max_len: int) -> dict:
-    """Greedy packing in dataset order (deterministic, so the packed dataset is the same on every
-    restart and the sampler can index it). A packed row lists the sample ids it holds."""
-    out = {"input_ids": [], "labels": [], "sample_ids": []}
-    cur = {"input_ids": [], "labels": [], "sample_ids": []}
-    for ids, labels, sid in zip(rows["input_ids"], rows["labels"], rows["sample_ids"]):
-        if cur["input_ids"] and len(cur["input_ids"]) + len(ids) > max_len:
-            for k in out:
-                out[k].append(cur[k])
-            cur = {"input_ids": [], "labels": [], "sample_ids": []}
-        cur["input_ids"] += ids
-        cur["labels"] += labels
-        cur["sample_ids"] += sid
-    if cur["input_ids"]:
-        for k in out:
-            out[k].append(cur[k])
-    return out
+def pack(lengths: list[int], max_len: int) -> list[list[int]]:
+    """Best-fit decreasing bin packing: row indices per packed row, each row's total <= max_len.
+    Longest samples first, each into the fullest row it still fits (ties by index): fills rows far
+    better than greedy packing in dataset order, and is deterministic, so the packed dataset is
+    the same on every restart and the sampler can index it."""
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (space left, bin index), sorted
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        at = bisect.bisect_left(free, (lengths[i], -1))
+        if at == len(free):
+            bins.append([i])
+            bisect.insort(free, (max_len - lengths[i], len(bins) - 1))
+        else:
+            space, b = free.pop(at)
+            bins[b].append(i)
+            bisect.insort(free, (space - lengths[i], b))
+    return bins
+
+
+def _packed(ds, max_len: int):
+    """Concatenate the rows of each packed row; `lengths` keeps the sample boundaries."""
+    rows = ds.to_dict()
+    groups = pack([len(ids) for ids in rows["input_ids"]], max_len)
+    out = {"input_ids": [], "labels": [], "sample_ids": [], "lengths": []}
+    for group in groups:
+        out["input_ids"].append([t for i in group for t in rows["input_ids"][i]])
+        out["labels"].append([t for i in group for t in rows["labels"][i]])
+        out["sample_ids"].append([s for i in group for s in rows["sample_ids"][i]])
+        out["lengths"].append([len(rows["input_ids"][i]) for i in group])
+    import datasets
+
+    return datasets.Dataset.from_dict(out)
+
+
+DROP_REASONS = {"no_assistant_tokens": "no assistant tokens",
+                "truncated_away": "no assistant tokens within max_len (raise datasets.max_len)"}
 
 
 def build_dataset(cfg: DatasetConfig, tokenizer):
-    raw = _load_raw(cfg)
+    """(tokenized dataset, statistics). A malformed row stops the build with its file and line."""
+    raw, files = _load_raw(cfg)
+    if len(raw) == 0:
+        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
     if cfg.messages_key not in raw.column_names:
         raise ConfigError(f"training_config.datasets.messages_key={cfg.messages_key!r} is not a column of "
                           f"{cfg.train_data!r} (columns: {', '.join(raw.column_names)})")
 
     def encode(row, idx):
-        return {**tokenize_chat(row[cfg.messages_key], tokenizer, cfg.max_len), "sample_ids": [idx]}
+        messages = row[cfg.messages_key]
+        try:
+            check_messages(messages)
+            full = tokenize_chat(messages, tokenizer, 1 << 62)
+        except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
+                              f"the row") from None
+        kept = {k: v[: cfg.max_len] for k, v in full.items()}
+        drop = "" if any(t != IGNORE_INDEX for t in kept["labels"]) else \
+            "truncated_away" if any(t != IGNORE_INDEX for t in full["labels"]) else "no_assistant_tokens"
+        return {**kept, "sample_ids": [idx], "lengths": [len(kept["input_ids"])], "drop": drop}
 
     ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
-    ds = ds.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))  # nothing to learn
+    reasons = ds["drop"]
+    dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
+    ds = ds.filter(lambda row: not row["drop"]).remove_columns("drop")
+    if len(ds) == 0:
+        detail = ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
+        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
+                          f"dropped ({detail}): nothing to train on")
+    stats = {"rows": len(raw), "kept": len(ds), "dropped": dropped}
     if cfg.packing:
-        ds = ds.map(lambda rows: _pack(rows, cfg.max_len), batched=True, batch_size=len(ds) or 1)
-    return ds
+        ds = _packed(ds, cfg.max_len)
+        stats["packed_rows"] = len(ds)
+        stats["packing_fill"] = sum(map(sum, ds["lengths"])) / (len(ds) * cfg.max_len)
+    return ds, stats
+
+
+def describe_drops(stats: dict) -> str | None:
+    if not stats.get("dropped"):
+        return None
+    parts = ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in stats["dropped"].items())
+    return f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: {parts}"
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
                   poll_timeout: float = 24 * 3600):
-    """The tokenized dataset from the cache; `builder` (one process per node) builds it if missing."""
+    """(tokenized dataset, statistics) from the cache; `builder` (one process per node) builds it
+    if missing."""
     import datasets
 
     target = Path(cache_root) / cache_key(cfg, tokenizer_name)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-        build_dataset(cfg, tokenizer).save_to_disk(str(tmp))
-        (tmp / _READY).touch()
         try:
+            ds, stats = build_dataset(cfg, tokenizer)
+            ds.save_to_disk(str(tmp))
+            (tmp / _STATS).write_text(json.dumps(stats))
+            (tmp / _READY).touch()
             os.replace(tmp, target)
-        except OSError:  # another node's builder won the race with an identical result
+        except OSError:
+            if not (target / _READY).exists():
+                raise
+        finally:  # another node's builder may have won the race with an identical result
             shutil.rmtree(tmp, ignore_errors=True)
     deadline = time.monotonic() + poll_timeout
     while not (target / _READY).exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"tokenized dataset {target} did not appear within {poll_timeout:.0f}s")
         time.sleep(0.5)
-    return datasets.load_from_disk(str(target))
+    return datasets.load_from_disk(str(target)), json.loads((target / _STATS).read_text())
 
 
 def collate(rows: list[dict]) -> dict:
-    """Right-pad a micro-batch. Labels are shifted here (labels[t] is the target of position t), so
-    the loss is a plain token-wise cross entropy. An empty micro-batch (a rank with fewer samples
-    than micro-steps) becomes one fully masked token: it keeps collectives aligned and adds nothing."""
+    """Right-pad a micro-batch, with no attention mask: attention is causal, so right padding never
+    reaches a real token, and SDPA/flash keep their fast kernels. Each row may hold several packed
+    samples (`lengths`): position ids restart at every sample, which transformers turns into
+    per-sample (document) attention, and labels are shifted within each sample (labels[t] is the
+    target of position t), so no sample learns from its neighbour. Token counts are computed here,
+    on the host, so the training step needs no device-to-host sync for them. An empty micro-batch
+    (a rank with fewer samples than micro-steps) becomes one masked token: it keeps collectives
+    aligned and adds nothing."""
     if not rows:
-        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "attention_mask": torch.ones(1, 1, dtype=torch.long),
-                "labels": torch.full((1, 1), IGNORE_INDEX), "sample_ids": []}
+        rows = [{"input_ids": [0], "labels": [IGNORE_INDEX], "sample_ids": [], "lengths": [1]}]
     width = max(len(r["input_ids"]) for r in rows)
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    attention = torch.zeros(len(rows), width, dtype=torch.long)
+    position_ids = torch.zeros(len(rows), width, dtype=torch.long)
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    real_tokens = 0
     for i, r in enumerate(rows):
         n = len(r["input_ids"])
         input_ids[i, :n] = torch.tensor(r["input_ids"])
-        attention[i, :n] = 1
-        labels[i, : n - 1] = torch.tensor(r["labels"][1:])
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels,
-            "sample_ids": [sid for r in rows for sid in r["sample_ids"]]}
+        start = 0
+        for length in r["lengths"]:
+            position_ids[i, start : start + length] = torch.arange(length)
+            labels[i, start : start + length - 1] = torch.tensor(r["labels"][start + 1 : start + length])
+            start += length
+        # Padding continues the last sample's positions: one causal block, never a token's context.
+        position_ids[i, n:] = torch.arange(position_ids[i, n - 1] + 1, position_ids[i, n - 1] + 1 + width - n)
+        real_tokens += n
+    sample_ids = [sid for r in rows for sid in r["sample_ids"]]
+    return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
+            "label_tokens": int((labels != IGNORE_INDEX).sum()) if sample_ids else 0,
+            "tokens": real_tokens if sample_ids else 0}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from training.config import ConfigError
+
 # Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "B200": 2250e12, "A100": 312e12,
                    "A10G": 125e12, "L40S": 362e12, "L4": 121e12}
@@ -19,11 +21,6 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-
-
-def flops_per_token(non_embedding_params: int, layers: int, hidden: int, seq_len: int) -> float:
-    """6N for the matmuls plus the attention scores (6 * L * H * T, forward + backward)."""
-    return 6 * non_embedding_params + 6 * layers * hidden * seq_len
 
 
 def peak_memory_gib(device: torch.device) -> float:
@@ -41,8 +38,9 @@ class MetricsLogger:
         if enabled and tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise RuntimeError("training_config.logging.tensorboard=true needs `pip install tensorboard`") from e
+            except ImportError:
+                raise ConfigError("training_config.logging.tensorboard=true but tensorboard is not installed: "
+                                  "pip install tensorboard, or set it to false") from None
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
 
     def _write(self, record: dict) -> None:

@@ -14,6 +14,7 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.config import ConfigError, ModelConfig
+from training.data import IGNORE_INDEX
 
 
 def _hf_config(cfg: ModelConfig):
@@ -61,21 +62,17 @@ def _from_config(cfg: ModelConfig, init: bool) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(_hf_config(cfg), dtype=torch.float32, **_attention(cfg))
 
 
-def build_model(cfg: ModelConfig, seed: int, resuming: bool = False) -> torch.nn.Module:
-    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype).
-    `resuming`: a checkpoint will overwrite every weight, so neither pretrained weights are read nor
-    random init is run (buffers such as rotary frequencies are still computed)."""
+def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
+    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype)."""
     torch.manual_seed(seed)
-    if cfg.architecture or resuming:
-        return _prepare(_from_config(cfg, init=not resuming), cfg)
+    if cfg.architecture:
+        return _prepare(_from_config(cfg, init=True), cfg)
     return _prepare(_from_pretrained(cfg), cfg)
 
 
 def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
     model.tie_weights()  # no_init_weights also skips tying (e.g. Llama 3.2's embeddings and LM head)
     model.config.use_cache = False
-    if cfg.activation_checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
@@ -85,27 +82,95 @@ def _skeleton(cfg: ModelConfig) -> torch.nn.Module:
         return _prepare(_from_config(cfg, init=False), cfg)
 
 
-def build_sharded_model(cfg: ModelConfig, seed: int, mesh, mixed_precision: str, on_gpu: bool,
-                        resuming: bool) -> torch.nn.Module:
-    """The FSDP2-sharded model. Rank 0 builds it for real (pretrained weights, or seeded init, or
-    uninitialized when a checkpoint will overwrite it); the others build a meta skeleton. After
-    sharding, rank 0's weights are scattered (unless resuming) and its buffers (e.g. rotary
-    frequencies, which are not in any checkpoint) broadcast."""
+def _recompute_buffers(model: torch.nn.Module, device) -> None:
+    """Buffers are in no checkpoint (rotary frequencies are non-persistent): after `to_empty` they
+    hold garbage, so every module owning buffers is built afresh from the config and its buffers copied."""
+    for module in model.modules():
+        own = dict(module.named_buffers(recurse=False))
+        if own:
+            fresh = type(module)(config=model.config)
+            for name, buffer in fresh.named_buffers(recurse=False):
+                own[name].copy_(buffer.to(device))
+
+
+class CausalLM(torch.nn.Module):
+    """A transformers causal LM whose forward returns the summed token loss instead of logits.
+
+    It holds the model's own `model` (decoder) and `lm_head` modules, so parameter names and
+    checkpoints are those of the transformers model. The loss never materializes the full
+    (tokens x vocab) logits: `linear_cross_entropy` computes them a chunk at a time."""
+
+    def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
+        super().__init__()
+        self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
+        self.loss_chunk_tokens = loss_chunk_tokens
+
+    def forward(self, input_ids, position_ids, labels) -> torch.Tensor:
+        hidden = self.model(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+        return linear_cross_entropy(hidden, self.lm_head.weight, labels, self.loss_chunk_tokens)
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.model.embed_tokens
+
+
+def _cross_entropy_sum(hidden, weight, labels):
+    return torch.nn.functional.cross_entropy((hidden @ weight.t()).float(), labels, ignore_index=IGNORE_INDEX,
+                                             reduction="sum")
+
+
+def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int) -> torch.Tensor:
+    """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
+    time. Each chunk runs under activation checkpointing, so only one chunk's logits exist at once
+    (forward and backward); the result and its gradients equal the full computation's, at the cost
+    of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once."""
+    h, y = hidden.flatten(0, 1), labels.flatten()
+    if chunk_tokens <= 0 or h.shape[0] <= chunk_tokens:
+        return _cross_entropy_sum(h, weight, y)
+    from torch.utils.checkpoint import checkpoint
+
+    return sum(checkpoint(_cross_entropy_sum, hc, weight, yc, use_reentrant=False)
+               for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
+
+
+def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: bool) -> None:
+    """Activation checkpointing, then per-layer compilation, as torchtitan orders them (before FSDP).
+    selective = every other decoder layer: half the recompute of `full` for half its memory savings."""
+    if cfg.activation_checkpointing != "none":
+        every = 2 if cfg.activation_checkpointing == "selective" else 1
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
+                                              every_n_layers=every)
+    if compile_layers:
+        # Each decoder layer compiles in place (parameter names unchanged); all layers share one graph.
+        for layer in decoder_layers(model):
+            layer.compile()
+
+
+def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool) -> CausalLM:
+    """The FSDP2-sharded model.
+    - Resuming: every rank builds a meta skeleton, shards it and allocates only its own shards
+      (`to_empty`); the checkpoint fills the weights and the buffers are recomputed. No rank holds a
+      full copy.
+    - First start: rank 0 builds the model for real (pretrained weights, or seeded init); the others
+      build a meta skeleton and receive their shards and buffers from rank 0 after sharding, so a
+      node holds one full copy instead of one per GPU."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    model = build_model(cfg, seed, resuming) if rank0 or single else _skeleton(cfg)
-    full = model.state_dict() if rank0 and not resuming and not single else {}
-    apply_fsdp(model, mesh, mixed_precision, on_gpu)
-    if single:
-        return model
-    if not rank0:
-        model.to_empty(device=mesh.device_type)
-    if not resuming:
+    real = (rank0 or single) and not resuming
+    hf_model = build_model(cfg, seed) if real else _skeleton(cfg)
+    full = hf_model.state_dict() if real and not single else {}
+    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
+    model = apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision, on_gpu)
+    device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    if not real:
+        model.to_empty(device=device)
+    if resuming:
+        _recompute_buffers(model, device)
+    elif not single:
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    for buffer in model.buffers():
-        dist.broadcast(buffer, src=0)
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
     return model
 
 
@@ -115,9 +180,9 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def apply_fsdp(model: torch.nn.Module, mesh, mixed_precision: str, on_gpu: bool) -> torch.nn.Module:
     """fully_shard each decoder layer, then the root (embeddings, final norm, LM head), as torchtitan
-    does. bf16 compute with fp32 gradient reduction on GPU; plain fp32 on CPU, where bf16 is slow."""
-    if mixed_precision not in ("bf16", "fp32"):
-        raise ConfigError(f"training_config.model_config.mixed_precision={mixed_precision!r}: use bf16 or fp32")
+    does. bf16 compute with fp32 gradient reduction on GPU; plain fp32 on CPU, where bf16 is slow.
+    A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
+    per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
     policy = MixedPrecisionPolicy()
     if on_gpu and mixed_precision == "bf16":
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -129,8 +194,17 @@ def apply_fsdp(model: torch.nn.Module, mesh, mixed_precision: str, on_gpu: bool)
     return model
 
 
-def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
-    """(all parameters, parameters outside the embedding): the latter drives FLOPs per token."""
-    total = sum(p.numel() for p in model.parameters())
-    embed = model.get_input_embeddings().weight.numel()
-    return total, total - embed
+def matmul_flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
+    """Training FLOPs per token in torchtitan's convention: 6 x the parameters that take part in a
+    matmul (everything but the embedding lookup, the LM head included even when tied; for MoE
+    experts, the active share) plus 12 x layers x hidden x seq for attention scores and values."""
+    cfg = model.config
+    active = getattr(cfg, "num_experts_per_tok", None), getattr(cfg, "num_local_experts", None)
+    total = 0.0
+    for name, p in model.named_parameters():
+        if "embed_tokens" in name:
+            continue
+        total += p.numel() * (active[0] / active[1] if ".experts." in name and all(active) else 1)
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    head = model.lm_head.weight.numel() if tied else 0  # a tied head is named as the embedding, counted here
+    return 6 * (total + head) + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len

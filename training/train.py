@@ -1,7 +1,9 @@
 """The training entrypoint: restart -> this size's config -> resume -> steps -> (elastic event) save, exit 0.
 
 Run under torchrun or hyperpodrun (`-m training --config-dir DIR`); every (re)start reads the live
-world size, so the same command serves every size the job is resized to.
+world size, so the same command serves every size the job is resized to. `Trainer.start` does the
+restart half (config, process group, data, model, resume), `Trainer.train` the loop: one step,
+log, maybe save, stop when every rank agrees.
 """
 
 from __future__ import annotations
@@ -15,25 +17,32 @@ import argparse  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
-from training.checkpoint import Checkpointer, TrainState, bytes_on_disk, latest_checkpoint  # noqa: E402
-from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, BatchPlan, JobConfig, TrainingArgs,  # noqa: E402
-                             load_job_config, plan_batches, select_config_file)
-from training.data import IGNORE_INDEX, collate, load_or_build  # noqa: E402
-from training.elastic import ElasticStop, die_with_parent  # noqa: E402
-from training.metrics import MetricsLogger, flops_per_token, peak_flops, peak_memory_gib  # noqa: E402
-from training.model import build_sharded_model, count_parameters  # noqa: E402
+from training.checkpoint import Checkpointer, CheckpointError, TrainState, bytes_on_disk  # noqa: E402
+from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
+                             JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, select_config_file)
+from training.data import collate, describe_drops, load_or_build  # noqa: E402
+from training.elastic import ElasticStop  # noqa: E402
+from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
+from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
+
+
+class NumericsError(RuntimeError):
+    """The loss or gradient norm stopped being finite."""
+
+
+USER_ERRORS = (ConfigError, CheckpointError, NumericsError)
 
 
 @dataclass(frozen=True)
@@ -62,36 +71,32 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
     if step < args.warmup_steps:
         return (step + 1) / args.warmup_steps
     progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
-    floor = args.min_learning_rate / args.learning_rate if args.learning_rate else 0.0
+    floor = args.min_learning_rate / args.learning_rate
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def fingerprint(cfg: JobConfig, dataset_len: int) -> dict:
-    """Settings a resumed run must share with its checkpoint for the data stream to continue."""
-    ta, ds = cfg.training_config.training_args, cfg.training_config.datasets
-    return {"train_batch_size": ta.train_batch_size, "max_len": ds.max_len, "train_data": ds.train_data,
-            "packing": ds.packing, "dataset_len": dataset_len, "seed": ta.seed}
+    """Settings a resumed run must share with its checkpoint for the data stream to continue: the
+    same list the launcher holds equal across sizes."""
+    return {**{path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}, "dataset_len": dataset_len}
 
 
 def train_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward/backward over the step's micro-batches. The summed token loss is divided by the
     global label-token count of the step (all-reduced before backward) and multiplied by the DP size
     that FSDP's gradient averaging divides by, so the gradient equals the fixed-size run's whatever
-    the DP size or the split. Returns (local loss sum, global [label tokens, input tokens])."""
-    real = [m for m in micro_batches if m["sample_ids"]]  # padding micro-batches count no tokens
-    local = torch.tensor([sum(int((m["labels"] != IGNORE_INDEX).sum()) for m in real),
-                          sum(int(m["attention_mask"].sum()) for m in real)], dtype=torch.float64, device=device)
-    dist.all_reduce(local)
-    label_tokens = local[0]
+    the DP size or the split. Token counts come from the host (collate), so nothing here waits for
+    the device. Returns (local loss sum, global [label tokens, input tokens])."""
+    counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(counts)
+    scale = world_size / counts[0].clamp(min=1).float()  # a step without label tokens contributes nothing
     loss_sum = torch.zeros((), device=device)
     for micro in micro_batches:
-        logits = model(input_ids=micro["input_ids"].to(device),
-                       attention_mask=micro["attention_mask"].to(device)).logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), micro["labels"].to(device).flatten(),
-                               ignore_index=IGNORE_INDEX, reduction="sum")
-        (loss * (world_size / label_tokens.float())).backward()
+        loss = model(**{k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")})
+        (loss * scale).backward()
         loss_sum += loss.detach()
-    return loss_sum, local
+    return loss_sum, counts
 
 
 def parse_args(argv=None):
@@ -100,121 +105,239 @@ def parse_args(argv=None):
                         help=f"directory of config.yaml and config-n<N>.yaml (env {CONFIG_DIR_ENV})")
     parser.add_argument("--run-dir", help="override run.output_dir (checkpoints/, metrics.jsonl)")
     parser.add_argument("--stop-at-step", type=int, help="checkpoint and exit after this step (schedule unchanged)")
+    parser.add_argument("--pause-at-steps", default="",
+                        help="comma-separated steps after which to wait for <run-dir>/release-<step> or a stop "
+                             "signal (the rehearsal applies its capacity events there)")
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    die_with_parent()
-    stop = ElasticStop()
-    topo = Topology.from_env()
-    config_path, own_file = select_config_file(args.config_dir, topo.nodes)
-    cfg = load_job_config(config_path)
-    tc, ta = cfg.training_config, cfg.training_config.training_args
-    plan: BatchPlan = plan_batches(ta, topo.world_size)
+def _writable_run_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"run.output_dir={str(path)!r} is not writable ({e.strerror}): point run.output_dir "
+                          f"(or --run-dir) at a writable directory, e.g. the shared checkpoint volume") from None
+    return path
 
-    on_gpu = torch.cuda.is_available()
-    device = torch.device("cuda", topo.local_rank) if on_gpu else torch.device("cpu")
-    if on_gpu:
-        torch.cuda.set_device(device)
-    timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
-    dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", timeout=timeout, device_id=device if on_gpu else None)
-    mesh = init_device_mesh(device.type, (topo.world_size,))
 
-    run_dir = Path(args.run_dir or cfg.run.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rank0 = topo.rank == 0
-    log = MetricsLogger(run_dir, rank0, tc.logging.tensorboard, tc.logging.audit_samples,
-                        launch_id=f"{int(PROCESS_START * 1000)}")
-    log.event(event="start", process_start=PROCESS_START, world_size=topo.world_size, nodes=topo.nodes,
-              config=config_path.name, derived_batch_math=not own_file, per_rank_batch=list(plan.local_batches),
-              micro_batch=plan.micro_batch, grad_accum=plan.grad_accum_steps)
+class Trainer:
+    """One launch of the training job at one world size."""
 
-    from transformers import AutoTokenizer
+    def __init__(self, args, stop: ElasticStop):
+        self.stop, self.topo = stop, Topology.from_env()
+        config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
+        self.cfg = cfg = load_job_config(config_path)
+        tc = cfg.training_config
+        self.plan: BatchPlan = plan_batches(tc.training_args, self.topo.world_size)
+        self.run_dir = _writable_run_dir(Path(args.run_dir or cfg.run.output_dir))
+        self.last_step = min(args.stop_at_step or tc.training_args.max_steps, tc.training_args.max_steps)
+        self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
-    tokenizer_name = tc.model_config.tokenizer_name_or_path or tc.model_config.model_name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
-    dataset = load_or_build(tc.datasets, tokenizer, tokenizer_name, run_dir / "data_cache",
-                            builder=topo.local_rank == 0)
-    if tc.model_config.architecture is not None and "vocab_size" not in tc.model_config.architecture:
-        tc.model_config.architecture["vocab_size"] = len(tokenizer)
-    resuming = latest_checkpoint(run_dir / "checkpoints") is not None
-    model = build_sharded_model(tc.model_config, ta.seed, mesh, tc.model_config.mixed_precision, on_gpu, resuming)
-    _, non_embedding = count_parameters(model)
-    model_flops = flops_per_token(non_embedding, model.config.num_hidden_layers, model.config.hidden_size,
-                                  tc.datasets.max_len)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=ta.learning_rate, betas=(ta.adam_beta1, ta.adam_beta2),
-                                  weight_decay=ta.weight_decay, foreach=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, ta))
+        self.on_gpu = torch.cuda.is_available()
+        self.device = torch.device("cuda", self.topo.local_rank) if self.on_gpu else torch.device("cpu")
+        if self.on_gpu:
+            torch.cuda.set_device(self.device)
+        timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
+        dist.init_process_group("cpu:gloo,cuda:nccl" if self.on_gpu else "gloo", timeout=timeout,
+                                device_id=self.device if self.on_gpu else None)
+        self.mesh = self._mesh(tc.model_config.sharding)
+        self.rank0 = self.topo.rank == 0
+        self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
+                                 launch_id=f"{int(PROCESS_START * 1000)}")
+        self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
+                       nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
+                       per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
+                       grad_accum=self.plan.grad_accum_steps)
+        self.dataset = self._dataset()
+        self._model_and_state()
 
-    ckpt_cfg = tc.checkpoint
-    checkpointer = Checkpointer(run_dir / "checkpoints", ckpt_cfg.keep_last, ckpt_cfg.async_save, topo.rank,
-                                topo.world_size)
-    fp = fingerprint(cfg, len(dataset))
-    state = checkpointer.load(model, optimizer, scheduler, fp, ckpt_cfg.ignore_fingerprint)
-    if state is not None:
-        log.event(event="resume", step=state.step, from_world_size=state.world_size, world_size=topo.world_size,
-                  consumed_samples=state.consumed_samples,
-                  **{f"load_{k}_s": round(v, 3) for k, v in checkpointer.load_seconds.items()})
-    state = TrainState(state.step if state else 0, state.consumed_samples if state else 0, topo.world_size, fp)
+    def _mesh(self, sharding: str):
+        """1-D for FSDP; (nodes x per-node) for HSDP, replicating across the node dimension."""
+        nodes, world = self.topo.nodes, self.topo.world_size
+        if sharding == "hsdp" and nodes > 1 and world % nodes == 0:
+            return init_device_mesh(self.device.type, (nodes, world // nodes), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(self.device.type, (world,))
 
-    from torchdata.stateful_dataloader import StatefulDataLoader
+    def _dataset(self):
+        from transformers import AutoTokenizer
 
-    # The loader only prefetches; its position comes from the sampler's global counter, never from a
-    # restored per-rank loader state (which does not survive a resize).
-    sampler = GlobalBatchSampler(len(dataset), plan, topo.rank, ta.seed, state.consumed_samples)
-    loader = iter(StatefulDataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                     num_workers=tc.datasets.num_workers))
-    last_step = min(args.stop_at_step or ta.max_steps, ta.max_steps)
-    peak = peak_flops(device)
-    model.train()
-    while state.step < last_step:
+        mc, ds_cfg = self.cfg.training_config.model_config, self.cfg.training_config.datasets
+        tokenizer_name = mc.tokenizer_name_or_path or mc.model_name_or_path
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+        dataset, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
+                                       builder=self.topo.local_rank == 0)
+        if mc.architecture is not None and "vocab_size" not in mc.architecture:
+            mc.architecture["vocab_size"] = len(tokenizer)
+        self.log.event(event="data", **stats)
+        if self.rank0 and describe_drops(stats):
+            print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
+        return dataset
+
+    def _model_and_state(self) -> None:
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        ckpt = tc.checkpoint
+        if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
+            # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
+                                         self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu)
+        resuming = any((self.run_dir / "checkpoints").glob("step-*/COMPLETE"))
+        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
+        self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ta.learning_rate,
+                                           betas=(ta.adam_beta1, ta.adam_beta2), weight_decay=ta.weight_decay,
+                                           foreach=True)
+        fp = fingerprint(self.cfg, len(self.dataset))
+        state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
+        if state is not None:
+            self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
+                           world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
+                           **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
+        else:
+            state = TrainState()
+        self.state = TrainState(state.step, state.consumed_samples, self.topo.world_size, fp, state.skipped_steps)
+
+    def _loader(self):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        # The loader only prefetches; its position comes from the sampler's global counter, never from a
+        # restored per-rank loader state (which does not survive a resize).
+        ds_cfg, ta = self.cfg.training_config.datasets, self.cfg.training_config.training_args
+        sampler = GlobalBatchSampler(len(self.dataset), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
+        workers = ds_cfg.num_workers
+        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                                       pin_memory=self.on_gpu, prefetch_factor=4 if workers else None,
+                                       persistent_workers=workers > 0))
+
+    def set_learning_rate(self) -> float:
+        """The LR of this step under the live size's config: a function of the global step only, so
+        a resize to a size with another LR (or a changed max_steps) takes effect at once."""
+        ta = self.cfg.training_config.training_args
+        lr = ta.learning_rate * lr_factor(self.state.step, ta)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def step(self, micro_batches: list[dict]) -> dict:
+        """One optimizer step. A non-finite loss or gradient norm never reaches the optimizer; one
+        all-reduce carries the loss, the finiteness verdict, the stop agreement and async-save progress."""
+        ta = self.cfg.training_config.training_args
         started = time.perf_counter()
-        micro_batches = [next(loader) for _ in range(plan.grad_accum_steps)]
-        loss_sum, tokens = train_step(model, micro_batches, device, topo.world_size)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), ta.max_grad_norm, foreach=True)
+        lr = self.set_learning_rate()
+        loss_sum, tokens = train_step(self.model, micro_batches, self.device, self.topo.world_size)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        lr = scheduler.get_last_lr()[0]
-        scheduler.step()
-        state.step += 1
-        state.consumed_samples += plan.global_batch
-        # One collective for the logged loss, the elastic-event agreement and async-save completion.
-        flags = torch.tensor([float(stop.requested), float(checkpointer.writing)], dtype=torch.float64, device=device)
-        stats = torch.cat([loss_sum.double().reshape(1), flags])
+        nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
+        stats = torch.stack([loss_sum.double(), nonfinite.double(), torch.tensor(float(self.stop.requested)).to(
+            self.device, torch.float64), torch.tensor(float(self.checkpointer.writing)).to(self.device, torch.float64)])
         dist.all_reduce(stats)
+        loss_sum, nonfinite, stop, writing = stats.tolist()
+        if nonfinite:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state.skipped_steps += 1
+            if self.state.skipped_steps > ta.max_skipped_steps:
+                raise NumericsError(
+                    f"non-finite loss or gradient norm at step {self.state.step + 1} (loss sum {loss_sum}, grad norm "
+                    f"{float(grad_norm)}): stopped before the update, the newest checkpoint is unchanged; lower the "
+                    f"learning rate, check the data, or allow skips with training_args.max_skipped_steps")
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.consumed_samples += self.plan.global_batch
+        label_tokens, input_tokens = tokens.tolist()
         elapsed = time.perf_counter() - started
-        if tc.logging.audit_samples:
-            ids = [sid for m in micro_batches for sid in m["sample_ids"]]
-            gathered = [None] * topo.world_size if rank0 else None
-            dist.gather_object(ids, gathered, dst=0)
-            if rank0:
-                log.samples(state.step, topo.world_size, [sid for part in gathered for sid in part])
-        if state.step % tc.logging.log_every == 0 or state.step == last_step:
-            tps = float(tokens[1]) / elapsed
-            record = {"step": state.step, "loss": float(stats[0] / tokens[0]), "lr": lr,
-                      "grad_norm": float(grad_norm), "tokens": int(tokens[1]), "label_tokens": int(tokens[0]),
-                      "tokens_per_s": tps, "tokens_per_s_per_device": tps / topo.world_size, "step_time": elapsed,
-                      "world_size": topo.world_size, "consumed_samples": state.consumed_samples,
-                      "peak_memory_gib": peak_memory_gib(device)}
-            if peak:
-                record["mfu"] = model_flops * tps / topo.world_size / peak
-            log.log(record)
-        if checkpointer.pending and stats[2] == 0:  # every rank's background write is done
-            checkpointer.wait()
-        stopping = bool(stats[1] > 0)
-        if stopping or state.step == last_step or state.step % ckpt_cfg.save_steps == 0:
-            saved_at = time.time()
-            path = checkpointer.save(model, optimizer, scheduler, state, blocking=stopping or state.step == last_step)
-            if stopping or state.step == last_step:
-                log.event(event="checkpoint", step=state.step, seconds=time.time() - saved_at,
-                          bytes=bytes_on_disk(path) if rank0 else 0)
-        if stopping:
-            log.event(event="stop", step=state.step, signal=stop.signal_name or "peer")
-            break
-    checkpointer.wait()
-    log.event(event="exit", step=state.step)
-    log.close()
-    dist.destroy_process_group()
+        record = {"step": self.state.step, "loss": loss_sum / label_tokens if label_tokens and not nonfinite else None,
+                  "lr": lr, "grad_norm": float(grad_norm), "tokens": int(input_tokens),
+                  "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
+                  "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
+                  "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
+                  "peak_memory_gib": peak_memory_gib(self.device)}
+        if nonfinite:
+            record["skipped"] = True
+        peak = peak_flops(self.device)
+        if peak:
+            record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / peak
+        return record | {"_stop": bool(stop), "_writing": bool(writing)}
+
+    def _audit(self, micro_batches: list[dict]) -> None:
+        ids = [sid for m in micro_batches for sid in m["sample_ids"]]
+        gathered = [None] * self.topo.world_size if self.rank0 else None
+        dist.gather_object(ids, gathered, dst=0)
+        if self.rank0:
+            self.log.samples(self.state.step, self.topo.world_size, [sid for part in gathered for sid in part])
+
+    def _save(self, blocking: bool) -> None:
+        self.checkpointer.save(self.model, self.optimizer, self.state, blocking=blocking)
+        self._log_saved()
+
+    def _log_saved(self) -> None:
+        if self.checkpointer.last_saved:
+            path, seconds = self.checkpointer.last_saved
+            self.checkpointer.last_saved = None
+            self.log.event(event="checkpoint", step=int(path.name.split("-")[1]), seconds=round(seconds, 3),
+                           bytes=bytes_on_disk(path) if self.rank0 else 0)
+
+    def _pause(self) -> None:
+        """Wait at this step until the driver releases it or a stop signal arrives (rehearsals)."""
+        release = self.run_dir / f"release-{self.state.step}"
+        while not release.exists() and not self.stop.requested:
+            time.sleep(0.02)
+
+    def train(self) -> None:
+        tc = self.cfg.training_config
+        loader = self._loader()
+        self.model.train()
+        self.stop.training = True
+        while self.state.step < self.last_step:
+            micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
+            record = self.step(micro_batches)
+            stopping, writing = record.pop("_stop"), record.pop("_writing")
+            if tc.logging.audit_samples:
+                self._audit(micro_batches)
+            if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
+                self.log.log(record)
+            if self.checkpointer.pending and not writing:  # every rank's background write is done
+                self.checkpointer.wait()
+                self._log_saved()
+            if self.state.step in self.pause_at and not stopping:
+                self._pause()
+                stopping = self._agree_stop()
+            final = stopping or self.state.step == self.last_step
+            if final or self.state.step % tc.checkpoint.save_steps == 0:
+                self._save(blocking=final)
+            if stopping:
+                self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
+                break
+        self.checkpointer.wait()
+        self._log_saved()
+        self.stop.training = False
+        self.log.event(event="exit", step=self.state.step)
+        self.log.close()
+
+    def _agree_stop(self) -> bool:
+        flag = torch.tensor([float(self.stop.requested)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def report(error: BaseException) -> int:
+    """One line on stderr (the full traceback with HYDRA_FULL_ERROR=1), exit code 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise error
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    return 2
+
+
+def main(argv=None, stop: ElasticStop | None = None) -> int:
+    args = parse_args(argv)
+    stop = stop or ElasticStop()
+    try:
+        stop.chain_agent_handler()
+        Trainer(args, stop).train()
+    except USER_ERRORS as e:
+        return report(e)
     return 0
