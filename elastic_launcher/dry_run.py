@@ -13,11 +13,11 @@ from elastic_launcher.render import Rendered, dump_yaml, render
 MANIFEST_FILE = "manifest.yaml"
 
 
-def write_job(job, plan: Plan | None = None) -> Path:
-    """Render `plan` (default: the job's) and write it to <output_dir>/<job name>/."""
+def write_job(job, plan: Plan | None = None, out_dir: Path | None = None) -> Path:
+    """Render `plan` (default: the job's) and write it to `out_dir` (default <output_dir>/<job name>/)."""
     plan = plan or job.plan
     rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
-    return write_artifacts(Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
+    return write_artifacts(out_dir or Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
 
 
 def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:

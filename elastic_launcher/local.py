@@ -1,19 +1,35 @@
 """Runs on this machine: `action=local` trains a recipe with torchrun (gloo on CPU); `action=rehearse`
 drives it through a capacity trace (elastic_launcher.rehearse). One local "node" is
-`local.nproc_per_node` processes; the trainer is told the node count through ELASTIC_NUM_NODES."""
+`local.nproc_per_node` processes; the trainer is told the node count through ELASTIC_NUM_NODES.
+
+No launcher action leaves a process behind: torchrun dies with the launcher (parent-death signal),
+the workers die with torchrun, and Ctrl-C or SIGTERM stops the job gracefully (the workers
+checkpoint and exit) within the recipe's graceful_shutdown_timeout, then kills what is left.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import dataclasses
+import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastic_launcher.compose import ROOT
 from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
 from training.config import NUM_NODES_ENV
 
+
+def _die_with_launcher() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass(frozen=True)
@@ -22,23 +38,26 @@ class LocalJob:
     run_dir: Path
     nproc_per_node: int
 
-    def command(self, nodes: int, stop_at_step: int | None = None) -> list[str]:
+    def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nodes * self.nproc_per_node}", "-m", "training",
                f"--config-dir={self.config_dir}", f"--run-dir={self.run_dir}"]
-        return cmd + ([f"--stop-at-step={stop_at_step}"] if stop_at_step else [])
+        cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
+        return cmd + ([f"--pause-at-steps={','.join(map(str, pause_at))}"] if pause_at else [])
 
     def env(self, nodes: int) -> dict[str, str]:
         tmp = self.run_dir / "tmp"  # torchrun leaves a directory per launch in TMPDIR
         tmp.mkdir(parents=True, exist_ok=True)
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "PYTHONUNBUFFERED": "1",
-                "TMPDIR": str(tmp)}
+                "TMPDIR": str(tmp), "PYTHONPATH": path}
 
-    def start(self, nodes: int, stop_at_step: int | None = None, log=None) -> subprocess.Popen:
-        """torchrun in its own session, so a resize can signal the whole job at once."""
-        return subprocess.Popen(self.command(nodes, stop_at_step), env=self.env(nodes), stdout=log,
-                                stderr=subprocess.STDOUT if log else None, start_new_session=True)
+    def start(self, nodes: int, stop_at_step: int | None = None, log=None, pause_at: list[int] = ()) -> subprocess.Popen:
+        """torchrun in its own session (so a resize can signal the whole job at once), dying with us."""
+        return subprocess.Popen(self.command(nodes, stop_at_step, pause_at), env=self.env(nodes), stdout=log,
+                                stderr=subprocess.STDOUT if log else None, start_new_session=True,
+                                preexec_fn=_die_with_launcher)
 
 
 def child_pids(pid: int) -> list[int]:
@@ -54,18 +73,101 @@ def child_pids(pid: int) -> list[int]:
     return sorted(children)
 
 
+def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> int:
+    """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
+    rest of the job. Returns torchrun's exit code."""
+    workers = child_pids(proc.pid)
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    try:
+        return proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM to the launcher stops a local job as Ctrl-C does: gracefully."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_dir_of(job) -> Path:
     return Path(job.settings.local.run_dir or job.plan.sizes[0].config.run.output_dir).resolve()
 
 
-def prepare(job, plan=None) -> LocalJob:
-    """Render the per-size configs (as a dry run does) and pick the run directory."""
-    run_dir = run_dir_of(job)
+_LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_or_path", "datasets.train_data")
+
+
+def _localized(config: dict) -> dict:
+    """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
+    project root, where the shipped recipes' paths live), so a local run works from any directory."""
+    tc = json.loads(json.dumps(config["training_config"]))
+    for path in _LOCAL_PATHS:
+        section, key = path.split(".")
+        value = tc.get(section, {}).get(key)
+        if isinstance(value, str) and not os.path.isabs(value):
+            for base in (Path.cwd(), ROOT):
+                if (base / value).exists():
+                    tc[section][key] = str((base / value).resolve())
+                    break
+    return {**config, "training_config": tc}
+
+
+def prepare(job, plan=None, run_dir: Path | None = None) -> LocalJob:
+    """Render the per-size configs into <run_dir>/launch (a local run's restarts read its own copy,
+    never a later dry run's) with local paths made absolute."""
+    run_dir = run_dir or run_dir_of(job)
     if not job.settings.local.resume and (run_dir / "checkpoints").exists():
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
-    out = write_job(job, plan)
+    plan = plan or job.plan
+    sizes = tuple(dataclasses.replace(s, config_dict=_localized(s.config_dict)) for s in plan.sizes)
+    out = write_job(job, dataclasses.replace(plan, sizes=sizes), out_dir=run_dir / "launch")
     return LocalJob((out / "configs").resolve(), run_dir, job.settings.local.nproc_per_node)
+
+
+def newest_step(run_dir: Path) -> int | None:
+    from training.checkpoint import latest_checkpoint
+
+    path = latest_checkpoint(run_dir / "checkpoints")
+    return int(path.name.split("-")[1]) if path else None
+
+
+class OutputRelay:
+    """Copies torchrun's output to the terminal and <run_dir>/torchrun.log. After the trainer's own
+    one-line error, the rest (torchrun's tracebacks of the failed workers) goes to the log only."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path):
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._copy, args=(proc.stdout, log_path), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream, log_path: Path) -> None:
+        with open(log_path, "ab") as log:
+            for raw in stream:
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip("\n")
+                if self.error is None and line.startswith("error: "):
+                    self.error = line[len("error: "):]
+                elif self.error is None:
+                    print(line, flush=True)
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
 
 
 def run(job) -> int:
@@ -78,15 +180,37 @@ def run(job) -> int:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
         raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
     local = prepare(job)
+    max_steps = job.plan.size(nodes).config.training_config.training_args.max_steps
     print(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
           f"run dir {local.run_dir}", flush=True)
-    proc = local.start(nodes)
-    try:
-        return proc.wait(timeout=job.settings.local.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        raise LauncherError(f"local run exceeded local.timeout={job.settings.local.timeout:g}s and was killed") from None
-    except KeyboardInterrupt:
-        os.killpg(proc.pid, 15)  # SIGTERM: the trainer checkpoints and exits
-        proc.wait()
-        return 130
+    local.run_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + job.settings.local.timeout
+    with sigterm_as_interrupt():
+        proc = local.start(nodes, log=subprocess.PIPE)
+        relay = OutputRelay(proc, local.run_dir / "torchrun.log")
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if proc.poll() is None:
+                stop_job(proc, grace=0)
+                raise LauncherError(f"local run exceeded local.timeout={job.settings.local.timeout:g}s and was "
+                                    f"killed: raise local.timeout") from None
+        except KeyboardInterrupt:
+            print("stopping: the workers checkpoint and exit ...", flush=True)
+            stop_job(proc, job.plan.policy.graceful_shutdown_timeout)
+            relay.join()
+            step = newest_step(local.run_dir)
+            print(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
+                  f"{local.run_dir}; rerun the same command to resume", flush=True)
+            return 130
+        relay.join()
+    if proc.returncode != 0:
+        detail = relay.error or f"torchrun exited with {proc.returncode}"
+        raise LauncherError(f"{detail} (full log: {local.run_dir / 'torchrun.log'})")
+    step = newest_step(local.run_dir)
+    if step is not None and step < max_steps:
+        print(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to "
+              f"resume", flush=True)
+    else:
+        print(f"done: {max_steps} steps; checkpoints and metrics.jsonl in {local.run_dir}", flush=True)
+    return 0

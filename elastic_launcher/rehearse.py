@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from elastic_launcher.errors import LauncherError
-from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of
+from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job
 from elastic_launcher.plan import Plan, make_plan
 from training.config import ConfigError
 
@@ -121,7 +121,10 @@ class Rehearsal:
         return max((r["step"] for r in read_records(self.local.run_dir) if "loss" in r), default=0)
 
     def launch(self, nodes: int, reason: str) -> None:
-        self.proc = self.local.start(nodes, log=self.log)
+        # The trainer waits after each step a trace event names until the event is applied, so
+        # events fire at their step exactly, however fast the steps are.
+        pause_at = sorted({e.step for e in self.trace if e.step is not None and e.step > self.progress()})
+        self.proc = self.local.start(nodes, log=self.log, pause_at=pause_at)
         self.size, self.last_restart = nodes, time.time()
         self.timeline.add("launch", nodes=nodes, reason=reason, pid=self.proc.pid)
 
@@ -148,6 +151,10 @@ class Rehearsal:
         os.kill(workers[-1], signal.SIGKILL)
         self.available, self.dying = max(0, self.available - 1), True  # that node is gone
         self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.available)
+
+    def release(self, step: int) -> None:
+        """Let a trainer waiting after `step` go on (once the trace's events there are applied)."""
+        (self.local.run_dir / f"release-{step}").touch()
 
     def apply_trace(self, step: int) -> None:
         elapsed = time.time() - self.timeline.started
@@ -192,11 +199,33 @@ class Rehearsal:
             elif target > self.size and self.may_scale_up(now):
                 self.stop_gracefully(f"capacity for {target} nodes")
                 self.launch(target, "scale up")
+            if self.proc is not None and not self.dying:
+                self.release(step)
             time.sleep(POLL_SECONDS)
         if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            stop_job(self.proc, grace=0)
         raise LauncherError(f"rehearsal did not finish within local.timeout={timeout:g}s (progress: step "
                             f"{self.progress()} of {self.max_steps}): raise local.timeout or shorten max_steps")
+
+
+def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> None:
+    """The same steps at the rehearsal's first size, never interrupted: what the resizes must match."""
+    nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
+    print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
+    rehearsal.proc = reference.start(nodes, log=rehearsal.log)
+    deadline, shown = time.time() + timeout, 0
+    while rehearsal.proc.poll() is None and time.time() < deadline:
+        step = max((r["step"] for r in read_records(reference.run_dir) if "loss" in r), default=0)
+        if step >= shown + 5 or (step and not shown):
+            print(f"reference run: step {step} of {rehearsal.max_steps}", flush=True)
+            shown = step
+        time.sleep(POLL_SECONDS * 5)
+    code = rehearsal.proc.poll()
+    if code is None:
+        stop_job(rehearsal.proc, grace=0)
+    rehearsal.proc = None
+    if code != 0:
+        raise LauncherError(f"the fixed-size reference run failed or timed out: see {rehearsal.log.name}")
 
 
 def run(job) -> int:
@@ -210,29 +239,31 @@ def run(job) -> int:
         raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local
     trace = parse_trace(settings.trace, plan.policy.max_nodes)
-    run_dir = run_dir_of(job)
-    reference_dir = run_dir.with_name(run_dir.name + "-fixed")
-    for existing in (run_dir, reference_dir):
-        if (existing / "metrics.jsonl").exists():
-            raise LauncherError(f"{existing} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir>")
-    local = prepare(job, plan)
+    # A rehearsal starts fresh: by default in a new directory beside the recipe's run directory, so it
+    # never collides with a local run or an earlier rehearsal; the fixed-size reference lives inside it.
+    run_dir = Path(settings.run_dir).resolve() if settings.run_dir else \
+        run_dir_of(job).with_name(f"{run_dir_of(job).name}-rehearsal-{time.strftime('%Y%m%d-%H%M%S')}")
+    reference_dir = run_dir / "fixed"
+    if (run_dir / "metrics.jsonl").exists():
+        raise LauncherError(f"{run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir> "
+                            f"or leave it unset for a new timestamped directory")
+    local = prepare(job, plan, run_dir)
     local.run_dir.mkdir(parents=True, exist_ok=True)
     rehearsal = Rehearsal(plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log")
-    try:
-        rehearsal.run(settings.timeout)
-    finally:
-        (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
-    if settings.compare:
-        nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
-        print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference_dir}", flush=True)
-        proc = LocalJob(local.config_dir, reference_dir, local.nproc_per_node).start(nodes, log=rehearsal.log)
+    print(f"rehearsing {plan.job_name} in {run_dir}", flush=True)
+    with sigterm_as_interrupt():
         try:
-            failed = proc.wait(timeout=settings.timeout) != 0
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            failed = True
-        if failed:
-            raise LauncherError(f"the fixed-size reference run failed or timed out: see {local.run_dir / 'torchrun.log'}")
+            rehearsal.run(settings.timeout)
+            if settings.compare:
+                run_reference(rehearsal, LocalJob(local.config_dir, reference_dir, local.nproc_per_node),
+                              settings.timeout)
+        except KeyboardInterrupt:
+            if rehearsal.proc is not None:
+                stop_job(rehearsal.proc, plan.policy.graceful_shutdown_timeout)
+            print(f"stopped: the rehearsal in {run_dir} was interrupted; start a new one to rehearse again", flush=True)
+            return 130
+        finally:
+            (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
     rehearsal.log.close()
     report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference_dir if settings.compare else None)
     print(report.summary(), flush=True)

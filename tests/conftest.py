@@ -93,3 +93,36 @@ def wait_for(predicate, timeout=120, interval=0.2):
             return True
         time.sleep(interval)
     raise TimeoutError("condition not met in time")
+
+
+@pytest.fixture(scope="session")
+def process_group():
+    """A gloo process group of one, for in-process checkpoint and model tests."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def tiny_causal_lm(model_type="llama", seed=0):
+    """A tiny transformers model wrapped as the trainer wraps it (CausalLM, loss out), fp32, no FSDP."""
+    import torch
+    import yaml
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.model import CausalLM
+
+    recipe = {"llama": "llama/tiny_llama_sft", "gpt_oss": "gpt_oss/tiny_gpt_oss_sft"}[model_type]
+    arch = dict(yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["training_config"]["model_config"]
+                ["architecture"] or {})
+    arch.pop("model_type", None)
+    torch.manual_seed(seed)
+    kwargs = {"attn_implementation": "eager"} if model_type == "gpt_oss" else {}
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=97, **arch), **kwargs)
+    return CausalLM(hf, loss_chunk_tokens=0)

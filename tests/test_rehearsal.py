@@ -20,7 +20,7 @@ def rehearsal(tmp_path_factory):
                  f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
                  f"recipes.training_config.training_args.max_steps={STEPS}", "local.timeout=500",
                  f"output_dir={tmp / 'out'}"])
-    return code, tmp / "run", tmp / "run-fixed"
+    return code, tmp / "run", tmp / "run" / "fixed"
 
 
 def test_rehearsal_completes_and_matches_the_fixed_run(rehearsal):

@@ -112,7 +112,7 @@ def test_async_checkpoints_resume_exactly_and_only_the_last_are_kept(configs, fi
 
 def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=6",
-                             "recipes.training_config.model_config.activation_checkpointing=true",
+                             "recipes.training_config.model_config.activation_checkpointing=full",
                              recipe="gpt_oss/tiny_gpt_oss_sft")
     run_dir = tmp_path / "run"
     train(configs, run_dir, nodes=2)

@@ -106,16 +106,33 @@ class CausalLM(torch.nn.Module):
         self.loss_chunk_tokens = loss_chunk_tokens
 
     def forward(self, input_ids, position_ids, labels) -> torch.Tensor:
-        hidden = self.model(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+        # No KV cache: with one, transformers would not derive per-sample attention from position_ids.
+        embeds = self.model.embed_tokens(input_ids)
+        hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=self._masks(embeds, position_ids),
+                            use_cache=False).last_hidden_state
         return linear_cross_entropy(hidden, self.lm_head.weight, labels, self.loss_chunk_tokens)
+
+    def _masks(self, embeds, position_ids) -> dict | None:
+        """Per-layer-type masks for models with sliding-window layers (GPT-OSS), whose forward does not
+        pass position_ids to transformers' mask builders: built here with them, so packed samples
+        stay apart there too. None: the model derives its mask itself."""
+        if "sliding_attention" not in (getattr(self.config, "layer_types", None) or ()):
+            return None
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        kwargs = dict(config=self.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+                      position_ids=position_ids)
+        return {"full_attention": create_causal_mask(**kwargs),
+                "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.embed_tokens
 
 
 def _cross_entropy_sum(hidden, weight, labels):
-    return torch.nn.functional.cross_entropy((hidden @ weight.t()).float(), labels, ignore_index=IGNORE_INDEX,
-                                             reduction="sum")
+    logits = hidden @ weight.t()  # bf16 on GPU; the softmax runs in (at least) fp32
+    return torch.nn.functional.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), labels,
+                                             ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int) -> torch.Tensor:
