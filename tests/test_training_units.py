@@ -73,12 +73,13 @@ def test_prompt_tokens_are_masked_and_assistant_turns_trained():
 
 
 def test_collate_shifts_labels_and_builds_a_masked_dummy():
-    batch = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "sample_ids": [7]},
-                     {"input_ids": [4, 5], "labels": [-100, 5], "sample_ids": [9]}])
+    batch = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "sample_ids": [7], "lengths": [3]},
+                     {"input_ids": [4, 5], "labels": [-100, 5], "sample_ids": [9], "lengths": [2]}])
     assert batch["labels"].tolist() == [[2, 3, -100], [5, -100, -100]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]] and batch["sample_ids"] == [7, 9]
+    assert batch["position_ids"].tolist() == [[0, 1, 2], [0, 1, 2]] and batch["sample_ids"] == [7, 9]
+    assert (batch["label_tokens"], batch["tokens"]) == (3, 5)
     dummy = collate([])
-    assert (dummy["labels"] == IGNORE_INDEX).all() and dummy["sample_ids"] == []
+    assert (dummy["labels"] == IGNORE_INDEX).all() and dummy["sample_ids"] == [] and dummy["label_tokens"] == 0
 
 
 def test_lr_schedule_is_warmup_then_cosine_to_the_floor():
@@ -104,11 +105,11 @@ def test_incomplete_newest_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 4)
 
 
-def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path):
+def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path, process_group):
     fake_checkpoint(tmp_path, 4, fingerprint={"train_batch_size": 8, "max_len": 64})
     ckpt = Checkpointer(tmp_path, keep_last=3, async_save=False, rank=0, world_size=1)
     with pytest.raises(ConfigError, match=r"train_batch_size: 8 -> 16.*ignore_fingerprint=true"):
-        ckpt.load(None, None, None, {"train_batch_size": 16, "max_len": 64}, ignore_fingerprint=False)
+        ckpt.load(None, None, {"train_batch_size": 16, "max_len": 64}, ignore_fingerprint=False)
 
 
 def tiny_tokenizer():
@@ -125,10 +126,10 @@ def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
 
     datasets.load_dataset("json", data_files=str(ROOT / "data" / "sft_tiny.jsonl"), split="train").to_parquet(
         str(tmp_path / "sft.parquet"))
-    plain = build_dataset(DatasetConfig(train_data=str(tmp_path / "sft.parquet"), max_len=64), tiny_tokenizer())
-    packed = build_dataset(DatasetConfig(train_data=str(tmp_path), max_len=64, packing=True), tiny_tokenizer())
-    assert len(packed) < len(plain) // 2
-    assert all(len(row["input_ids"]) == len(row["labels"]) <= 64 for row in packed)
+    plain, _ = build_dataset(DatasetConfig(train_data=str(tmp_path / "sft.parquet"), max_len=64), tiny_tokenizer())
+    packed, stats = build_dataset(DatasetConfig(train_data=str(tmp_path), max_len=64, packing=True), tiny_tokenizer())
+    assert len(packed) < len(plain) // 2 and stats["packing_fill"] > 0.9
+    assert all(len(row["input_ids"]) == len(row["labels"]) == sum(row["lengths"]) <= 64 for row in packed)
     ids = [i for row in packed for i in row["sample_ids"]]
     assert sorted(ids) == sorted(i for row in plain for i in row["sample_ids"])
 

@@ -1,0 +1,101 @@
+"""Checkpoints under faults, in one process (gloo world of one): a corrupted or truncated newest
+checkpoint falls back to the previous one, a non-finite model is never saved, a full disk is a
+clear error with nothing left behind, and pruning keeps the newest checkpoint."""
+
+import errno
+import shutil
+
+import pytest
+import torch
+
+from conftest import tiny_causal_lm
+from training.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
+                                 complete_checkpoints, step_dir)
+
+
+def make(tmp_path, keep_last=3):
+    model = tiny_causal_lm("llama")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, optimizer, Checkpointer(tmp_path, keep_last=keep_last, async_save=False, rank=0, world_size=1)
+
+
+def save_steps(tmp_path, *steps):
+    model, optimizer, ckpt = make(tmp_path)
+    for step in steps:
+        with torch.no_grad():
+            model.lm_head.weight.fill_(float(step))
+        ckpt.save(model, optimizer, TrainState(step=step, consumed_samples=8 * step))
+    return model
+
+
+def load(tmp_path):
+    model, optimizer, ckpt = make(tmp_path)
+    state = ckpt.load(model, optimizer, {}, ignore_fingerprint=False)
+    return state, model
+
+
+def largest_shard(path):
+    return max(path.glob("*.distcp"), key=lambda f: f.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["flip bytes", "truncate"])
+def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, process_group, capsys, damage):
+    save_steps(tmp_path, 4, 8)
+    shard = largest_shard(step_dir(tmp_path, 8))
+    data = bytearray(shard.read_bytes())
+    if damage == "flip bytes":
+        data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64  # same size, different bytes
+    else:
+        data = data[: len(data) // 2]
+    shard.write_bytes(bytes(data))
+    state, model = load(tmp_path)
+    assert state.step == 4 and torch.all(model.lm_head.weight == 4.0)
+    assert (tmp_path / f"step-00000008{CORRUPT_SUFFIX}").is_dir() and not step_dir(tmp_path, 8).exists()
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "step-00000008" in warning[0] and "previous one" in warning[0]
+
+
+def test_a_non_finite_model_is_never_saved(tmp_path, process_group):
+    model = save_steps(tmp_path, 4)
+    _, optimizer, ckpt = make(tmp_path)
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match="step-00000008 has 1 non-finite values: not saved.*stays step-00000004"):
+        ckpt.save(model, optimizer, TrainState(step=8))
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-00000004"]
+    assert not step_dir(tmp_path, 8).exists()
+
+
+def test_too_little_disk_space_is_refused_before_writing(tmp_path, process_group, monkeypatch):
+    save_steps(tmp_path, 4)
+    model, optimizer, ckpt = make(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(CheckpointError, match=r"not enough disk space for checkpoint .*step-00000008: needs ~.* GB"):
+        ckpt.save(model, optimizer, TrainState(step=8))
+    assert not step_dir(tmp_path, 8).exists()
+
+
+def test_a_full_disk_mid_save_leaves_no_partial_and_says_so(tmp_path, process_group, monkeypatch):
+    import torch.distributed.checkpoint as dcp
+
+    model, optimizer, ckpt = make(tmp_path)
+
+    def write_half_then_fail(state_dict, checkpoint_id, **kwargs):
+        (tmp_path / "step-00000004" / "__0_0.distcp").write_bytes(b"x" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dcp, "save", write_half_then_fail)
+    with pytest.raises(CheckpointError, match="step-00000004 failed and was removed.*No space left on device"):
+        ckpt.save(model, optimizer, TrainState(step=4))
+    assert not step_dir(tmp_path, 4).exists()
+
+
+def test_keep_last_one_keeps_the_newest_and_drops_partials(tmp_path, process_group):
+    model, optimizer, ckpt = make(tmp_path, keep_last=1)
+    ckpt.save(model, optimizer, TrainState(step=2))
+    partial = step_dir(tmp_path, 3)
+    partial.mkdir()
+    ckpt.save(model, optimizer, TrainState(step=4))
+    assert [p.name for p in tmp_path.iterdir()] == ["step-00000004"]
+    manifest = (step_dir(tmp_path, 4) / COMPLETE).read_text()
+    assert "__0_0.distcp" in manifest and ".metadata" in manifest

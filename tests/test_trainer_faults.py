@@ -1,0 +1,130 @@
+"""The trainer as a process (`python -m training`, a world of one, or torchrun): start-up errors are
+one line within seconds, a signal during start-up exits 0 at once, an orphaned worker dies, a
+non-finite loss stops the run before it reaches the weights or a checkpoint, bad data names its row."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, losses, records, render_configs
+from training.checkpoint import complete_checkpoints
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def trainer(config_dir, run_dir, *extra, env=None):
+    return subprocess.Popen([sys.executable, "-m", "training", f"--config-dir={config_dir}", f"--run-dir={run_dir}",
+                             *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    return render_configs(tmp_path_factory.mktemp("configs"), "recipes.training_config.training_args.max_steps=4")
+
+
+def one_line_error(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_missing_config_dir_is_one_line():
+    start = time.monotonic()
+    line = one_line_error(trainer("/nope", "/tmp/unused-run"))
+    assert "config dir '/nope'" in line and time.monotonic() - start < 30
+
+
+def test_missing_data_path_is_one_line_within_seconds(configs, tmp_path):
+    cfg = configs / "config-n1.yaml"
+    cfg.with_name("config.yaml")
+    other = tmp_path / "cfg"
+    other.mkdir()
+    text = cfg.read_text().replace("train_data: data/sft_tiny.jsonl", "train_data: data/nope.jsonl")
+    (other / "config.yaml").write_text(text)
+    start = time.monotonic()
+    line = one_line_error(trainer(other, tmp_path / "run"))
+    assert "train_data='data/nope.jsonl' does not exist" in line and time.monotonic() - start < 30
+
+
+def test_unwritable_output_dir_is_one_line(configs):
+    line = one_line_error(trainer(configs, "/proc/nope"))
+    assert "run.output_dir='/proc/nope' is not writable" in line
+
+
+def test_a_signal_during_start_up_exits_zero_at_once(configs, tmp_path):
+    proc = trainer(configs, tmp_path / "run")
+    time.sleep(0.5)  # still importing torch
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_worker_whose_parent_dies_during_start_up_goes_too(configs, tmp_path):
+    pid_file = tmp_path / "pid"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import subprocess, sys, time
+p = subprocess.Popen([sys.executable, "-m", "training", "--config-dir={configs}", "--run-dir={tmp_path / 'run'}"],
+                     cwd={str(ROOT)!r})
+open({str(pid_file)!r}, "w").write(str(p.pid))
+time.sleep(60)
+"""])
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    parent.kill()
+    parent.wait()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{child}") and \
+            open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.1)
+    alive = os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    assert not alive
+
+
+def test_non_finite_loss_stops_before_the_update_and_keeps_the_last_good_checkpoint(tmp_path):
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=10",
+                             "recipes.training_config.training_args.learning_rate=1e30",
+                             "recipes.training_config.training_args.min_learning_rate=0",
+                             "recipes.training_config.training_args.warmup_steps=0",
+                             "recipes.training_config.checkpoint.save_steps=1")
+    line = one_line_error(trainer(configs, tmp_path / "run"), timeout=120)
+    assert "non-finite loss or gradient norm at step" in line and "max_skipped_steps" in line
+    bad_step = int(line.split("at step ")[1].split()[0])
+    saved = [int(p.name.split("-")[1]) for p in complete_checkpoints(tmp_path / "run" / "checkpoints")]
+    assert saved and max(saved) == bad_step - 1  # the last good step, nothing after it
+    assert all(v == v for v in losses(tmp_path / "run").values())  # no NaN ever logged
+
+
+def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
+    from training.config import ConfigError, DatasetConfig
+    from training.data import build_dataset
+
+    from test_training_units import tiny_tokenizer
+
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    no_answer = {"messages": [{"role": "user", "content": "hi"}]}
+    bad = {"messages": [{"role": "assistant", "content": "I start"}, {"role": "user", "content": "hi"}]}
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in (good, no_answer, good, bad)) + "\n")
+    with pytest.raises(ConfigError, match=rf"bad training row at {data} line 4: the conversation starts with an "
+                                          r"assistant turn.*fix or remove the row"):
+        build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    data.write_text("\n".join(json.dumps(r) for r in (good, no_answer, good)) + "\n")
+    ds, stats = build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    assert len(ds) == 2 and stats["dropped"] == {"no_assistant_tokens": 1}
+    data.write_text(json.dumps(no_answer) + "\n")
+    with pytest.raises(ConfigError, match=r"all 1 rows were dropped \(1 with no assistant tokens\)"):
+        build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    data.write_text("")
+    with pytest.raises(ConfigError, match="is empty: it holds no rows"):
+        build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
