@@ -1,0 +1,114 @@
+"""What a user sees from the launcher's local actions and overrides: command-line values hold at
+every size, local runs work from any directory, relay a trainer error as one line, stop
+gracefully on SIGTERM with nothing left behind, and a resize adopts the new size's learning rate."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import MAIN_COMMAND, ROOT, losses, records, render_configs, train, wait_for
+from elastic_launcher.local import child_pids
+
+pytestmark = pytest.mark.timeout(600)
+TINY = ["recipes=llama/tiny_llama_sft"]
+
+
+def test_a_typed_override_holds_at_every_size_unless_an_entry_is_typed_too(launch, tmp_path):
+    code, out, _ = launch(*MAIN_COMMAND, "recipes.training_config.training_args.learning_rate=1e-5",
+                          "recipes.scale_config.n4.training_config.training_args.learning_rate=3e-5")
+    assert code == 0
+    configs = tmp_path / "out" / "llama3-1-8b-sft" / "configs"
+    rates = {n: yaml.safe_load((configs / f"config-n{n}.yaml").read_text())["training_config"]["training_args"]
+             ["learning_rate"] for n in (2, 3, 4, 6, 8)}
+    assert rates == {2: 1e-5, 3: 1e-5, 4: 3e-5, 6: 1e-5, 8: 1e-5}
+    assert "note: recipes.training_config.training_args.learning_rate from the command line replaces" in out
+
+
+def launcher(*args, cwd, timeout=120):
+    return subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_local_run_from_another_directory_with_a_closing_line(tmp_path):
+    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=3",
+                    f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"done: 3 steps; checkpoints and metrics.jsonl in {tmp_path / 'run'}" in out
+    assert (tmp_path / "run" / "launch" / "configs" / "config-n2.yaml").exists()  # its own copy of the configs
+    assert sorted(losses(tmp_path / "run")) == [1, 2, 3]
+    assert [r["step"] for r in records(tmp_path / "run") if r.get("event") == "checkpoint"] == [3]
+
+
+def test_local_run_with_a_missing_dataset_is_one_line_within_seconds(tmp_path):
+    start = time.monotonic()
+    proc = launcher(*TINY, "action=local", "recipes.training_config.datasets.train_data=data/nope.jsonl",
+                    f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "train_data='data/nope.jsonl' does not exist" in lines[0], err
+    assert time.monotonic() - start < 45
+
+
+def test_sigterm_to_a_local_run_checkpoints_and_leaves_no_process(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=100000",
+                    "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
+                    f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    try:
+        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
+        torchrun = child_pids(proc.pid)
+        workers = [w for t in torchrun for w in child_pids(t)]
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    stop = [r for r in records(run_dir) if r.get("event") == "stop"]
+    assert len(stop) == 1 and f"checkpoint at step {stop[0]['step']}" in out and "rerun the same command" in out
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in torchrun + workers)
+
+
+def test_a_resize_adopts_the_new_sizes_learning_rate(tmp_path):
+    """2 nodes at LR 3e-3, resumed at 1 node whose entry says 1e-3: from the resume on, the run must
+    equal one that trained at 1e-3 from the same checkpoint."""
+    common = ["recipes.training_config.training_args.max_steps=6", "recipes.training_config.checkpoint.save_steps=3",
+              "recipes.training_config.training_args.warmup_steps=0"]
+    mixed = render_configs(tmp_path / "mixed", *common,
+                           "+recipes.scale_config.n1.training_config.training_args.learning_rate=1e-3")
+    uniform = render_configs(tmp_path / "uniform", *common, "recipes.training_config.training_args.learning_rate=1e-3")
+    train(mixed, tmp_path / "resized", nodes=2, stop_at_step=3)
+    shutil.copytree(tmp_path / "resized" / "checkpoints", tmp_path / "reference" / "checkpoints")
+    train(mixed, tmp_path / "resized", nodes=1)
+    train(uniform, tmp_path / "reference", nodes=1)
+    lr = {r["step"]: r["lr"] for r in records(tmp_path / "resized") if "loss" in r}
+    reference_lr = {r["step"]: r["lr"] for r in records(tmp_path / "reference") if "loss" in r}
+    assert lr[3] > 2e-3 and all(lr[s] == pytest.approx(reference_lr[s]) for s in (4, 5, 6))
+    got, want = losses(tmp_path / "resized"), losses(tmp_path / "reference")
+    for step in (4, 5, 6):
+        assert got[step] == pytest.approx(want[step], rel=1e-6)
+
+
+def test_hsdp_over_two_local_nodes_matches_fsdp(tmp_path):
+    from elastic_launcher.local import LocalJob
+
+    common = ["recipes.training_config.training_args.max_steps=4", "recipes.elastic_policy.max_nodes=4"]
+    fsdp = render_configs(tmp_path / "fsdp", *common)
+    hsdp = render_configs(tmp_path / "hsdp", *common, "recipes.training_config.model_config.sharding=hsdp")
+    for name, configs in (("fsdp", fsdp), ("hsdp", hsdp)):
+        proc = LocalJob(configs, tmp_path / name / "run", nproc_per_node=2).start(
+            2, log=open(tmp_path / f"{name}.log", "wb"))
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    a, b = losses(tmp_path / "fsdp" / "run"), losses(tmp_path / "hsdp" / "run")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for step in a:
+        assert a[step] == pytest.approx(b[step], rel=1e-5)
