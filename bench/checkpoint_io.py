@@ -28,33 +28,34 @@ def worker(directory: str) -> None:
 
     from training.checkpoint import Checkpointer, TrainState, bytes_on_disk
     from training.config import ModelConfig
-    from training.model import apply_fsdp, build_model
+    from training.model import CausalLM, apply_fsdp, build_model
 
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 
     def fresh():
-        model = apply_fsdp(build_model(ModelConfig(architecture=dict(ARCH)), seed=0), mesh, "fp32", on_gpu=False)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        model = CausalLM(build_model(ModelConfig(architecture=dict(ARCH)), seed=0), loss_chunk_tokens=0)
+        model = apply_fsdp(model, mesh, "fp32", on_gpu=False)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    model, opt, sched = fresh()
-    model(input_ids=torch.ones(1, 8, dtype=torch.long)).logits.sum().backward()
+    model, opt = fresh()
+    tokens = torch.ones(1, 8, dtype=torch.long)
+    model(tokens, torch.arange(8).unsqueeze(0), tokens).backward()
     opt.step()
     ckpt = Checkpointer(Path(directory), keep_last=1, async_save=False, rank=dist.get_rank(),
                         world_size=dist.get_world_size())
     dist.barrier()
     start = time.perf_counter()
-    path = ckpt.save(model, opt, sched, TrainState(step=1, fingerprint={}), blocking=True)
+    path = ckpt.save(model, opt, TrainState(step=1, fingerprint={}), blocking=True)
     save = time.perf_counter() - start
-    model, opt, sched = fresh()
+    model, opt = fresh()
     if dist.get_rank() == 0:
         from bench.common import evict
 
         evict(path)  # a restarted job reads its checkpoint from the disk, not the page cache
     dist.barrier()
     start = time.perf_counter()
-    ckpt.load(model, opt, sched, {}, ignore_fingerprint=False)
+    ckpt.load(model, opt, {}, ignore_fingerprint=False)
     dist.barrier()
     load = time.perf_counter() - start
     if dist.get_rank() == 0:
