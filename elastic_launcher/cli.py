@@ -73,12 +73,11 @@ def dry_run(job: Job) -> int:
     print(summary(job.plan, job.settings.target))
     if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
         print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")
-    if job.settings.cluster.image:
-        print(f"wrote {out / 'manifest.yaml'} (kubectl apply -f), {out / 'configs'}/, {out / 'recipe.yaml'}")
-    else:
+    if not job.settings.cluster.image:
         print("warning: cluster.image is not set: the manifest names a placeholder image; set cluster.image=<image> "
               "before applying it")
-        print(f"wrote {out / 'manifest.yaml'}, {out / 'configs'}/, {out / 'recipe.yaml'}")
+    apply = " (kubectl apply -f)" if job.settings.cluster.image else ""
+    print(f"wrote {out / 'manifest.yaml'}{apply}, {out / 'configs'}/, {out / 'recipe.yaml'}")
     return 0
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-from training.config import ConfigError
+from training.config import ConfigError, report  # noqa: F401 - one way to print a user error, shared with the trainer
 
 
 class LauncherError(Exception):
@@ -14,11 +11,3 @@ class LauncherError(Exception):
 
 
 USER_ERRORS = (ConfigError, LauncherError)
-
-
-def report(error: BaseException) -> int:
-    """Print `error` as one line (or re-raise it with HYDRA_FULL_ERROR=1) and return the exit code."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise error
-    print(f"error: {error}", file=sys.stderr)
-    return 2

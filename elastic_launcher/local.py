@@ -10,9 +10,9 @@ checkpoint and exit) within the recipe's graceful_shutdown_timeout, then kills w
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +25,7 @@ from pathlib import Path
 from elastic_launcher.compose import ROOT
 from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
+from training.checkpoint_dirs import latest_checkpoint, step_of
 from training.config import NUM_NODES_ENV
 
 
@@ -73,22 +74,22 @@ def child_pids(pid: int) -> list[int]:
     return sorted(children)
 
 
-def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> int:
+def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> tuple[int, bool]:
     """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
-    rest of the job. Returns torchrun's exit code."""
+    rest of the job. Returns torchrun's exit code and whether the job exited within `grace`."""
     workers = child_pids(proc.pid)
     for pid in workers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
     try:
-        return proc.wait(timeout=grace)
+        return proc.wait(timeout=grace), True
     except subprocess.TimeoutExpired:
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait()
+        return proc.wait(), False
 
 
 @contextlib.contextmanager
@@ -114,7 +115,7 @@ _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_
 def _localized(config: dict) -> dict:
     """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
     project root, where the shipped recipes' paths live), so a local run works from any directory."""
-    tc = json.loads(json.dumps(config["training_config"]))
+    tc = copy.deepcopy(config["training_config"])
     for path in _LOCAL_PATHS:
         section, key = path.split(".")
         value = tc.get(section, {}).get(key)
@@ -140,10 +141,8 @@ def prepare(job, plan=None, run_dir: Path | None = None) -> LocalJob:
 
 
 def newest_step(run_dir: Path) -> int | None:
-    from training.checkpoint import latest_checkpoint
-
     path = latest_checkpoint(run_dir / "checkpoints")
-    return int(path.name.split("-")[1]) if path else None
+    return step_of(path) if path else None
 
 
 class OutputRelay:

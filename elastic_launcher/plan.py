@@ -181,9 +181,8 @@ def allowed_sizes(policy: ElasticPolicy, scale_counts: list[int], static_nodes: 
 
 
 def _validate_policy(policy: ElasticPolicy, typed: TypedKeys) -> None:
-    sizing = sorted(k for k in typed.recipe if k.startswith("elastic_policy.") and k != "elastic_policy.is_elastic"
-                    and k.split(".")[1] in ("min_nodes", "max_nodes", "replica_increment_step",
-                                            "replica_discrete_values"))
+    sizing = sorted(typed.recipe & {f"elastic_policy.{key}" for key in ("min_nodes", "max_nodes", "replica_increment_step",
+                                                                        "replica_discrete_values")})
     if sizing and not policy.is_elastic:
         raise ConfigError(f"recipes.{sizing[0]} is set but recipes.elastic_policy.is_elastic=false, so it would be "
                           f"ignored: add recipes.elastic_policy.is_elastic=true (or use recipes.trainer.num_nodes)")

@@ -17,7 +17,6 @@ import copy
 import json
 import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,17 +130,9 @@ class Rehearsal:
     def stop_gracefully(self, reason: str) -> None:
         workers = child_pids(self.proc.pid)
         self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.size, reason=reason)
-        for pid in workers:
-            os.kill(pid, signal.SIGUSR1)
-        try:
-            code = self.proc.wait(timeout=self.policy.graceful_shutdown_timeout)
-            self.timeline.add("exit", code=code, graceful=True)
-        except subprocess.TimeoutExpired:
-            for pid in workers:
-                os.kill(pid, signal.SIGKILL)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            code = self.proc.wait()
-            self.timeline.add("exit", code=code, graceful=False, reason="graceful_shutdown_timeout passed")
+        code, graceful = stop_job(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
+        self.timeline.add("exit", code=code, graceful=graceful,
+                          **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
         self.proc, self.last_resize = None, time.time()
 
     def kill_worker(self) -> None:

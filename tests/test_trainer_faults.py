@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, losses, records, render_configs
+from conftest import ROOT, losses, render_configs
 from training.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.timeout(300)
@@ -128,3 +128,21 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
     data.write_text("")
     with pytest.raises(ConfigError, match="is empty: it holds no rows"):
         build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+
+
+def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_weights(configs, tmp_path):
+    from training.checkpoint import CORRUPT_SUFFIX, step_dir
+
+    run_dir = tmp_path / "run"
+    first = trainer(configs, run_dir)
+    assert first.wait(timeout=180) == 0, first.stderr.read()
+    first_losses = losses(run_dir)
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000004"]  # the only checkpoint
+    shard = max((step_dir(run_dir / "checkpoints", 4)).glob("*.distcp"), key=lambda f: f.stat().st_size)
+    shard.write_bytes(shard.read_bytes()[:-100])
+    second = trainer(configs, run_dir)
+    _, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    assert "step-00000004" in err and "trying the previous one" in err
+    assert (run_dir / "checkpoints" / f"step-00000004{CORRUPT_SUFFIX}").is_dir()
+    assert losses(run_dir) == pytest.approx(first_losses, rel=1e-6)  # the same run again, not garbage weights

@@ -5,7 +5,6 @@ import json
 import random
 
 import pytest
-import torch
 
 from training.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
 from training.config import ConfigError, TrainingArgs, UnevenBatch, plan_batches

@@ -34,11 +34,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from training.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
+                                      latest_checkpoint, step_dir, step_of)
 from training.config import ConfigError
 
-COMPLETE = "COMPLETE"
 STATE_FILE = "train_state.json"
-CORRUPT_SUFFIX = ".corrupt"
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
 
 
@@ -53,26 +53,6 @@ class TrainState:
     world_size: int = 1
     fingerprint: dict | None = None  # settings that must not change across restarts
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss or gradient
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return root / f"step-{step:08d}"
-
-
-def _step_of(path: Path) -> int:
-    return int(path.name.split("-", 1)[1].split(".")[0])
-
-
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Checkpoints marked COMPLETE, oldest first (not yet verified)."""
-    if not root.is_dir():
-        return []
-    return sorted((p for p in root.glob("step-*") if p.name[5:].isdigit() and (p / COMPLETE).exists()), key=_step_of)
-
-
-def latest_checkpoint(root: Path) -> Path | None:
-    found = complete_checkpoints(root)
-    return found[-1] if found else None
 
 
 def bytes_on_disk(path: Path) -> int:
@@ -149,7 +129,7 @@ class Checkpointer:
         self.async_save, self.timeout_s = async_save, timeout_s
         self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
         self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
-        self.last_saved: tuple[Path, float] | None = None  # (directory, seconds) of the last finished save
+        self.last_saved: tuple[Path, float] | None = None  # (directory, seconds) of a finished save not yet logged
         if async_save:
             # The background write runs DCP's collectives on a group of its own (gloo, which also serves
             # CPU tensors under NCCL), never interleaved with the training's. The staging copy goes into
@@ -158,6 +138,8 @@ class Checkpointer:
             self._stager = DefaultStager(StagingOptions(use_pinned_memory=on_gpu, use_shared_memory=False,
                                                         use_async_staging=False, use_non_blocking_copy=on_gpu))
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        else:
+            self._group = None
 
     def _app_state(self, model, optimizer) -> dict:
         _allocate_adamw_state(optimizer)
@@ -203,20 +185,20 @@ class Checkpointer:
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, rng)
         if self.async_save and not blocking:
             staged = self._stager.stage(app)  # a private host copy: training may update the parameters now
-            future = self._writer.submit(self._write, staged, target)
+            future = self._writer.submit(self._write, staged, target, self._group)
             self._pending = (future, target, replace(state), started)  # training goes on mutating `state`
         else:
             future: Future = Future()
             try:
-                future.set_result(self._write(app, target, self._group if self.async_save else None))
+                future.set_result(self._write(app, target, group=None))  # the training's own group
             except Exception as e:  # noqa: BLE001 - reported through the agreement below
                 future.set_exception(e)
             self._pending = (future, target, state, started)
             self.wait()
         return target
 
-    def _write(self, app: dict, target: Path, group=None) -> dict[str, list[int]]:
-        dcp.save(app, checkpoint_id=str(target), process_group=group or getattr(self, "_group", None))
+    def _write(self, app: dict, target: Path, group) -> dict[str, list[int]]:
+        dcp.save(app, checkpoint_id=str(target), process_group=group)
         return _own_files(target, self.rank)
 
     @property
@@ -256,7 +238,7 @@ class Checkpointer:
             files = {name: entry for _, own, _ in results for name, entry in own.items()}
             _write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1))
             _write_durably(target / COMPLETE, json.dumps({"files": files}))  # last: the checkpoint exists
-            self._prune(_step_of(target))
+            self._prune(step_of(target))
         dist.barrier()
         self.last_saved = (target, time.perf_counter() - started)
 
@@ -266,8 +248,7 @@ class Checkpointer:
         for old in complete_checkpoints(self.root)[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
         for other in self.root.glob("step-*"):
-            complete = other.name[5:].isdigit() and (other / COMPLETE).exists()
-            if not complete and _step_of(other) < newest:
+            if not is_checkpoint(other) and step_of(other) < newest:
                 shutil.rmtree(other, ignore_errors=True)
 
     # --- load ---------------------------------------------------------------------------------------

@@ -48,6 +48,18 @@ class ConfigError(ValueError):
     """A configuration mistake a user can fix. Its message is one line: key, value and the fix."""
 
 
+def report(error: BaseException) -> int:
+    """Print a user error as one line on stderr (re-raise it with HYDRA_FULL_ERROR=1 for the
+    traceback) and return exit code 2. Shared by the launcher and the trainer."""
+    import os
+    import sys
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise error
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    return 2
+
+
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.

@@ -73,15 +73,15 @@ def _load_raw(cfg: DatasetConfig):
 
 def _where(files: list[str] | None, index: int, train_data: str) -> str:
     """A row's place a person can find: file and line for JSONL, else the row index."""
-    if files:
-        for name in files:
-            if not name.endswith((".jsonl", ".json")):
-                break
-            with open(name) as f:
-                lines = [n for n, line in enumerate(f, 1) if line.strip()]
-            if index < len(lines):
-                return f"{name} line {lines[index]}"
-            index -= len(lines)
+    left = index
+    for name in files or []:
+        if not name.endswith((".jsonl", ".json")):
+            break
+        with open(name) as f:
+            lines = [n for n, line in enumerate(f, 1) if line.strip()]
+        if left < len(lines):
+            return f"{name} line {lines[left]}"
+        left -= len(lines)
     return f"row {index} of {train_data}"
 
 
@@ -156,6 +156,10 @@ DROP_REASONS = {"no_assistant_tokens": "no assistant tokens",
                 "truncated_away": "no assistant tokens within max_len (raise datasets.max_len)"}
 
 
+def _drop_detail(dropped: dict[str, int]) -> str:
+    return ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
+
+
 def build_dataset(cfg: DatasetConfig, tokenizer):
     """(tokenized dataset, statistics). A malformed row stops the build with its file and line."""
     raw, files = _load_raw(cfg)
@@ -184,9 +188,8 @@ def build_dataset(cfg: DatasetConfig, tokenizer):
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
     ds = ds.filter(lambda row: not row["drop"]).remove_columns("drop")
     if len(ds) == 0:
-        detail = ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
-                          f"dropped ({detail}): nothing to train on")
+                          f"dropped ({_drop_detail(dropped)}): nothing to train on")
     stats = {"rows": len(raw), "kept": len(ds), "dropped": dropped}
     if cfg.packing:
         ds = _packed(ds, cfg.max_len)
@@ -198,8 +201,8 @@ def build_dataset(cfg: DatasetConfig, tokenizer):
 def describe_drops(stats: dict) -> str | None:
     if not stats.get("dropped"):
         return None
-    parts = ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in stats["dropped"].items())
-    return f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: {parts}"
+    return (f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: "
+            f"{_drop_detail(stats['dropped'])}")
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,

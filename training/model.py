@@ -66,11 +66,11 @@ def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
     """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype)."""
     torch.manual_seed(seed)
     if cfg.architecture:
-        return _prepare(_from_config(cfg, init=True), cfg)
-    return _prepare(_from_pretrained(cfg), cfg)
+        return _prepare(_from_config(cfg, init=True))
+    return _prepare(_from_pretrained(cfg))
 
 
-def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+def _prepare(model: torch.nn.Module) -> torch.nn.Module:
     model.tie_weights()  # no_init_weights also skips tying (e.g. Llama 3.2's embeddings and LM head)
     model.config.use_cache = False
     return model
@@ -79,7 +79,7 @@ def _prepare(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
 def _skeleton(cfg: ModelConfig) -> torch.nn.Module:
     """The same modules as build_model, with parameters and buffers on the meta device (no memory)."""
     with torch.device("meta"):
-        return _prepare(_from_config(cfg, init=False), cfg)
+        return _prepare(_from_config(cfg, init=False))
 
 
 def _recompute_buffers(model: torch.nn.Module, device) -> None:

@@ -1,8 +1,8 @@
 """The training entrypoint: restart -> this size's config -> resume -> steps -> (elastic event) save, exit 0.
 
 Run under torchrun or hyperpodrun (`-m training --config-dir DIR`); every (re)start reads the live
-world size, so the same command serves every size the job is resized to. `Trainer.start` does the
-restart half (config, process group, data, model, resume), `Trainer.train` the loop: one step,
+world size, so the same command serves every size the job is resized to. Building a `Trainer` is
+the restart half (config, process group, data, model, resume), `Trainer.train` the loop: one step,
 log, maybe save, stop when every rank agrees.
 """
 
@@ -18,7 +18,7 @@ import math  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -26,9 +26,11 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
-from training.checkpoint import Checkpointer, CheckpointError, TrainState, bytes_on_disk  # noqa: E402
+from training.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
+                                 latest_checkpoint, step_of)
 from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
-                             JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, select_config_file)
+                             JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, report,
+                             select_config_file)
 from training.data import collate, describe_drops, load_or_build  # noqa: E402
 from training.elastic import ElasticStop  # noqa: E402
 from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
@@ -177,28 +179,32 @@ class Trainer:
         return dataset
 
     def _model_and_state(self) -> None:
-        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        tc = self.cfg.training_config
         ckpt = tc.checkpoint
         if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
             # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
                                          self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu)
-        resuming = any((self.run_dir / "checkpoints").glob("step-*/COMPLETE"))
-        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
+        resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
+        self._build_model(resuming)
         self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ta.learning_rate,
-                                           betas=(ta.adam_beta1, ta.adam_beta2), weight_decay=ta.weight_decay,
-                                           foreach=True)
         fp = fingerprint(self.cfg, len(self.dataset))
         state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
         if state is not None:
             self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
                            world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
                            **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
-        else:
-            state = TrainState()
-        self.state = TrainState(state.step, state.consumed_samples, self.topo.world_size, fp, state.skipped_steps)
+        elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
+            self._build_model(resuming=False)
+        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp)
+
+    def _build_model(self, resuming: bool) -> None:
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ta.learning_rate,
+                                           betas=(ta.adam_beta1, ta.adam_beta2), weight_decay=ta.weight_decay,
+                                           foreach=True)
 
     def _loader(self):
         from torchdata.stateful_dataloader import StatefulDataLoader
@@ -221,8 +227,9 @@ class Trainer:
             group["lr"] = lr
         return lr
 
-    def step(self, micro_batches: list[dict]) -> dict:
-        """One optimizer step. A non-finite loss or gradient norm never reaches the optimizer; one
+    def step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
+        """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
+        still writing). A non-finite loss or gradient norm never reaches the optimizer; one
         all-reduce carries the loss, the finiteness verdict, the stop agreement and async-save progress."""
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
@@ -231,8 +238,8 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
-        stats = torch.stack([loss_sum.double(), nonfinite.double(), torch.tensor(float(self.stop.requested)).to(
-            self.device, torch.float64), torch.tensor(float(self.checkpointer.writing)).to(self.device, torch.float64)])
+        flags = torch.tensor([self.stop.requested, self.checkpointer.writing], dtype=torch.float64, device=self.device)
+        stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags])
         dist.all_reduce(stats)
         loss_sum, nonfinite, stop, writing = stats.tolist()
         if nonfinite:
@@ -261,7 +268,7 @@ class Trainer:
         peak = peak_flops(self.device)
         if peak:
             record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / peak
-        return record | {"_stop": bool(stop), "_writing": bool(writing)}
+        return record, bool(stop), bool(writing)
 
     def _audit(self, micro_batches: list[dict]) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]
@@ -278,7 +285,7 @@ class Trainer:
         if self.checkpointer.last_saved:
             path, seconds = self.checkpointer.last_saved
             self.checkpointer.last_saved = None
-            self.log.event(event="checkpoint", step=int(path.name.split("-")[1]), seconds=round(seconds, 3),
+            self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
                            bytes=bytes_on_disk(path) if self.rank0 else 0)
 
     def _pause(self) -> None:
@@ -294,8 +301,7 @@ class Trainer:
         self.stop.training = True
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
-            record = self.step(micro_batches)
-            stopping, writing = record.pop("_stop"), record.pop("_writing")
+            record, stopping, writing = self.step(micro_batches)
             if tc.logging.audit_samples:
                 self._audit(micro_batches)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
@@ -322,14 +328,6 @@ class Trainer:
         flag = torch.tensor([float(self.stop.requested)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
-
-
-def report(error: BaseException) -> int:
-    """One line on stderr (the full traceback with HYDRA_FULL_ERROR=1), exit code 2."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise error
-    print(f"error: {error}", file=sys.stderr, flush=True)
-    return 2
 
 
 def main(argv=None, stop: ElasticStop | None = None) -> int:

@@ -1,0 +1,34 @@
+"""The checkpoint directory contract: <run_dir>/checkpoints/step-<8 digits>/, a checkpoint only once
+its COMPLETE marker exists. Torch-free, so the launcher can read where a run stands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+COMPLETE = "COMPLETE"
+CORRUPT_SUFFIX = ".corrupt"  # a checkpoint that failed verification, set aside
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:08d}"
+
+
+def step_of(path: Path) -> int:
+    """The step of step-00000012 (also of a set-aside step-00000012.corrupt)."""
+    return int(path.name.split("-", 1)[1].split(".")[0])
+
+
+def is_checkpoint(path: Path) -> bool:
+    return path.name[5:].isdigit() and (path / COMPLETE).exists()
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Checkpoints marked COMPLETE, oldest first (not yet verified)."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.glob("step-*") if is_checkpoint(p)), key=step_of)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
