@@ -3,6 +3,7 @@ which must come out dequantized (exactly) so they can be trained."""
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -63,3 +64,46 @@ def test_local_directory_checkpoint_loads_its_weights(tmp_path):
     model = build_model(ModelConfig(model_name_or_path=str(tmp_path), attn_implementation="eager"), seed=123)
     for (name, a), b in zip(source.state_dict().items(), model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_a_local_safetensors_checkpoint_is_read_shard_by_shard(tmp_path, process_group, monkeypatch):
+    """Every rank fills its own shards from the files (bf16 on disk -> fp32 master weights, the tied
+    LM head through its embedding); no process builds the full model with from_pretrained."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import training.model as model_module
+
+    torch.manual_seed(0)
+    source = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                                          tie_word_embeddings=True))
+    inv_freq = source.model.rotary_emb.inv_freq.clone()
+    source.to(torch.bfloat16).save_pretrained(tmp_path)
+    monkeypatch.setattr(model_module, "build_model", lambda *a: pytest.fail("built the full model"))
+    model = model_module.build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=0,
+                                             mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False)
+    loaded = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    for key, value in source.state_dict().items():
+        assert loaded[key].dtype == torch.float32 and torch.equal(loaded[key], value.float()), key
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    rotary = dict(model.named_buffers())["model.rotary_emb.inv_freq"]
+    assert torch.equal(rotary, inv_freq)
+
+
+def test_a_checkpoint_missing_weights_is_refused(tmp_path, process_group):
+    from safetensors.torch import save_file
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from training.config import ConfigError
+    from training.model import build_sharded_model
+
+    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512)).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["model.norm.weight"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match="lacks weights the model needs \\(model.norm.weight"):
+        build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=0,
+                            mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False)

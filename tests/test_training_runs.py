@@ -123,7 +123,7 @@ def test_tiny_gpt_oss_trains_under_fsdp2(tmp_path):
 
 
 def test_pretrained_weights_reach_every_rank(tmp_path):
-    """Rank 0 loads the checkpoint and scatters it: two ranks must train exactly as one does, also
+    """Each rank reads its shards of a local checkpoint: two ranks must train exactly as one does, also
     after a resume (which builds the model without reading or initializing weights). Tied
     embeddings, as in Llama 3.2, must stay tied on every path."""
     import torch

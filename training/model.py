@@ -1,11 +1,11 @@
 """transformers causal LMs (Llama 3.x, GPT-OSS) sharded with FSDP2.
 
 Weights come from `model_name_or_path` (hub id or local directory) or, for tiny test models, from an
-inline architecture config with seeded random init. Only rank 0 materializes the full model; the
-other ranks build it on the meta device and receive their shards from rank 0 after sharding, so a
-node holds one full copy instead of one per GPU. GPT-OSS checkpoints store their expert weights in
-MXFP4; training needs real-valued weights, so they are dequantized to the training dtype while
-loading (transformers' Mxfp4Config(dequantize=True)).
+inline architecture config with seeded random init. From a local directory of plain safetensors,
+every rank reads only its own shards (DCP's HuggingFaceStorageReader into the sharded skeleton): no
+process ever holds the full model. Otherwise (a hub id, or GPT-OSS's MXFP4 experts, which must be
+dequantized to train: transformers' Mxfp4Config(dequantize=True)) rank 0 materializes the model and
+the other ranks receive their shards from it, so the job holds one full copy instead of one per GPU.
 """
 
 from __future__ import annotations
@@ -50,6 +50,39 @@ def _from_pretrained(cfg: ModelConfig) -> torch.nn.Module:
 
         kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
     return AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
+
+
+def _safetensors_dir(cfg: ModelConfig) -> str | None:
+    """The local directory of an unquantized safetensors checkpoint, from which each rank can read
+    its own shards; None when the weights need the rank-0 path."""
+    import json
+    from pathlib import Path
+
+    if cfg.architecture or not cfg.model_name_or_path or not Path(cfg.model_name_or_path).is_dir():
+        return None
+    path = Path(cfg.model_name_or_path)
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
+    if config.get("quantization_config") or not any(path.glob("*.safetensors")):
+        return None
+    return str(path)
+
+
+def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
+    """Fill the sharded model's parameters from the safetensors files in `path`, each rank reading
+    only the slices it owns (converted to the parameters' dtype). A tied LM head is filled through
+    its embedding; any other weight missing from the files is an error, not a silent random init."""
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.HuggingFaceStorageReader(path)
+    stored = reader.read_metadata().state_dict_metadata
+    state = model.state_dict()
+    owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
+    filled = {owner.get(k) for k in state if k in stored}
+    missing = [k for k in state if k not in stored and owner.get(k, k) not in filled]
+    if missing:
+        raise ConfigError(f"model_name_or_path={path!r} lacks weights the model needs ({', '.join(missing[:3])}"
+                          f"{', ...' if len(missing) > 3 else ''}): is it a checkpoint of this architecture?")
+    dcp.load({k: t for k, t in state.items() if k in stored}, storage_reader=reader)
 
 
 def _from_config(cfg: ModelConfig, init: bool) -> torch.nn.Module:
@@ -167,14 +200,16 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     - Resuming: every rank builds a meta skeleton, shards it and allocates only its own shards
       (`to_empty`); the checkpoint fills the weights and the buffers are recomputed. No rank holds a
       full copy.
-    - First start: rank 0 builds the model for real (pretrained weights, or seeded init); the others
-      build a meta skeleton and receive their shards and buffers from rank 0 after sharding, so a
-      node holds one full copy instead of one per GPU."""
+    - First start from a local safetensors directory: as resuming, with the weights read shard by
+      shard from the files.
+    - Otherwise: rank 0 builds the model for real (pretrained weights, or seeded init); the others
+      build a meta skeleton and receive their shards and buffers from rank 0 after sharding."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    real = (rank0 or single) and not resuming
+    shards_from = None if resuming else _safetensors_dir(cfg)
+    real = (rank0 or single) and not resuming and not shards_from
     hf_model = build_model(cfg, seed) if real else _skeleton(cfg)
     full = hf_model.state_dict() if real and not single else {}
     _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
@@ -182,9 +217,11 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if not real:
         model.to_empty(device=device)
-    if resuming:
+    if resuming or shards_from:
         _recompute_buffers(model, device)
-    elif not single:
+    if shards_from:
+        _load_pretrained_shards(model, shards_from)
+    elif not resuming and not single:
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         for buffer in model.buffers():
             dist.broadcast(buffer, src=0)
