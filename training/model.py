@@ -10,6 +10,8 @@ the other ranks receive their shards from it, so the job holds one full copy ins
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -168,12 +170,26 @@ def _cross_entropy_sum(hidden, weight, labels):
                                              ignore_index=IGNORE_INDEX, reduction="sum")
 
 
+@functools.cache
+def _fused_linear_cross_entropy():
+    """liger-kernel's fused linear cross entropy (Triton, GPU only) when installed: it computes the
+    loss and its gradients a block of logits at a time in forward, with no recompute in backward."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError:
+        return None
+    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
+
+
 def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int) -> torch.Tensor:
     """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
     time. Each chunk runs under activation checkpointing, so only one chunk's logits exist at once
     (forward and backward); the result and its gradients equal the full computation's, at the cost
-    of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once."""
+    of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once.
+    On GPU with liger-kernel installed, its fused kernel does the same without the recompute."""
     h, y = hidden.flatten(0, 1), labels.flatten()
+    if h.is_cuda and chunk_tokens > 0 and (fused := _fused_linear_cross_entropy()) is not None:
+        return fused(weight, h, y)
     if chunk_tokens <= 0 or h.shape[0] <= chunk_tokens:
         return _cross_entropy_sum(h, weight, y)
     from torch.utils.checkpoint import checkpoint
