@@ -1,9 +1,11 @@
-"""Regenerate the shipped tiny SFT dataset and tokenizer (both generated here, license-clean).
+"""Regenerate the shipped tiny datasets and tokenizer (all generated here, license-clean).
 
     python data/make_tiny_data.py
 
 sft_tiny.jsonl: chat samples ({"id", "messages": [{role, content}, ...]}) about arithmetic, colours,
-counting and word facts, some multi-turn, some with a system prompt. tiny_tokenizer/: a 512-token
+counting and word facts, some multi-turn, some with a system prompt. dpo_tiny.jsonl: preference
+pairs on the same questions, a right answer chosen over a wrong one, laid out as UltraFeedback's
+binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. tiny_tokenizer/: a 512-token
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
 """
 
@@ -40,6 +42,32 @@ def sample(rng: random.Random, i: int) -> dict:
     return {"id": i, "messages": messages}
 
 
+def preference_pair(rng: random.Random, i: int) -> dict:
+    kind = rng.randrange(3)
+    if kind == 0:
+        a, b = rng.randrange(50), rng.randrange(50)
+        prompt, right, wrong = f"What is {a} plus {b}?", f"{a} plus {b} is {a + b}.", f"{a} plus {b} is {a + b + rng.randrange(1, 9)}."
+    elif kind == 1:
+        thing = rng.choice(sorted(COLOURS))
+        other = rng.choice(sorted(set(COLOURS.values()) - {COLOURS[thing]}))
+        prompt, right, wrong = (f"What colour is the {thing}?", f"The {thing} is usually {COLOURS[thing]}.",
+                                f"The {thing} is usually {other}.")
+    else:
+        word = rng.choice(WORDS)
+        prompt, right, wrong = (f"How many letters are in the word {word}?", f"The word {word} has {len(word)} letters.",
+                                f"The word {word} has {len(word) + rng.randrange(1, 4)} letters.")
+    user = {"role": "user", "content": prompt}
+    return {"id": i, "prompt": prompt, "chosen": [user, {"role": "assistant", "content": right}],
+            "rejected": [user, {"role": "assistant", "content": wrong}]}
+
+
+def write_preferences() -> None:
+    rng = random.Random(1)
+    with open(HERE / "dpo_tiny.jsonl", "w") as f:
+        for i in range(256):
+            f.write(json.dumps(preference_pair(rng, i)) + "\n")
+
+
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -68,6 +96,7 @@ def main() -> None:
                                    additional_special_tokens=specials[4:])
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(HERE / "tiny_tokenizer")
+    write_preferences()
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 
 from elastic_launcher.instances import InstanceType, lookup
-from training.config import (RESUME_INVARIANTS, BatchPlan, ConfigError, JobConfig, build, get_path, plan_batches,
-                             ranged)
+from training.config import (RESUME_INVARIANTS, BatchPlan, ConfigError, JobConfig, build, check_methods, get_path,
+                             plan_batches, ranged)
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -253,6 +253,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         merged = _merge(recipe, entry or {})
         merged["trainer"] = {**merged.get("trainer", {}), "num_nodes": nodes}
         cfg = build(JobConfig, merged, where)
+        check_methods(cfg.training_config)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
@@ -277,5 +278,11 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         listed = ", ".join(f"{n} nodes: {lr:g}" for n, lr in rates.items())
         warnings.append(f"learning_rate differs between sizes ({listed}): after a resize the new size's LR "
                         f"governs the schedule from that step on")
+    recipe_lr = base_cfg.training_config.training_args.learning_rate
+    for nodes, lr in rates.items():
+        if entries.get(nodes) and max(lr / recipe_lr, recipe_lr / lr) > 5:
+            warnings.append(f"recipes.scale_config.n{nodes} sets learning_rate={lr:g}, {lr / recipe_lr:.3g}x the "
+                            f"recipe's {recipe_lr:g}: a LoRA learning rate in full-parameter training (or the reverse)? "
+                            f"remove it from the entry to use the recipe's")
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
     return Plan(job_name, instance, policy, recipe, tuple(sizes), unused, tuple(warnings), tuple(notes))

@@ -60,7 +60,7 @@ def test_main_command_plans_every_allowed_size(launch, tmp_path):
 
 def test_scale_config_entry_overridden_from_command_line(launch, tmp_path):
     code, _, err = launch(*MAIN_COMMAND, "recipes.scale_config.n4.training_config.training_args.micro_train_batch_size=2",
-                          "recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5")
+                          "++recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5")
     assert code == 0, err
     configs = read_configs(tmp_path, "llama3-1-8b-sft")
     assert training_args(configs["config-n4.yaml"])["micro_train_batch_size"] == 2

@@ -120,7 +120,7 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
                                           r"assistant turn.*fix or remove the row"):
         build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
     data.write_text("\n".join(json.dumps(r) for r in (good, no_answer, good)) + "\n")
-    ds, stats = build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    ds, _, stats = build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
     assert len(ds) == 2 and stats["dropped"] == {"no_assistant_tokens": 1}
     data.write_text(json.dumps(no_answer) + "\n")
     with pytest.raises(ConfigError, match=r"all 1 rows were dropped \(1 with no assistant tokens\)"):

@@ -125,8 +125,8 @@ def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
 
     datasets.load_dataset("json", data_files=str(ROOT / "data" / "sft_tiny.jsonl"), split="train").to_parquet(
         str(tmp_path / "sft.parquet"))
-    plain, _ = build_dataset(DatasetConfig(train_data=str(tmp_path / "sft.parquet"), max_len=64), tiny_tokenizer())
-    packed, stats = build_dataset(DatasetConfig(train_data=str(tmp_path), max_len=64, packing=True), tiny_tokenizer())
+    plain, _, _ = build_dataset(DatasetConfig(train_data=str(tmp_path / "sft.parquet"), max_len=64), tiny_tokenizer())
+    packed, _, stats = build_dataset(DatasetConfig(train_data=str(tmp_path), max_len=64, packing=True), tiny_tokenizer())
     assert len(packed) < len(plain) // 2 and stats["packing_fill"] > 0.9
     assert all(len(row["input_ids"]) == len(row["labels"]) == sum(row["lengths"]) <= 64 for row in packed)
     ids = [i for row in packed for i in row["sample_ids"]]

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from training.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
                                       latest_checkpoint, step_dir, step_of)
@@ -124,8 +124,10 @@ def _nonfinite_count(model) -> int:
 
 class Checkpointer:
     def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
-                 timeout_s: float = 1800.0, on_gpu: bool = False):
+                 timeout_s: float = 1800.0, on_gpu: bool = False, trainable_only: bool = False):
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
+        # LoRA: only what training changes (the adapters and their optimizer state) is saved and loaded.
+        self._options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
         self.async_save, self.timeout_s = async_save, timeout_s
         self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
         self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
@@ -143,7 +145,7 @@ class Checkpointer:
 
     def _app_state(self, model, optimizer) -> dict:
         _allocate_adamw_state(optimizer)
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         return {"model": model_sd, "optim": optim_sd}
 
     # --- save ---------------------------------------------------------------------------------------
@@ -296,7 +298,8 @@ class Checkpointer:
         marks.append(time.perf_counter())
         dcp.load(app, checkpoint_id=str(path))
         marks.append(time.perf_counter())
-        set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"])
+        set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"],
+                       options=self._options)
         marks.append(time.perf_counter())
         self.load_seconds = dict(zip(("prepare", "read", "apply"), (b - a for a, b in zip(marks, marks[1:]))))
 

@@ -63,8 +63,9 @@ def report(error: BaseException) -> int:
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
-RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "datasets.train_data",
-                     "datasets.split", "datasets.messages_key", "datasets.max_len", "datasets.packing")
+RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
+                     "datasets.train_data", "datasets.split", "datasets.messages_key", "datasets.max_len",
+                     "datasets.packing", "datasets.train_val_split_ratio", "model_config.peft_config")
 
 
 def get_path(obj: Any, path: str) -> Any:
@@ -113,6 +114,18 @@ class UnevenBatch:
 
 
 @dataclass
+class PeftConfig:
+    """LoRA adapters (peft), with the keys of the vendor's recipes: only the adapters train and are
+    checkpointed; the base model stays frozen (bf16 on GPU)."""
+
+    peft_type: str = one_of("lora")
+    r: int = ranged(16, ge=1)
+    lora_alpha: float = ranged(32.0, gt=0)
+    lora_dropout: float = ranged(0.05, ge=0, lt=1)
+    target_modules: Any = "all-linear"  # "all-linear" (every linear layer but the LM head) or a list of names
+
+
+@dataclass
 class ModelConfig:
     model_name_or_path: str | None = None  # hub id or local directory (the real loading path)
     architecture: dict[str, Any] | None = None  # inline transformers config (model_type + kwargs), random init
@@ -123,16 +136,18 @@ class ModelConfig:
     compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
     sharding: str = one_of("fsdp", "hsdp")  # hsdp: shard within a node, replicate across nodes
     loss_chunk_tokens: int = ranged(8192, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
+    peft_config: PeftConfig | None = None  # None: full-parameter training
 
 
 @dataclass
 class DatasetConfig:
     train_data: str = "data/sft_tiny.jsonl"  # JSONL/Parquet file or directory, or a hub dataset id
     split: str = "train"
-    messages_key: str = "messages"
+    messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
     max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
     packing: bool = False
     num_workers: int = ranged(0, ge=0)
+    train_val_split_ratio: float = ranged(1.0, gt=0, le=1)  # share of rows trained on; the rest validate
 
 
 @dataclass
@@ -143,6 +158,9 @@ class TrainingArgs:
     min_learning_rate: float = ranged(0.0, ge=0)  # floor of the cosine decay
     warmup_steps: int = ranged(0, ge=0)
     max_steps: int = ranged(100, ge=1)
+    max_epochs: float | None = ranged(None, gt=0)  # if set, replaces max_steps: passes over the training rows
+    lr_warmup_ratio: float | None = ranged(None, ge=0, lt=1)  # if set, replaces warmup_steps: share of max_steps
+    eval_steps: int = ranged(0, ge=0)  # validation loss every this many steps (0: never); needs a split ratio < 1
     weight_decay: float = ranged(0.0, ge=0)
     adam_beta1: float = ranged(0.9, ge=0, lt=1)
     adam_beta2: float = ranged(0.95, ge=0, lt=1)
@@ -150,6 +168,11 @@ class TrainingArgs:
     max_skipped_steps: int = ranged(0, ge=0)  # steps with a non-finite loss/gradient to skip before stopping
     seed: int = ranged(42, ge=0)
     uneven_batch: UnevenBatch = field(default_factory=UnevenBatch)
+    trainer_type: str = one_of("sft", "dpo")
+    beta: float = ranged(0.1, gt=0)  # DPO: strength of the pull towards the reference model
+    loss_type: str = one_of("sigmoid", "hinge", "ipo")  # DPO loss on the reward margin
+    save_hf_ckpt: bool = False  # write a Hugging Face model to <run_dir>/hf at the last step
+    merge_weights: bool = True  # LoRA: also write the merged model (hf/); the adapter alone goes to hf_adapter/
 
 
 @dataclass
@@ -256,7 +279,35 @@ def load_job_config(path: str | Path) -> JobConfig:
     import yaml
 
     with open(path) as f:
-        return build(JobConfig, yaml.safe_load(f), "")
+        cfg = build(JobConfig, yaml.safe_load(f), "")
+    check_methods(cfg.training_config)
+    return cfg
+
+
+def check_methods(tc: TrainingSection) -> None:
+    """Settings that only make sense together (checked by the launcher for every size, and by the trainer)."""
+    peft = tc.model_config.peft_config
+    if peft is not None and not (peft.target_modules == "all-linear" or (
+            isinstance(peft.target_modules, list) and peft.target_modules
+            and all(isinstance(m, str) for m in peft.target_modules))):
+        raise ConfigError(f"training_config.model_config.peft_config.target_modules={peft.target_modules!r} must be "
+                          f"'all-linear' or a list of module names (e.g. [q_proj, v_proj])")
+    if tc.training_args.trainer_type == "dpo" and tc.datasets.packing:
+        raise ConfigError("training_config.datasets.packing=true with trainer_type=dpo: DPO compares whole "
+                          "sequences pair by pair; set datasets.packing=false")
+    if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1:
+        raise ConfigError(f"training_config.training_args.eval_steps={tc.training_args.eval_steps} but "
+                          f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9) "
+                          f"or eval_steps=0")
+
+
+def resolve_schedule(args: TrainingArgs, train_rows: int) -> TrainingArgs:
+    """max_steps and warmup_steps from max_epochs and lr_warmup_ratio where those are set. A function
+    of the training rows and the global batch only, so every size resolves the same schedule."""
+    max_steps = max(1, math.ceil(args.max_epochs * train_rows / args.train_batch_size)) if args.max_epochs \
+        else args.max_steps
+    warmup = round(args.lr_warmup_ratio * max_steps) if args.lr_warmup_ratio is not None else args.warmup_steps
+    return dataclasses.replace(args, max_steps=max_steps, warmup_steps=warmup)
 
 
 # --- batch math ------------------------------------------------------------------------------------

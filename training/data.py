@@ -1,4 +1,5 @@
-"""Supervised fine-tuning data: chat samples -> token ids with prompt tokens masked out of the labels.
+"""Training data: chat samples (SFT) or preference pairs (DPO) -> token ids with prompt tokens masked
+out of the labels, split into training and validation rows.
 
 Tokenization runs once per dataset/tokenizer/settings and is cached under the run directory. One
 process per node builds the cache while the others poll the file system, so a long tokenization
@@ -11,6 +12,7 @@ import bisect
 import hashlib
 import json
 import os
+import random
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +24,8 @@ from training.config import ConfigError, DatasetConfig
 IGNORE_INDEX = -100
 _READY = "READY"
 _STATS = "stats.json"
-_FORMAT = 2  # bump when the cached rows change shape
+_FORMAT = 3  # bump when the cached rows change shape
+SPLITS = ("train", "validation")
 
 
 def _source_identity(path: str) -> str:
@@ -34,9 +37,9 @@ def _source_identity(path: str) -> str:
     return ";".join(f"{f}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in files if f.is_file())
 
 
-def cache_key(cfg: DatasetConfig, tokenizer_name: str) -> str:
+def cache_key(cfg: DatasetConfig, tokenizer_name: str, trainer_type: str, seed: int) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
-                       _source_identity(tokenizer_name), _FORMAT])
+                       cfg.train_val_split_ratio, seed, trainer_type, _source_identity(tokenizer_name), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -160,42 +163,100 @@ def _drop_detail(dropped: dict[str, int]) -> str:
     return ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
 
 
-def build_dataset(cfg: DatasetConfig, tokenizer):
-    """(tokenized dataset, statistics). A malformed row stops the build with its file and line."""
+def _chat(value, role: str) -> list[dict]:
+    """A preference field as messages: text becomes one turn of `role`, a message list stays."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list):
+        return value
+    raise ValueError(f"expected text or a list of messages, got {type(value).__name__}")
+
+
+def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
+    """(chosen, rejected) conversations of a preference row, in the layouts open datasets use:
+    `prompt`/`chosen`/`rejected` as text, or `chosen`/`rejected` as whole conversations (with an
+    optional `prompt` of text or messages, prepended unless they already start with it)."""
+    if "chosen" not in row or "rejected" not in row:
+        raise ValueError("a preference row needs 'chosen' and 'rejected' (and optionally 'prompt')")
+    prompt = _chat(row["prompt"], "user") if row.get("prompt") is not None else []
+    out = []
+    for side in ("chosen", "rejected"):
+        turns = _chat(row[side], "assistant")
+        starts_with_prompt = any(m.get("role") != "assistant" for m in turns[:1] if isinstance(m, dict))
+        out.append(turns if starts_with_prompt or not prompt else prompt + turns)
+    return out[0], out[1]
+
+
+def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
+    messages = row[cfg.messages_key]
+    check_messages(messages)
+    full = tokenize_chat(messages, tokenizer, 1 << 62)
+    kept = {k: v[: cfg.max_len] for k, v in full.items()}
+    return {**kept, "lengths": [len(kept["input_ids"])]}, _drop_reason(kept["labels"], full["labels"])
+
+
+def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
+    out, reasons = {}, []
+    for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
+        check_messages(messages)
+        full = tokenize_chat(messages, tokenizer, 1 << 62)
+        out[f"{side}_input_ids"], out[f"{side}_labels"] = full["input_ids"][: cfg.max_len], full["labels"][: cfg.max_len]
+        reasons.append(_drop_reason(out[f"{side}_labels"], full["labels"]))
+    return out, next((r for r in reasons if r), "")
+
+
+def _drop_reason(kept_labels: list[int], all_labels: list[int]) -> str:
+    if any(t != IGNORE_INDEX for t in kept_labels):
+        return ""
+    return "truncated_away" if any(t != IGNORE_INDEX for t in all_labels) else "no_assistant_tokens"
+
+
+def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
+    """The rows held out for validation: a seeded choice of the raw rows, so the split is the same at
+    every size and on every restart (and does not depend on tokenization or packing)."""
+    held_out = rows - round(ratio * rows)
+    return set(random.Random(seed).sample(range(rows), held_out))
+
+
+def build_dataset(cfg: DatasetConfig, tokenizer, trainer_type: str = "sft", seed: int = 0):
+    """(training rows, validation rows or None, statistics). A malformed row stops the build with
+    its file and line."""
     raw, files = _load_raw(cfg)
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
-    if cfg.messages_key not in raw.column_names:
-        raise ConfigError(f"training_config.datasets.messages_key={cfg.messages_key!r} is not a column of "
-                          f"{cfg.train_data!r} (columns: {', '.join(raw.column_names)})")
+    needed = [cfg.messages_key] if trainer_type == "sft" else ["chosen", "rejected"]
+    missing = [c for c in needed if c not in raw.column_names]
+    if missing:
+        fix = "set datasets.messages_key" if trainer_type == "sft" else "DPO needs prompt/chosen/rejected columns"
+        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no column "
+                          f"{', '.join(map(repr, missing))} (columns: {', '.join(raw.column_names)}): {fix}")
+    encode_row = _encode_sft if trainer_type == "sft" else _encode_pair
 
     def encode(row, idx):
-        messages = row[cfg.messages_key]
         try:
-            check_messages(messages)
-            full = tokenize_chat(messages, tokenizer, 1 << 62)
+            encoded, drop = encode_row(row, cfg, tokenizer)
         except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
                               f"the row") from None
-        kept = {k: v[: cfg.max_len] for k, v in full.items()}
-        drop = "" if any(t != IGNORE_INDEX for t in kept["labels"]) else \
-            "truncated_away" if any(t != IGNORE_INDEX for t in full["labels"]) else "no_assistant_tokens"
-        return {**kept, "sample_ids": [idx], "lengths": [len(kept["input_ids"])], "drop": drop}
+        return {**encoded, "sample_ids": [idx], "drop": drop}
 
     ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
     reasons = ds["drop"]
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
-    ds = ds.filter(lambda row: not row["drop"]).remove_columns("drop")
-    if len(ds) == 0:
+    held_out = validation_rows(len(raw), cfg.train_val_split_ratio, seed)
+    kept = ds.filter(lambda row: not row["drop"]).remove_columns("drop")
+    train = kept.filter(lambda row: row["sample_ids"][0] not in held_out)
+    val = kept.filter(lambda row: row["sample_ids"][0] in held_out) if held_out else None
+    if len(train) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
-                          f"dropped ({_drop_detail(dropped)}): nothing to train on")
-    stats = {"rows": len(raw), "kept": len(ds), "dropped": dropped}
+                          f"dropped ({_drop_detail(dropped)}) or held out for validation: nothing to train on")
+    stats = {"rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped}
     if cfg.packing:
-        ds = _packed(ds, cfg.max_len)
-        stats["packed_rows"] = len(ds)
-        stats["packing_fill"] = sum(map(sum, ds["lengths"])) / (len(ds) * cfg.max_len)
-    return ds, stats
+        train = _packed(train, cfg.max_len)
+        stats["packed_rows"] = len(train)
+        stats["packing_fill"] = sum(map(sum, train["lengths"])) / (len(train) * cfg.max_len)
+    return train, val, stats
 
 
 def describe_drops(stats: dict) -> str | None:
@@ -206,17 +267,19 @@ def describe_drops(stats: dict) -> str | None:
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
-                  poll_timeout: float = 24 * 3600):
-    """(tokenized dataset, statistics) from the cache; `builder` (one process per node) builds it
-    if missing."""
+                  trainer_type: str = "sft", seed: int = 0, poll_timeout: float = 24 * 3600):
+    """(training rows, validation rows or None, statistics) from the cache; `builder` (one process
+    per node) builds it if missing."""
     import datasets
 
-    target = Path(cache_root) / cache_key(cfg, tokenizer_name)
+    target = Path(cache_root) / cache_key(cfg, tokenizer_name, trainer_type, seed)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         try:
-            ds, stats = build_dataset(cfg, tokenizer)
-            ds.save_to_disk(str(tmp))
+            *splits, stats = build_dataset(cfg, tokenizer, trainer_type, seed)
+            for name, split in zip(SPLITS, splits):
+                if split is not None:
+                    split.save_to_disk(str(tmp / name))
             (tmp / _STATS).write_text(json.dumps(stats))
             (tmp / _READY).touch()
             os.replace(tmp, target)
@@ -230,7 +293,9 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
         if time.monotonic() > deadline:
             raise TimeoutError(f"tokenized dataset {target} did not appear within {poll_timeout:.0f}s")
         time.sleep(0.5)
-    return datasets.load_from_disk(str(target)), json.loads((target / _STATS).read_text())
+    train, val = ((datasets.load_from_disk(str(target / name)) if (target / name).exists() else None)
+                  for name in SPLITS)
+    return train, val, json.loads((target / _STATS).read_text())
 
 
 def collate(rows: list[dict]) -> dict:
@@ -264,3 +329,12 @@ def collate(rows: list[dict]) -> dict:
     return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
             "label_tokens": int((labels != IGNORE_INDEX).sum()) if sample_ids else 0,
             "tokens": real_tokens if sample_ids else 0}
+
+
+def collate_pairs(rows: list[dict]) -> dict:
+    """A DPO micro-batch: the chosen sequences of its pairs, then the rejected ones, as one padded
+    batch (`pairs` says where the halves meet; 0 for an empty micro-batch's dummy row)."""
+    sequences = [{"input_ids": r[f"{side}_input_ids"], "labels": r[f"{side}_labels"],
+                  "sample_ids": r["sample_ids"] if side == "chosen" else [], "lengths": [len(r[f"{side}_input_ids"])]}
+                 for side in ("chosen", "rejected") for r in rows]
+    return {**collate(sequences), "pairs": len(rows)}

@@ -138,13 +138,18 @@ class CausalLM(torch.nn.Module):
     def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
         super().__init__()
         self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
+        self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
         self.loss_chunk_tokens = loss_chunk_tokens
 
-    def forward(self, input_ids, position_ids, labels) -> torch.Tensor:
+    def forward(self, input_ids, position_ids, labels, per_sequence: bool = False) -> torch.Tensor:
+        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO)."""
         # No KV cache: with one, transformers would not derive per-sample attention from position_ids.
         embeds = self.model.embed_tokens(input_ids)
         hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=self._masks(embeds, position_ids),
                             use_cache=False).last_hidden_state
+        if per_sequence:
+            return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.lm_head.weight, labels[i : i + 1],
+                                                      self.loss_chunk_tokens) for i in range(len(hidden))])
         return linear_cross_entropy(hidden, self.lm_head.weight, labels, self.loss_chunk_tokens)
 
     def _masks(self, embeds, position_ids) -> dict | None:
@@ -224,10 +229,21 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    shards_from = None if resuming else _safetensors_dir(cfg)
+    if cfg.peft_config is not None:
+        resuming = False  # LoRA checkpoints hold only the adapters: the base always comes from the source
+    # LoRA adapters are in no safetensors file: they need the rank-0 path's seeded initialization.
+    shards_from = None if resuming or cfg.peft_config else _safetensors_dir(cfg)
     real = (rank0 or single) and not resuming and not shards_from
     hf_model = build_model(cfg, seed) if real else _skeleton(cfg)
+    if cfg.peft_config is not None:
+        from training.lora import apply_lora
+
+        hf_model = apply_lora(hf_model, cfg.peft_config)
     full = hf_model.state_dict() if real and not single else {}
+    if cfg.peft_config is not None and on_gpu and cfg.mixed_precision == "bf16":
+        for p in hf_model.parameters():  # the frozen base computes in bf16 anyway: store it so, at half the memory
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
     _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
     model = apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision, on_gpu)
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")

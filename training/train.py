@@ -14,11 +14,12 @@ import warnings
 PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures restart cost from here
 
 import argparse  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
+from dataclasses import asdict, dataclass, is_dataclass, replace  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,10 +31,13 @@ from training.checkpoint import (Checkpointer, CheckpointError, TrainState, byte
                                  latest_checkpoint, step_of)
 from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
                              JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, report,
-                             select_config_file)
-from training.data import collate, describe_drops, load_or_build  # noqa: E402
+                             resolve_schedule, select_config_file)
+from training.data import IGNORE_INDEX, collate, collate_pairs, describe_drops, load_or_build  # noqa: E402
+from training.dpo import PairScores, dpo_loss  # noqa: E402
 from training.elastic import ElasticStop  # noqa: E402
 from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
+from training.export import export_hf  # noqa: E402
+from training.lora import adapters_disabled  # noqa: E402
 from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 
@@ -80,7 +84,8 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
 def fingerprint(cfg: JobConfig, dataset_len: int) -> dict:
     """Settings a resumed run must share with its checkpoint for the data stream to continue: the
     same list the launcher holds equal across sizes."""
-    return {**{path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}, "dataset_len": dataset_len}
+    values = {path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}
+    return {**{k: asdict(v) if is_dataclass(v) else v for k, v in values.items()}, "dataset_len": dataset_len}
 
 
 def train_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,6 +104,14 @@ def train_step(model, micro_batches: list[dict], device, world_size: int) -> tup
         (loss * scale).backward()
         loss_sum += loss.detach()
     return loss_sum, counts
+
+
+def reward_stats(sums: list[float], pairs: float) -> dict:
+    """Mean implicit rewards of chosen and rejected completions, their margin, and the share of
+    pairs whose chosen completion scored higher (from summed [chosen, rejected, right] values)."""
+    chosen, rejected, right = (v / max(pairs, 1) for v in sums)
+    return {"rewards_chosen": chosen, "rewards_rejected": rejected, "rewards_margin": chosen - rejected,
+            "rewards_accuracy": right}
 
 
 def parse_args(argv=None):
@@ -135,7 +148,7 @@ class Trainer:
         tc = cfg.training_config
         self.plan: BatchPlan = plan_batches(tc.training_args, self.topo.world_size)
         self.run_dir = _writable_run_dir(Path(args.run_dir or cfg.run.output_dir))
-        self.last_step = min(args.stop_at_step or tc.training_args.max_steps, tc.training_args.max_steps)
+        self.stop_at_step = args.stop_at_step
         self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
         self.on_gpu = torch.cuda.is_available()
@@ -149,11 +162,17 @@ class Trainer:
         self.rank0 = self.topo.rank == 0
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
                                  launch_id=f"{int(PROCESS_START * 1000)}")
+        self.dataset, self.validation = self._dataset()
+        ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
+        self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
                        per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
-                       grad_accum=self.plan.grad_accum_steps)
-        self.dataset = self._dataset()
+                       grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps)
+        if self.rank0:  # the config as run (vocab and schedule resolved): what `python -m training.export` reads
+            import yaml
+
+            (self.run_dir / "job_config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
         self._model_and_state()
 
     def _mesh(self, sharding: str):
@@ -169,14 +188,16 @@ class Trainer:
         mc, ds_cfg = self.cfg.training_config.model_config, self.cfg.training_config.datasets
         tokenizer_name = mc.tokenizer_name_or_path or mc.model_name_or_path
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
-        dataset, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
-                                       builder=self.topo.local_rank == 0)
+        ta = self.cfg.training_config.training_args
+        train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
+                                                 builder=self.topo.local_rank == 0, trainer_type=ta.trainer_type,
+                                                 seed=ta.seed)
         if mc.architecture is not None and "vocab_size" not in mc.architecture:
             mc.architecture["vocab_size"] = len(tokenizer)
         self.log.event(event="data", **stats)
         if self.rank0 and describe_drops(stats):
             print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
-        return dataset
+        return train, validation
 
     def _model_and_state(self) -> None:
         tc = self.cfg.training_config
@@ -185,7 +206,8 @@ class Trainer:
             # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
-                                         self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu)
+                                         self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu,
+                                         trainable_only=tc.model_config.peft_config is not None)
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
         self._build_model(resuming)
         self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
@@ -198,11 +220,16 @@ class Trainer:
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
         self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp)
+        self.reference = None  # full-parameter DPO: a frozen copy of the initial model
+        if tc.training_args.trainer_type == "dpo" and tc.model_config.peft_config is None:
+            self.reference = build_sharded_model(tc.model_config, tc.training_args.seed, self.mesh, self.on_gpu,
+                                                 resuming=False).requires_grad_(False).eval()
 
     def _build_model(self, resuming: bool) -> None:
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ta.learning_rate,
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        self.optimizer = torch.optim.AdamW(trainable, lr=ta.learning_rate,
                                            betas=(ta.adam_beta1, ta.adam_beta2), weight_decay=ta.weight_decay,
                                            foreach=True)
 
@@ -214,9 +241,17 @@ class Trainer:
         ds_cfg, ta = self.cfg.training_config.datasets, self.cfg.training_config.training_args
         sampler = GlobalBatchSampler(len(self.dataset), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
         workers = ds_cfg.num_workers
-        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=self._collate, num_workers=workers,
                                        pin_memory=self.on_gpu, prefetch_factor=4 if workers else None,
                                        persistent_workers=workers > 0))
+
+    @property
+    def dpo(self) -> bool:
+        return self.cfg.training_config.training_args.trainer_type == "dpo"
+
+    @property
+    def _collate(self):
+        return collate_pairs if self.dpo else collate
 
     def set_learning_rate(self) -> float:
         """The LR of this step under the live size's config: a function of the global step only, so
@@ -234,14 +269,18 @@ class Trainer:
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        loss_sum, tokens = train_step(self.model, micro_batches, self.device, self.topo.world_size)
+        if self.dpo:
+            loss_sum, tokens, extra = self._dpo_step(micro_batches)
+        else:
+            loss_sum, tokens = train_step(self.model, micro_batches, self.device, self.topo.world_size)
+            extra = torch.zeros(0, device=self.device)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
         flags = torch.tensor([self.stop.requested, self.checkpointer.writing], dtype=torch.float64, device=self.device)
-        stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags])
+        stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags, extra.double()])
         dist.all_reduce(stats)
-        loss_sum, nonfinite, stop, writing = stats.tolist()
+        loss_sum, nonfinite, stop, writing, *extra = stats.tolist()
         if nonfinite:
             self.optimizer.zero_grad(set_to_none=True)
             self.state.skipped_steps += 1
@@ -257,7 +296,8 @@ class Trainer:
         self.state.consumed_samples += self.plan.global_batch
         label_tokens, input_tokens = tokens.tolist()
         elapsed = time.perf_counter() - started
-        record = {"step": self.state.step, "loss": loss_sum / label_tokens if label_tokens and not nonfinite else None,
+        denominator = self.plan.global_batch if self.dpo else label_tokens  # pairs, or label tokens
+        record = {"step": self.state.step, "loss": loss_sum / denominator if label_tokens and not nonfinite else None,
                   "lr": lr, "grad_norm": float(grad_norm), "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
@@ -265,10 +305,75 @@ class Trainer:
                   "peak_memory_gib": peak_memory_gib(self.device)}
         if nonfinite:
             record["skipped"] = True
+        if self.dpo:
+            record.update(reward_stats(extra, self.plan.global_batch))
         peak = peak_flops(self.device)
         if peak:
             record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / peak
         return record, bool(stop), bool(writing)
+
+    @contextmanager
+    def _reference_model(self):
+        """DPO's reference: the frozen copy, or for LoRA the same model with its adapters switched off."""
+        if self.reference is not None:
+            yield self.reference
+        else:
+            with adapters_disabled(self.model):
+                yield self.model
+
+    def _pair_scores(self, micro: dict) -> tuple[torch.Tensor, PairScores]:
+        batch = {k: micro[k].to(self.device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
+        n, tokens = micro["pairs"], (batch["labels"] != IGNORE_INDEX).sum(dim=1)
+        with torch.no_grad(), self._reference_model() as reference:
+            ref = reference(**batch, per_sequence=True)
+        policy = self.model(**batch, per_sequence=True)
+        return policy, PairScores(policy[:n], policy[n:2 * n], ref[:n], ref[n:2 * n], tokens[:n], tokens[n:2 * n])
+
+    def _dpo_step(self, micro_batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Forward/backward of DPO over the step's micro-batches: (local loss sum, global [label
+        tokens, input tokens], local [chosen reward sum, rejected reward sum, pairs ranked right]).
+        A step always holds `global_batch` pairs, so the loss is their mean at every size."""
+        ta = self.cfg.training_config.training_args
+        counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
+                              dtype=torch.float64, device=self.device)
+        dist.all_reduce(counts)
+        scale = self.topo.world_size / self.plan.global_batch
+        loss_sum, extra = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
+        for micro in micro_batches:
+            policy, scores = self._pair_scores(micro)
+            losses, chosen, rejected = dpo_loss(scores, ta.beta, ta.loss_type)
+            ((losses.sum() + 0 * policy.sum()) * scale).backward()  # an empty micro-batch still joins FSDP's collectives
+            loss_sum += losses.detach().sum()
+            extra += torch.stack([chosen.sum(), rejected.sum(), (chosen > rejected).sum().float()])
+        return loss_sum, counts, extra
+
+    def evaluate(self) -> dict:
+        """Validation loss over the whole held-out set (each rank a strided share, one all-reduce):
+        the same number at every size. DPO also reports its reward accuracy there."""
+        val, micro, ta = self.validation, self.plan.micro_batch, self.cfg.training_config.training_args
+        mine = list(range(self.topo.rank, len(val), self.topo.world_size))
+        rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
+        sums = torch.zeros(5, dtype=torch.float64, device=self.device)
+        self.model.eval()
+        with torch.no_grad():
+            for i in range(rounds):
+                batch = self._collate([val[j] for j in mine[i * micro:(i + 1) * micro]])
+                if self.dpo:
+                    _, scores = self._pair_scores(batch)
+                    losses, chosen, rejected = dpo_loss(scores, ta.beta, ta.loss_type)
+                    sums += torch.stack([losses.sum(), torch.tensor(float(batch["pairs"]), device=self.device),
+                                         chosen.sum(), rejected.sum(), (chosen > rejected).sum()]).double()
+                else:
+                    loss = self.model(**{k: batch[k].to(self.device) for k in ("input_ids", "position_ids", "labels")})
+                    sums[:2] += torch.stack([loss.double(), torch.tensor(float(batch["label_tokens"]), device=self.device,
+                                                                            dtype=torch.float64)])
+        self.model.train()
+        dist.all_reduce(sums)
+        total, count, *extra = sums.tolist()
+        record = {"step": self.state.step, "eval_loss": total / max(count, 1)}
+        if self.dpo:
+            record.update({f"eval_{k}": v for k, v in reward_stats(extra, count).items()})
+        return record
 
     def _audit(self, micro_batches: list[dict]) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]
@@ -295,7 +400,7 @@ class Trainer:
             time.sleep(0.02)
 
     def train(self) -> None:
-        tc = self.cfg.training_config
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         loader = self._loader()
         self.model.train()
         self.stop.training = True
@@ -306,6 +411,8 @@ class Trainer:
                 self._audit(micro_batches)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
                 self.log.log(record)
+            if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
+                self.log.log(self.evaluate())
             if self.checkpointer.pending and not writing:  # every rank's background write is done
                 self.checkpointer.wait()
                 self._log_saved()
@@ -320,6 +427,11 @@ class Trainer:
                 break
         self.checkpointer.wait()
         self._log_saved()
+        if ta.save_hf_ckpt and self.state.step == ta.max_steps:
+            started = time.perf_counter()
+            written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0, self.on_gpu)
+            self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
+                           seconds=round(time.perf_counter() - started, 3))
         self.stop.training = False
         self.log.event(event="exit", step=self.state.step)
         self.log.close()

@@ -1,0 +1,199 @@
+"""A Hugging Face model directory from the sharded training model: what a serving stack loads.
+
+Written at the last step when `training_args.save_hf_ckpt` is set, or from any complete checkpoint:
+
+    python -m training.export --checkpoint RUN_DIR/checkpoints/step-N --out DIR [--config FILE]
+    torchrun --nproc-per-node=8 -m training.export ...   # a model too large for one process
+
+Parameters are gathered one at a time (each gather a collective on every rank) and rank 0 writes
+them into safetensors shards of at most 5 GB, so no rank ever holds more than its own shards, one
+gathered tensor and one output shard. For LoRA, `<out>` holds the merged model (W + scaling * B @ A,
+with `merge_weights`) and `<out>_adapter` the adapter alone, loadable with peft.PeftModel. Both are
+written to a temporary directory first and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from training.config import JobConfig
+
+SHARD_BYTES = 5 * 10**9
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def model_tensors(model, merge_lora: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """(transformers name, full tensor) of every weight, LoRA merged into its base layer."""
+    from training.lora import ADAPTER, adapter_layers
+
+    layers = adapter_layers(model) if merge_lora else {}
+    for name, p in model.named_parameters():  # a tied LM head appears once, as the embedding
+        if ".lora_" in name:
+            continue
+        owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
+        if owner in layers and name.endswith("base_layer.weight"):
+            layer = layers[owner]
+            delta = _full(layer.lora_B[ADAPTER].weight).float() @ _full(layer.lora_A[ADAPTER].weight).float()
+            yield f"{owner}.weight", _full(p.detach()).float() + layer.scaling[ADAPTER] * delta
+        else:
+            yield name.replace(".base_layer.", "."), _full(p.detach())
+
+
+def adapter_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """The LoRA weights under peft's saved names (base_model.model.<module>.lora_A.weight)."""
+    from training.lora import ADAPTER
+
+    for name, p in model.named_parameters():
+        if ".lora_" in name:
+            yield f"base_model.model.{name.replace(f'.{ADAPTER}.', '.')}", _full(p.detach())
+
+
+class ShardWriter:
+    """Rank 0 collects tensors into safetensors files of at most SHARD_BYTES, named as transformers names them."""
+
+    def __init__(self, out: Path, dtype: torch.dtype, enabled: bool, prefix: str = "model"):
+        self.out, self.dtype, self.enabled, self.prefix = out, dtype, enabled, prefix
+        self.shard: dict[str, torch.Tensor] = {}
+        self.files: list[dict[str, torch.Tensor]] = []
+        self.written: list[tuple[Path, list[str]]] = []
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        if not self.enabled:
+            return
+        self.shard[name] = tensor.to("cpu", self.dtype).contiguous()
+        if sum(t.numel() * t.element_size() for t in self.shard.values()) >= SHARD_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        if self.shard:
+            path = self.out / f"{self.prefix}-part{len(self.written)}.safetensors"
+            save_file(self.shard, str(path), metadata={"format": "pt"})
+            self.written.append((path, list(self.shard)))
+            self.shard = {}
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._flush()
+        if len(self.written) == 1:
+            self.written[0][0].rename(self.out / f"{self.prefix}.safetensors")
+            return
+        index, total = {}, len(self.written)
+        for i, (path, names) in enumerate(self.written, 1):
+            final = f"{self.prefix}-{i:05d}-of-{total:05d}.safetensors"
+            path.rename(self.out / final)
+            index.update(dict.fromkeys(names, final))
+        (self.out / f"{self.prefix}.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}, indent=1))
+
+
+def _write(out: Path, tensors: Iterator[tuple[str, torch.Tensor]], dtype, rank0: bool, prefix: str, extra) -> None:
+    """Stream `tensors` into `out` (via a temporary directory renamed at the end); `extra(tmp)` adds the rest."""
+    import torch.distributed as dist
+
+    tmp = out.with_name(out.name + ".tmp")
+    if rank0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    writer = ShardWriter(tmp, dtype, rank0, prefix)
+    for name, tensor in tensors:
+        writer.add(name, tensor)
+    if rank0:
+        writer.close()
+        extra(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    dist.barrier()
+
+
+def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, on_gpu: bool) -> list[Path]:
+    """Write the Hugging Face directories of the trained model; returns the directories written."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    mc, ta = cfg.training_config.model_config, cfg.training_config.training_args
+    dtype = torch.bfloat16 if on_gpu and mc.mixed_precision == "bf16" else torch.float32
+    lora = mc.peft_config is not None
+    config = model.config
+
+    def model_files(directory: Path) -> None:
+        config.architectures, config.use_cache = [model.hf_architecture], True
+        config.dtype = dtype
+        config.save_pretrained(directory)
+        GenerationConfig.from_model_config(config).save_pretrained(directory)
+        AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or mc.model_name_or_path).save_pretrained(directory)
+
+    written = []
+    if not lora or ta.merge_weights:
+        _write(out, model_tensors(model, merge_lora=lora), dtype, rank0, "model", model_files)
+        written.append(out)
+    if lora:
+        from training.lora import lora_config
+
+        adapter_dir = out.with_name(out.name + "_adapter")
+        _write(adapter_dir, adapter_tensors(model), dtype, rank0, "adapter_model",
+               lambda d: lora_config(mc.peft_config, mc.model_name_or_path).save_pretrained(d))
+        written.append(adapter_dir)
+    return written
+
+
+def main(argv=None) -> int:
+    """Export one complete checkpoint (under torchrun or as a single process)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from training.checkpoint import COMPLETE
+    from training.config import ConfigError, load_job_config, report
+    from training.model import build_sharded_model
+    from training.train import Topology
+
+    parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a complete checkpoint directory (.../checkpoints/step-N)")
+    parser.add_argument("--out", required=True, help="the Hugging Face directory to write")
+    parser.add_argument("--config", help="the run's training config (default: job_config.yaml in the run directory)")
+    args = parser.parse_args(argv)
+    try:
+        checkpoint = Path(args.checkpoint)
+        if not (checkpoint / COMPLETE).exists():
+            raise ConfigError(f"--checkpoint {checkpoint} is not a complete checkpoint (no {COMPLETE} marker): "
+                              f"give a step-N directory under <run dir>/checkpoints")
+        config = Path(args.config) if args.config else checkpoint.parent.parent / "job_config.yaml"
+        if not config.exists():
+            raise ConfigError(f"no training config at {config}: pass --config <the run's config-n<N>.yaml>")
+        cfg = load_job_config(config)
+        topo = Topology.from_env()
+        on_gpu = torch.cuda.is_available()
+        device = torch.device("cuda", topo.local_rank) if on_gpu else torch.device("cpu")
+        if on_gpu:
+            torch.cuda.set_device(device)
+        dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo")
+        mc = cfg.training_config.model_config
+        mc.compile = False
+        model = build_sharded_model(mc, cfg.training_config.training_args.seed,
+                                    init_device_mesh(device.type, (topo.world_size,)), on_gpu, resuming=True)
+        options = StateDictOptions(ignore_frozen_params=mc.peft_config is not None)
+        state = {"model": get_model_state_dict(model, options=options)}
+        dcp.load(state, checkpoint_id=str(checkpoint))
+        set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
+        for path in export_hf(model, cfg, Path(args.out), topo.rank == 0, on_gpu):
+            if topo.rank == 0:
+                print(f"wrote {path}", flush=True)
+    except ConfigError as e:
+        return report(e)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
