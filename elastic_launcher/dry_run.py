@@ -58,6 +58,20 @@ def plan_table(plan: Plan) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
+def describe_method(tc) -> str:
+    """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
+    ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
+    what = f"DPO ({ta.loss_type} loss, beta {ta.beta:g})" if ta.trainer_type == "dpo" else "SFT"
+    what += f" with LoRA (r {peft.r}, alpha {peft.lora_alpha:g}, {peft.target_modules})" if peft else ", full parameters"
+    steps = f"{ta.max_epochs:g} epoch(s), steps resolved from the data at start" if ta.max_epochs else f"{ta.max_steps} steps"
+    parts = [what, steps]
+    if ta.eval_steps:
+        parts.append(f"validation on {1 - ds.train_val_split_ratio:.0%} of the rows every {ta.eval_steps} steps")
+    if ta.save_hf_ckpt:
+        parts.append("Hugging Face model written at the end" + (" (merged + adapter)" if peft and ta.merge_weights else ""))
+    return "method: " + "; ".join(parts)
+
+
 def summary(plan: Plan, target: str) -> str:
     p = plan.policy
     kind = "elastic" if p.is_elastic else "static"
@@ -69,7 +83,7 @@ def summary(plan: Plan, target: str) -> str:
     else:
         nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
     lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
-             f"target {target}", plan_table(plan)]
+             f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")

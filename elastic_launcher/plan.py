@@ -80,7 +80,9 @@ class SizePlan:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.batch.global_batch * self.config.training_config.datasets.max_len
+        """At most (full rows); DPO runs two sequences per sample."""
+        tc = self.config.training_config
+        return self.batch.global_batch * tc.datasets.max_len * (2 if tc.training_args.trainer_type == "dpo" else 1)
 
 
 @dataclass(frozen=True)

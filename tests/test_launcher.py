@@ -5,6 +5,7 @@ import pytest
 
 from conftest import MAIN_COMMAND, ROOT, run_launcher_process
 from elastic_launcher.compose import options
+from k8s_schema import hyperpod_sdk_model, validate_crd
 from elastic_launcher.plan import make_plan
 from training.config import load_job_config, select_config_file
 
@@ -22,7 +23,10 @@ def training_args(config):
 
 def test_every_shipped_recipe_is_listed():
     assert {"llama/llama3_1_8b_sft", "llama/llama3_2_1b_sft", "llama/llama3_3_70b_sft", "gpt_oss/gpt_oss_20b_sft",
-            "gpt_oss/gpt_oss_120b_sft", "llama/tiny_llama_sft"} <= set(RECIPES)
+            "gpt_oss/gpt_oss_120b_sft", "llama/tiny_llama_sft", "llama/llama3_2_1b_sft_lora", "llama/llama3_1_8b_sft_lora",
+            "llama/llama3_3_70b_sft_lora", "llama/llama3_1_8b_dpo", "gpt_oss/gpt_oss_20b_sft_lora",
+            "gpt_oss/gpt_oss_120b_sft_lora", "gpt_oss/gpt_oss_20b_dpo", "llama/tiny_llama_sft_lora",
+            "llama/tiny_llama_dpo"} <= set(RECIPES)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -39,6 +43,11 @@ def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
         cfg = load_job_config(job_dir / "configs" / name)
         assert cfg.training_config.training_args.train_batch_size >= 1
     assert ("elasticPolicy" in docs[1]["spec"]) == elastic
+    if elastic:  # the independent validators: the CRD's schema, and the HyperPod SDK's model where it installs
+        validate_crd(docs[1], "hyperpodpytorchjob.schema.yaml")
+        sdk = hyperpod_sdk_model()
+        if sdk is not None:
+            sdk.model_validate(docs[1]["spec"], by_name=True, by_alias=False)
 
 
 def test_main_command_plans_every_allowed_size(launch, tmp_path):
