@@ -126,3 +126,9 @@ def tiny_causal_lm(model_type="llama", seed=0):
     kwargs = {"attn_implementation": "eager"} if model_type == "gpt_oss" else {}
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=97, **arch), **kwargs)
     return CausalLM(hf, loss_chunk_tokens=0)
+
+
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))

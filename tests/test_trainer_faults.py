@@ -109,7 +109,7 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
     from training.config import ConfigError, DatasetConfig
     from training.data import build_dataset
 
-    from test_training_units import tiny_tokenizer
+    from conftest import tiny_tokenizer
 
     good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     no_answer = {"messages": [{"role": "user", "content": "hi"}]}

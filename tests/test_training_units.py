@@ -12,7 +12,7 @@ from training.data import IGNORE_INDEX, collate, tokenize_chat
 from training.sampler import GlobalBatchSampler
 from training.train import lr_factor
 
-from conftest import ROOT
+from conftest import ROOT, tiny_tokenizer
 
 
 def test_uneven_split_keeps_the_global_batch_and_micro_step_count():
@@ -109,12 +109,6 @@ def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path, proce
     ckpt = Checkpointer(tmp_path, keep_last=3, async_save=False, rank=0, world_size=1)
     with pytest.raises(ConfigError, match=r"train_batch_size: 8 -> 16.*ignore_fingerprint=true"):
         ckpt.load(None, None, {"train_batch_size": 16, "max_len": 64}, ignore_fingerprint=False)
-
-
-def tiny_tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
 
 
 def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):

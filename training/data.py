@@ -224,12 +224,13 @@ def build_dataset(cfg: DatasetConfig, tokenizer, trainer_type: str = "sft", seed
     raw, files = _load_raw(cfg)
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
-    needed = [cfg.messages_key] if trainer_type == "sft" else ["chosen", "rejected"]
-    missing = [c for c in needed if c not in raw.column_names]
-    if missing:
-        fix = "set datasets.messages_key" if trainer_type == "sft" else "DPO needs prompt/chosen/rejected columns"
-        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no column "
-                          f"{', '.join(map(repr, missing))} (columns: {', '.join(raw.column_names)}): {fix}")
+    columns = ", ".join(raw.column_names)
+    if trainer_type == "sft" and cfg.messages_key not in raw.column_names:
+        raise ConfigError(f"training_config.datasets.messages_key={cfg.messages_key!r} is not a column of "
+                          f"{cfg.train_data!r} (columns: {columns})")
+    if trainer_type == "dpo" and not {"chosen", "rejected"} <= set(raw.column_names):
+        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no chosen/rejected columns "
+                          f"(columns: {columns}): trainer_type=dpo needs preference pairs (prompt, chosen, rejected)")
     encode_row = _encode_sft if trainer_type == "sft" else _encode_pair
 
     def encode(row, idx):
