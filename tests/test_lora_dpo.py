@@ -82,10 +82,11 @@ def test_local_lora_run_leaves_a_merged_model_and_an_adapter(tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     cfg = _job(run_dir)
     base = build_model(cfg.training_config.model_config, cfg.training_config.training_args.seed)
-    with_adapter = PeftModel.from_pretrained(base, run_dir / "hf_adapter")
     ids = torch.randint(0, merged.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    base_logits = _logits(base, ids)
+    with_adapter = PeftModel.from_pretrained(base, run_dir / "hf_adapter")  # injects the adapters into `base`
     assert torch.allclose(_logits(merged, ids), _logits(with_adapter, ids), atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(_logits(merged, ids), _logits(base, ids), atol=1e-3)  # the adapters were trained
+    assert not torch.allclose(_logits(merged, ids), base_logits, atol=1e-3)  # the adapters were trained
 
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
     done = subprocess.run([sys.executable, "-m", "training.export", "--checkpoint", str(checkpoint),
