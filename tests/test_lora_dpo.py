@@ -218,3 +218,22 @@ def test_dpo_with_packing_is_refused(launch):
     code, _, err = launch("recipes=llama/tiny_llama_dpo", "recipes.training_config.datasets.packing=true")
     assert code == 2
     assert "error: training_config.datasets.packing=true with trainer_type=dpo" in err
+
+
+def test_full_parameter_dpo_resumes_at_another_size_exactly(tmp_path):
+    """Full-parameter DPO keeps a frozen reference copy, rebuilt from the initial weights at every
+    restart: a run resized 2 -> 1 matches the fixed-size run (pairs are the sampler's unit)."""
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.model_config.peft_config=null",
+                             "recipes.training_config.training_args.max_steps=6",
+                             "recipes.training_config.training_args.learning_rate=1e-3",
+                             "recipes.training_config.training_args.min_learning_rate=1e-4",
+                             "recipes.training_config.logging.audit_samples=true", *TINY[2:], recipe="llama/tiny_llama_dpo")
+    train(configs, tmp_path / "fixed", nodes=2)
+    train(configs, tmp_path / "run", nodes=2, stop_at_step=3)
+    train(configs, tmp_path / "run", nodes=1)
+    got, want = losses(tmp_path / "run"), losses(tmp_path / "fixed")
+    assert sorted(got) == sorted(want) == list(range(1, 7))
+    for step in want:
+        assert abs(got[step] - want[step]) <= 1e-5 * want[step], (step, got[step], want[step])
+    assert committed_samples(tmp_path / "run") == committed_samples(tmp_path / "fixed")
+    assert want[1] == pytest.approx(0.6931, abs=1e-3) and want[6] < want[1]
