@@ -169,6 +169,14 @@ class OutputRelay:
         self._thread.join(timeout=10)
 
 
+def _resolved_max_steps(run_dir: Path) -> int | None:
+    """The schedule's length as the trainer resolved it (max_epochs needs the tokenized data)."""
+    from elastic_launcher.rehearse import read_records
+
+    starts = [r for r in read_records(run_dir, "metrics.jsonl") if r.get("event") == "start"]
+    return starts[-1].get("max_steps") if starts else None
+
+
 def run(job) -> int:
     if job.settings.action == "rehearse":
         from elastic_launcher import rehearse
@@ -179,7 +187,6 @@ def run(job) -> int:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
         raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
     local = prepare(job)
-    max_steps = job.plan.size(nodes).config.training_config.training_args.max_steps
     print(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
           f"run dir {local.run_dir}", flush=True)
     local.run_dir.mkdir(parents=True, exist_ok=True)
@@ -206,8 +213,8 @@ def run(job) -> int:
     if proc.returncode != 0:
         detail = relay.error or f"torchrun exited with {proc.returncode}"
         raise LauncherError(f"{detail} (full log: {local.run_dir / 'torchrun.log'})")
-    step = newest_step(local.run_dir)
-    if step is not None and step < max_steps:
+    step, max_steps = newest_step(local.run_dir), _resolved_max_steps(local.run_dir)
+    if step is not None and max_steps is not None and step < max_steps:
         print(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to "
               f"resume", flush=True)
     else:

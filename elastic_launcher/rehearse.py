@@ -104,7 +104,12 @@ class Rehearsal:
         self.plan, self.local, self.trace = plan, local, list(trace)
         self.policy, self.min_stable = plan.policy, min_stable_period
         self.allowed = [s.nodes for s in plan.sizes]
-        self.max_steps = plan.sizes[0].config.training_config.training_args.max_steps
+        args = plan.sizes[0].config.training_config.training_args
+        if args.max_epochs:
+            raise LauncherError(f"a rehearsal needs a fixed length: set recipes.training_config.training_args."
+                                f"max_epochs=null and max_steps=<steps> (max_epochs={args.max_epochs:g} resolves "
+                                f"only once the trainer has tokenized the data)")
+        self.max_steps = args.max_steps
         self.timeline = Timeline()
         self.log = open(log_path, "ab")
         self.available = 0

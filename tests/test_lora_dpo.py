@@ -237,3 +237,19 @@ def test_full_parameter_dpo_resumes_at_another_size_exactly(tmp_path):
         assert abs(got[step] - want[step]) <= 1e-5 * want[step], (step, got[step], want[step])
     assert committed_samples(tmp_path / "run") == committed_samples(tmp_path / "fixed")
     assert want[1] == pytest.approx(0.6931, abs=1e-3) and want[6] < want[1]
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo"])
+def test_dpo_loss_types_follow_their_definitions(loss_type):
+    from training.dpo import PairScores, dpo_loss
+
+    s = PairScores(chosen=torch.tensor([-10.0, -4.0]), rejected=torch.tensor([-12.0, -3.0]),
+                   ref_chosen=torch.tensor([-11.0, -4.5]), ref_rejected=torch.tensor([-11.0, -3.5]),
+                   chosen_tokens=torch.tensor([4, 2]), rejected_tokens=torch.tensor([5, 2]))
+    beta, margin = 0.5, torch.tensor([2.0, 0.0])  # (-10 + 12) - (-11 + 11), (-4 + 3) - (-4.5 + 3.5)
+    want = {"sigmoid": -torch.nn.functional.logsigmoid(beta * margin),
+            "hinge": torch.relu(1 - beta * margin),
+            "ipo": (torch.tensor([1 / 4 + 1 / 5, 0.5 / 2 - 0.5 / 2]) - 1 / (2 * beta)) ** 2}[loss_type]
+    losses, chosen, rejected = dpo_loss(s, beta, loss_type)
+    assert torch.allclose(losses, want)
+    assert torch.allclose(chosen, torch.tensor([0.5, 0.25])) and torch.allclose(rejected, torch.tensor([-0.5, 0.25]))
