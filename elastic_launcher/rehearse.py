@@ -1,5 +1,6 @@
 """Local elastic rehearsal: drive a recipe through a capacity trace the way the HyperPod operator
-does, with the real training entrypoint, then report what every resize cost.
+does (the decisions come from elastic_launcher/operator.py, which the capacity simulator shares), with
+the real training entrypoint, then report what every resize cost.
 
 Trace: a list of events, each at a `step` (the job's progress) or a `time` (seconds since start):
 `{step: 6, nodes: 3}` sets the available capacity, `{step: 20, kill: true}` SIGKILLs a worker (its
@@ -25,6 +26,7 @@ import yaml
 
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job
+from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan, make_plan
 from training.config import ConfigError
 
@@ -102,8 +104,7 @@ def read_records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
 class Rehearsal:
     def __init__(self, plan: Plan, local: LocalJob, trace: list[TraceEvent], min_stable_period: float, log_path: Path):
         self.plan, self.local, self.trace = plan, local, list(trace)
-        self.policy, self.min_stable = plan.policy, min_stable_period
-        self.allowed = [s.nodes for s in plan.sizes]
+        self.policy = plan.policy
         args = plan.sizes[0].config.training_config.training_args
         if args.max_epochs:
             raise LauncherError(f"a rehearsal needs a fixed length: set recipes.training_config.training_args."
@@ -111,15 +112,10 @@ class Rehearsal:
                                 f"only once the trainer has tokenized the data)")
         self.max_steps = args.max_steps
         self.timeline = Timeline()
+        self.operator = Operator([s.nodes for s in plan.sizes], plan.policy, min_stable_period, self.timeline.started)
         self.log = open(log_path, "ab")
-        self.available = 0
-        self.capacity_since = self.timeline.started
-        self.proc, self.size, self.last_restart, self.last_resize, self.failed_at = None, 0, 0.0, 0.0, None
+        self.proc = None
         self.dying = False  # a worker was killed: the job is failing, not to be stopped gracefully
-
-    def target(self) -> int:
-        fitting = [n for n in self.allowed if n <= self.available]
-        return max(fitting) if fitting else 0
 
     def progress(self) -> int:
         return max((r["step"] for r in read_records(self.local.run_dir) if "loss" in r), default=0)
@@ -129,24 +125,26 @@ class Rehearsal:
         # events fire at their step exactly, however fast the steps are.
         pause_at = sorted({e.step for e in self.trace if e.step is not None and e.step > self.progress()})
         self.proc = self.local.start(nodes, log=self.log, pause_at=pause_at)
-        self.size, self.last_restart = nodes, time.time()
+        self.operator.launched(nodes, time.time())
         self.timeline.add("launch", nodes=nodes, reason=reason, pid=self.proc.pid)
 
     def stop_gracefully(self, reason: str) -> None:
         workers = child_pids(self.proc.pid)
-        self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.size, reason=reason)
+        self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.operator.size, reason=reason)
         code, graceful = stop_job(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
         self.timeline.add("exit", code=code, graceful=graceful,
                           **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
-        self.proc, self.last_resize = None, time.time()
+        self.proc = None
+        self.operator.stopped(time.time())
 
     def kill_worker(self) -> None:
         workers = child_pids(self.proc.pid) if self.proc else []
         if not workers:
             return
         os.kill(workers[-1], signal.SIGKILL)
-        self.available, self.dying = max(0, self.available - 1), True  # that node is gone
-        self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.available)
+        self.operator.lose_node()
+        self.dying = True
+        self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.operator.available)
 
     def release(self, step: int) -> None:
         """Let a trainer waiting after `step` go on (once the trace's events there are applied)."""
@@ -158,43 +156,36 @@ class Rehearsal:
             event = self.trace.pop(0)
             if event.kill:
                 self.kill_worker()
-            elif event.nodes != self.available:
-                self.available, self.capacity_since = event.nodes, time.time()
+            elif self.operator.set_capacity(event.nodes, time.time()):
                 self.timeline.add("capacity", available=event.nodes, at_step=step)
 
-    def may_scale_up(self, now: float) -> bool:
-        p = self.policy
-        return (now - self.capacity_since >= p.scaling_timeout and now - self.last_restart >= p.scale_up_snooze_time
-                and now - self.last_resize >= self.min_stable)
+    def execute(self, decision) -> None:
+        if decision is None:
+            return
+        if decision.action == "launch":
+            self.launch(decision.nodes, decision.reason)
+            return
+        old = self.operator.size
+        self.stop_gracefully(decision.reason)
+        if decision.nodes:
+            self.launch(decision.nodes, "scale down" if decision.nodes < old else "scale up")
 
     def run(self, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             step = self.progress()
             self.apply_trace(step)
-            now, target = time.time(), self.target()
+            now = time.time()
             if self.proc is not None and self.proc.poll() is not None:  # the job ended by itself
                 code = self.proc.returncode
                 self.proc, self.dying = None, False
                 if code == 0 and self.progress() >= self.max_steps:
                     self.timeline.add("done", step=self.progress())
                     return
-                self.failed_at = now
-                self.timeline.add("failure", code=code, step=self.progress(), available=self.available)
-            elif self.proc is None:
-                waited = self.failed_at is None or now - self.failed_at >= self.policy.faulty_timeout
-                if target and waited:
-                    self.launch(target, "failure recovery" if self.failed_at else "start")
-                    self.failed_at = None
-            elif self.dying:
-                pass  # torchrun is tearing the job down after the lost worker
-            elif target < self.size:
-                self.stop_gracefully(f"capacity {self.available} < {self.size} nodes")
-                if target:
-                    self.launch(target, "scale down")
-            elif target > self.size and self.may_scale_up(now):
-                self.stop_gracefully(f"capacity for {target} nodes")
-                self.launch(target, "scale up")
+                self.operator.failed(now)
+                self.timeline.add("failure", code=code, step=self.progress(), available=self.operator.available)
+            elif not self.dying:  # while dying, torchrun is tearing the job down after the lost worker
+                self.execute(self.operator.decide(now))
             if self.proc is not None and not self.dying:
                 self.release(step)
             time.sleep(POLL_SECONDS)
