@@ -89,6 +89,10 @@ def run_action(job: Job) -> int:
         from elastic_launcher import cluster
 
         return cluster.run(job)
+    if action == "simulate":
+        from elastic_launcher import simulate
+
+        return simulate.run(job)
     from elastic_launcher import local
 
     return local.run(job)

@@ -30,6 +30,7 @@ class Report:
     node_seconds_used: float
     node_seconds_available: float
     steps: int
+    first_start_s: float | None = None  # first launch -> its first step starts (no checkpoint to read)
     max_rel_loss_diff: float | None = None
     samples_identical: bool | None = None
     matched: bool | None = None  # None: no comparison run
@@ -88,7 +89,8 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Repo
 
     used, available = _node_seconds(events)
     losses = committed(run_dir, "metrics.jsonl", "loss")
-    report = Report(transitions, used / available if available else 0.0, used, available, len(losses))
+    report = Report(transitions, used / available if available else 0.0, used, available, len(losses),
+                    _first_start(records, events[launches[0]]) if launches else None)
     if reference_dir is not None:
         want = committed(reference_dir, "metrics.jsonl", "loss")
         report.max_rel_loss_diff = max((abs(losses.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
@@ -99,6 +101,11 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Repo
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
     return report
+
+
+def _first_start(records: list[dict], launch: dict) -> float | None:
+    first = next((r for r in records if "loss" in r and r["time"] >= launch["time"]), None)
+    return first["time"] - first["step_time"] - launch["time"] if first else None
 
 
 def _node_seconds(events: list[dict]) -> tuple[float, float]:

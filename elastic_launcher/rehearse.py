@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from elastic_launcher.capacity import TraceEvent, parse_trace
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job
 from elastic_launcher.operator import Operator
@@ -31,45 +30,6 @@ from elastic_launcher.plan import Plan, make_plan
 from training.config import ConfigError
 
 POLL_SECONDS = 0.2
-
-
-@dataclass(frozen=True)
-class TraceEvent:
-    step: int | None = None
-    time: float | None = None
-    nodes: int | None = None
-    kill: bool = False
-
-    def due(self, step: int, elapsed: float) -> bool:
-        return (self.step is not None and step >= self.step) or (self.time is not None and elapsed >= self.time)
-
-
-def parse_trace(value, max_nodes: int) -> list[TraceEvent]:
-    """`local.trace`: a list of events, or the path of a YAML file holding one."""
-    if isinstance(value, str):
-        path = Path(value)
-        if not path.is_file():
-            raise ConfigError(f"local.trace={value!r} is neither a list of events nor a YAML file")
-        value = yaml.safe_load(path.read_text())
-    if value is None:
-        raise ConfigError("action=rehearse needs local.trace, e.g. local.trace=[{step:0,nodes:2},{step:6,nodes:3}]")
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"local.trace={value!r} must be a non-empty list of events")
-    events = []
-    for i, raw in enumerate(value):
-        if not isinstance(raw, dict) or set(raw) - {"step", "time", "nodes", "kill"}:
-            raise ConfigError(f"local.trace[{i}]={raw!r}: use {{step|time: N, nodes: M}} or {{step|time: N, kill: true}}")
-        event = TraceEvent(raw.get("step"), raw.get("time"), raw.get("nodes"), bool(raw.get("kill", False)))
-        if (event.step is None) == (event.time is None):
-            raise ConfigError(f"local.trace[{i}]={raw!r} needs exactly one of step or time")
-        if (event.nodes is None) == (not event.kill):
-            raise ConfigError(f"local.trace[{i}]={raw!r} needs either nodes or kill: true")
-        if event.nodes is not None and not 0 <= event.nodes:
-            raise ConfigError(f"local.trace[{i}].nodes={event.nodes} must be >= 0")
-        events.append(event)
-    if not any(e.nodes is not None and (e.step == 0 or e.time == 0) for e in events):
-        events.insert(0, TraceEvent(step=0, nodes=max_nodes))  # full capacity unless the trace says otherwise
-    return events
 
 
 @dataclass

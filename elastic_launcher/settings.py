@@ -7,7 +7,7 @@ from typing import Any
 
 from training.config import ranged
 
-ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "delete", "local", "rehearse")
+ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "delete", "local", "rehearse", "simulate")
 TARGETS = ("hyperpod", "kubeflow")
 
 
@@ -56,9 +56,32 @@ class LocalSettings:
 
 
 @dataclass
+class SimulateSettings:
+    """`action=simulate`: the job on a capacity trace, in virtual time (see elastic_launcher/simulate.py)."""
+
+    capacity: Any = None  # trace: list, YAML/CSV file or a name under traces/ ({time|step, nodes} or kill)
+    repeat_daily: bool = False  # repeat a one-day trace (clock times) up to horizon_days
+    horizon_days: float = ranged(60.0, gt=0)  # give up on a policy that has not finished by then
+    steps: int | None = ranged(None, ge=1)  # default: the recipe's max_steps
+    sweep: bool = False  # also try other min/max, step vs discrete sizes, scaling_timeout and snooze values
+    min_stable_period: float = ranged(0.0, ge=0)  # seconds between two resizes (anti-thrashing), as local
+    throughput: str | None = None  # a run directory whose metrics.jsonl gives steps/s by node count
+    tokens_per_s_per_node: float = ranged(2000.0, gt=0)  # else: this rate on one node (blog: Llama-3 70B, p5)
+    scaling_efficiency: float = ranged(0.956, gt=0, le=1)  # per doubling of nodes (blog: 2,000 -> 14,000 at 1 -> 8)
+    costs: str | None = None  # a rehearsal_report.json whose measured resize costs replace the model below
+    checkpoint_gb: float | None = ranged(None, ge=0)  # default: 12 bytes per trained parameter of known models
+    write_gb_per_s: float = ranged(5.0, gt=0)  # checkpoint save bandwidth, all nodes together
+    read_gb_per_s: float = ranged(10.0, gt=0)  # resharded load bandwidth, all nodes together
+    graceful_stop_s: float = ranged(30.0, ge=0)  # signal -> every worker at a step boundary
+    restart_s: float = ranged(120.0, ge=0)  # pods rescheduled, image started, rendezvous, model built
+    warmup_s: float = ranged(60.0, ge=0)  # compilation (warm cache) and the first slow steps
+
+
+@dataclass
 class LauncherSettings:
     action: str = "dry_run"
     target: str = "hyperpod"
     output_dir: str = "results"
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     local: LocalSettings = field(default_factory=LocalSettings)
+    simulate: SimulateSettings = field(default_factory=SimulateSettings)

@@ -7,7 +7,8 @@ from elastic_launcher.compose import compose, to_plain
 from elastic_launcher.local import LocalJob
 from elastic_launcher.operator import Decision, Operator
 from elastic_launcher.plan import make_plan
-from elastic_launcher.rehearse import Rehearsal, TraceEvent, parse_trace
+from elastic_launcher.capacity import TraceEvent, parse_trace
+from elastic_launcher.rehearse import Rehearsal
 
 
 def plan(*overrides):

@@ -78,7 +78,7 @@ def test_chart_is_a_valid_png(rehearsal):
 def test_the_trace_example_in_launcher_yaml_is_accepted():
     import re
 
-    from elastic_launcher.rehearse import parse_trace
+    from elastic_launcher.capacity import parse_trace
 
     example = re.search(r"trace: null .*e\.g\. (\[.*\]) or", (ROOT / "launcher.yaml").read_text()).group(1)
     from hydra.core.override_parser.overrides_parser import OverridesParser
