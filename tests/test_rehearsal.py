@@ -87,3 +87,29 @@ def test_the_trace_example_in_launcher_yaml_is_accepted():
     value = OverridesParser.create().parse_override(f"local.trace={example}").value()
     events = parse_trace(OmegaConf.to_container(OmegaConf.create({"t": value}))["t"], 3)
     assert [(e.step, e.nodes) for e in events] == [(0, 2), (6, 3)]
+
+
+def test_the_simulator_predicts_the_rehearsal_from_its_own_measurements(rehearsal, tmp_path):
+    """Fed with the rehearsal's measured steps/s per size and resize costs, the simulator (the same
+    operator decisions, virtual time) predicts its wall time and the steps run at each size within 10%."""
+    from elastic_launcher.cli import main
+
+    _, run_dir, _ = rehearsal
+    code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=simulate",
+                 f"recipes.training_config.training_args.max_steps={STEPS}", f"simulate.capacity={ROOT / 'traces' / 'demo.yaml'}",
+                 f"simulate.throughput={run_dir}", f"simulate.costs={run_dir / 'rehearsal_report.json'}",
+                 f"output_dir={tmp_path}"])
+    assert code == 0
+    report = json.loads((tmp_path / "tiny-llama-sft" / "simulation" / "simulation.json").read_text())
+    predicted = next(o for o in report["outcomes"] if o["policy"] == "elastic")
+    timeline = json.loads((run_dir / "timeline.json").read_text())
+    wall = timeline[-1]["t"] - next(e["t"] for e in timeline if e["event"] == "launch")
+    assert predicted["hours"] * 3600 == pytest.approx(wall, rel=0.10)
+    ran = {}
+    for r in records(run_dir):
+        if "loss" in r:
+            ran[r["world_size"]] = ran.get(r["world_size"], 0) + 1
+    assert {int(n) for n in predicted["steps_by_nodes"]} == set(ran)
+    for nodes, steps in predicted["steps_by_nodes"].items():
+        assert steps == pytest.approx(ran[int(nodes)], rel=0.10), (nodes, steps, ran)
+    assert predicted["resizes"] == 4 and predicted["failures"] == 1
