@@ -180,7 +180,7 @@ class Simulation:
         if decision.action == "launch":
             self._launch(decision.nodes, t, "failure" if self._cost_kind == "failure" else "start")
             return
-        self.out.resizes += 1
+        self.out.resizes += decision.action == "resize"  # a stop for lack of capacity is no resize
         self.saved = self.progress  # a graceful stop checkpoints
         self.phase, self.phase_end, self.next_size = "stopping", t + self.costs.stop_s, decision.nodes
         self._cost_kind = "resize"
