@@ -20,14 +20,14 @@ TINY = ["recipes=llama/tiny_llama_sft"]
 
 
 def test_a_typed_override_holds_at_every_size_unless_an_entry_is_typed_too(launch, tmp_path):
-    code, out, _ = launch(*MAIN_COMMAND, "recipes.training_config.training_args.learning_rate=1e-5",
-                          "recipes.scale_config.n4.training_config.training_args.learning_rate=3e-5")
+    code, out, _ = launch(*MAIN_COMMAND, "recipes.training_config.training_args.micro_train_batch_size=1",
+                          "recipes.scale_config.n4.training_config.training_args.micro_train_batch_size=2")
     assert code == 0
     configs = tmp_path / "out" / "llama3-1-8b-sft" / "configs"
-    rates = {n: yaml.safe_load((configs / f"config-n{n}.yaml").read_text())["training_config"]["training_args"]
-             ["learning_rate"] for n in (2, 3, 4, 6, 8)}
-    assert rates == {2: 1e-5, 3: 1e-5, 4: 3e-5, 6: 1e-5, 8: 1e-5}
-    assert "note: recipes.training_config.training_args.learning_rate from the command line replaces" in out
+    micro = {n: yaml.safe_load((configs / f"config-n{n}.yaml").read_text())["training_config"]["training_args"]
+             ["micro_train_batch_size"] for n in (2, 3, 4, 6, 8)}
+    assert micro == {2: 1, 3: 1, 4: 2, 6: 1, 8: 1}
+    assert "note: recipes.training_config.training_args.micro_train_batch_size from the command line replaces" in out
 
 
 def launcher(*args, cwd, timeout=120):

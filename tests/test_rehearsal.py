@@ -55,6 +55,8 @@ def test_timeline_and_report_show_every_transition(rehearsal):
     assert [e["nodes"] for e in timeline if e["event"] == "launch"] == [2, 3, 1, 2, 1, 2]
     assert kinds.count("signal") == 4 and kinds.count("kill") == 1 and kinds.count("failure") == 1
     assert kinds[-1] == "done" and all(e["time"] >= timeline[0]["time"] for e in timeline)
+    # Capacity events fire at their step exactly: the trainer waits there until the driver applied them.
+    assert [r["step"] for r in records(run_dir) if r.get("event") == "stop"] == [5, 12, 18, 30]
     report = json.loads((run_dir / "rehearsal_report.json").read_text())
     causes = [t["cause"] for t in report["transitions"]]
     assert causes == ["resize", "resize", "resize", "failure", "resize"]

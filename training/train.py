@@ -192,6 +192,10 @@ class Trainer:
         train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
                                                  builder=self.topo.local_rank == 0, trainer_type=ta.trainer_type,
                                                  seed=ta.seed)
+        if ta.eval_steps and not (validation and len(validation)):
+            raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
+                              f"(datasets.train_val_split_ratio={ds_cfg.train_val_split_ratio:g} of {stats['rows']} rows): "
+                              f"lower train_val_split_ratio or set eval_steps=0")
         if mc.architecture is not None and "vocab_size" not in mc.architecture:
             mc.architecture["vocab_size"] = len(tokenizer)
         self.log.event(event="data", **stats)
