@@ -54,6 +54,14 @@ def test_missing_data_path_is_one_line_within_seconds(configs, tmp_path):
     assert "train_data='data/nope.jsonl' does not exist" in line and time.monotonic() - start < 30
 
 
+def test_evaluation_without_validation_rows_is_one_line(tmp_path):
+    """A split ratio so close to 1 that it holds out no row of the 512: refused before training."""
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.datasets.train_val_split_ratio=0.9999",
+                             "recipes.training_config.training_args.eval_steps=2")
+    line = one_line_error(trainer(configs, tmp_path / "run"))
+    assert "eval_steps=2 but no validation rows are left (datasets.train_val_split_ratio=0.9999 of 512 rows)" in line
+
+
 def test_unwritable_output_dir_is_one_line(configs):
     line = one_line_error(trainer(configs, "/proc/nope"))
     assert "run.output_dir='/proc/nope' is not writable" in line
