@@ -382,7 +382,7 @@ def summary(report: dict, limit: int = 12) -> str:
         o, lost = group[0], sum(group[0]["lost"].values())
         flag = " (resizes cost more than they gain)" if o["resizes_cost_more_than_they_gain"] else ""
         same = f" (+{len(group) - 1} alike)" if len(group) > 1 else ""
-        rows.append((o["policy"] + same + flag, f"{o['hours']:.1f}" + ("" if o["finished"] else "+"),
+        rows.append((o["policy"] + same + flag, (f"{o['hours']:.1f}" if o["hours"] >= 1 else f"{o['hours']:.3f}") + ("" if o["finished"] else "+"),
                      f"{o['gpu_hours_used']:,.0f}", f"{o['idle_gpu_hours_per_day']:,.0f}", str(o["resizes"]),
                      str(o["failures"]), f"{lost:,.1f}", f"{o['tokens_per_gpu_hour']:,.0f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
