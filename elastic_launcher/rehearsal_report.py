@@ -69,16 +69,16 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
     checkpoint = next((r for r in records if r.get("event") == "checkpoint"
                        and began <= r["time"] <= (ended or relaunched)["time"] + 1), None)
     old_steps = [r for r in records if "loss" in r and launched["time"] <= r["time"] <= relaunched["time"]]
-    first = next((r for r in records if "loss" in r and r["time"] >= relaunched["time"]), None)
-    first_start = first["time"] - first["step_time"] if first else None
+    to_first_step = _first_start(records, relaunched)
+    first_start = relaunched["time"] + to_first_step if to_first_step is not None else None
     resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), 0)
     return Transition(
         cause="failure" if failed else "resize", from_nodes=launched["nodes"], to_nodes=relaunched["nodes"],
         signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
         checkpoint_save_s=checkpoint["seconds"] if checkpoint else None,
         checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
-        relaunch_to_first_step_s=first_start - relaunched["time"] if first else None,
-        downtime_s=first_start - old_steps[-1]["time"] if first and old_steps else None,
+        relaunch_to_first_step_s=to_first_step,
+        downtime_s=first_start - old_steps[-1]["time"] if first_start is not None and old_steps else None,
         steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed))
 
 
@@ -104,6 +104,7 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Repo
 
 
 def _first_start(records: list[dict], launch: dict) -> float | None:
+    """Seconds from `launch` to the start of the first step after it."""
     first = next((r for r in records if "loss" in r and r["time"] >= launch["time"]), None)
     return first["time"] - first["step_time"] - launch["time"] if first else None
 

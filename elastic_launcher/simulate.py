@@ -93,10 +93,6 @@ class Outcome:
     def idle_per_day(self) -> float:
         return self.gpu_hours_idle / max(self.hours / 24, 1e-9)
 
-    @property
-    def resize_loss(self) -> float:
-        return sum(self.lost.values())
-
 
 # --- the event loop --------------------------------------------------------------------------------
 class Simulation:
@@ -104,7 +100,7 @@ class Simulation:
 
     def __init__(self, name: str, sizes: list[int], plan: Plan, trace: list[TraceEvent], throughput: Throughput,
                  costs: Costs, total_steps: int, horizon_s: float, min_stable: float = 0.0, policy=None):
-        self.name, self.sizes, self.plan = name, sizes, plan
+        self.name, self.sizes = name, sizes
         self.policy = policy or plan.policy
         self.operator = Operator(sizes, self.policy, min_stable)
         self.trace, self.next_event, self.throughput, self.costs = trace, 0, throughput, costs

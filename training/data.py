@@ -187,21 +187,25 @@ def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
     return out[0], out[1]
 
 
-def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
-    messages = row[cfg.messages_key]
+def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
+    """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)."""
     check_messages(messages)
     full = tokenize_chat(messages, tokenizer, 1 << 62)
     kept = {k: v[: cfg.max_len] for k, v in full.items()}
-    return {**kept, "lengths": [len(kept["input_ids"])]}, _drop_reason(kept["labels"], full["labels"])
+    return kept, _drop_reason(kept["labels"], full["labels"])
+
+
+def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
+    kept, drop = _tokenize_kept(row[cfg.messages_key], cfg, tokenizer)
+    return {**kept, "lengths": [len(kept["input_ids"])]}, drop
 
 
 def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
     out, reasons = {}, []
     for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
-        check_messages(messages)
-        full = tokenize_chat(messages, tokenizer, 1 << 62)
-        out[f"{side}_input_ids"], out[f"{side}_labels"] = full["input_ids"][: cfg.max_len], full["labels"][: cfg.max_len]
-        reasons.append(_drop_reason(out[f"{side}_labels"], full["labels"]))
+        kept, drop = _tokenize_kept(messages, cfg, tokenizer)
+        out[f"{side}_input_ids"], out[f"{side}_labels"] = kept["input_ids"], kept["labels"]
+        reasons.append(drop)
     return out, next((r for r in reasons if r), "")
 
 

@@ -88,19 +88,30 @@ def fingerprint(cfg: JobConfig, dataset_len: int) -> dict:
     return {**{k: asdict(v) if is_dataclass(v) else v for k, v in values.items()}, "dataset_len": dataset_len}
 
 
+def model_inputs(micro: dict, device) -> dict:
+    """The tensors of a collated micro-batch that the model takes, on `device`."""
+    return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
+
+
+def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
+    """[label tokens, input tokens] of the step over every rank, from the host-side counts collate made."""
+    counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(counts)
+    return counts
+
+
 def train_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward/backward over the step's micro-batches. The summed token loss is divided by the
     global label-token count of the step (all-reduced before backward) and multiplied by the DP size
     that FSDP's gradient averaging divides by, so the gradient equals the fixed-size run's whatever
     the DP size or the split. Token counts come from the host (collate), so nothing here waits for
     the device. Returns (local loss sum, global [label tokens, input tokens])."""
-    counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
-                          dtype=torch.float64, device=device)
-    dist.all_reduce(counts)
+    counts = global_token_counts(micro_batches, device)
     scale = world_size / counts[0].clamp(min=1).float()  # a step without label tokens contributes nothing
     loss_sum = torch.zeros((), device=device)
     for micro in micro_batches:
-        loss = model(**{k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")})
+        loss = model(**model_inputs(micro, device))
         (loss * scale).backward()
         loss_sum += loss.detach()
     return loss_sum, counts
@@ -215,6 +226,7 @@ class Trainer:
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
         self._build_model(resuming)
         self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
+        self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
         fp = fingerprint(self.cfg, len(self.dataset))
         state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
         if state is not None:
@@ -311,9 +323,8 @@ class Trainer:
             record["skipped"] = True
         if self.dpo:
             record.update(reward_stats(extra, self.plan.global_batch))
-        peak = peak_flops(self.device)
-        if peak:
-            record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / peak
+        if self.peak_flops:
+            record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / self.peak_flops
         return record, bool(stop), bool(writing)
 
     @contextmanager
@@ -326,7 +337,7 @@ class Trainer:
                 yield self.model
 
     def _pair_scores(self, micro: dict) -> tuple[torch.Tensor, PairScores]:
-        batch = {k: micro[k].to(self.device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
+        batch = model_inputs(micro, self.device)
         n, tokens = micro["pairs"], (batch["labels"] != IGNORE_INDEX).sum(dim=1)
         with torch.no_grad(), self._reference_model() as reference:
             ref = reference(**batch, per_sequence=True)
@@ -338,9 +349,7 @@ class Trainer:
         tokens, input tokens], local [chosen reward sum, rejected reward sum, pairs ranked right]).
         A step always holds `global_batch` pairs, so the loss is their mean at every size."""
         ta = self.cfg.training_config.training_args
-        counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
-                              dtype=torch.float64, device=self.device)
-        dist.all_reduce(counts)
+        counts = global_token_counts(micro_batches, self.device)
         scale = self.topo.world_size / self.plan.global_batch
         loss_sum, extra = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
         for micro in micro_batches:
@@ -368,7 +377,7 @@ class Trainer:
                     sums += torch.stack([losses.sum(), torch.tensor(float(batch["pairs"]), device=self.device),
                                          chosen.sum(), rejected.sum(), (chosen > rejected).sum()]).double()
                 else:
-                    loss = self.model(**{k: batch[k].to(self.device) for k in ("input_ids", "position_ids", "labels")})
+                    loss = self.model(**model_inputs(batch, self.device))
                     sums[:2] += torch.stack([loss.double(), torch.tensor(float(batch["label_tokens"]), device=self.device,
                                                                             dtype=torch.float64)])
         self.model.train()
