@@ -13,7 +13,9 @@ the name of a file under traces/.
 from __future__ import annotations
 
 import csv
+import difflib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from training.config import ConfigError
 
 DAY = 86400.0
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY}
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)")
 
 
 @dataclass(frozen=True)
@@ -42,14 +46,14 @@ def parse_time(value, where: str) -> tuple[float, bool]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value), False
     text = str(value).strip()
-    clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text)
+    clock = _CLOCK.fullmatch(text)
     if clock:
         h, m, s = int(clock[1]), int(clock[2]), int(clock[3] or 0)
         if h > 23 or m > 59 or s > 59:
             raise ConfigError(f"{where}={text!r} is not a clock time: use HH:MM between 00:00 and 23:59")
         return h * 3600.0 + m * 60 + s, True
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)", text)
-    if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)", "", text).strip():
+    parts = _DURATION_PART.findall(text)
+    if not parts or _DURATION_PART.sub("", text).strip():
         raise ConfigError(f"{where}={text!r} is not a time: use seconds, a duration such as 90s, 15m, 6h, 1d12h, "
                           f"or a clock time HH:MM")
     for _, unit in parts:
@@ -58,26 +62,58 @@ def parse_time(value, where: str) -> tuple[float, bool]:
     return sum(float(n) * UNITS[u] for n, u in parts), False
 
 
+# Every scalar as text (libyaml when available), typed below as CSV cells are: twice as fast on long
+# traces, and an unquoted clock time such as 20:00 stays a clock time (YAML 1.1 would read 1200).
+_YAML_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
+
+
+def _trace_file(value: str, key: str) -> Path:
+    """A path, or a name under traces/ (with or without .yaml), or a one-line error with the near names."""
+    for path in (Path(value), ROOT / "traces" / value, ROOT / "traces" / f"{value}.yaml"):
+        if path.is_file():
+            return path
+    shipped = sorted(p.name if p.suffix != ".yaml" else p.stem for p in (ROOT / "traces").glob("*.*"))
+    near = difflib.get_close_matches(value, shipped, n=1) or difflib.get_close_matches(Path(value).name, shipped, n=1)
+    hint = f"did you mean {key}={near[0]}? " if near else ""
+    if "/" in value or Path(value).suffix:
+        raise ConfigError(f"{key}={value!r}: no such file; {hint}shipped traces: {', '.join(shipped)}")
+    raise ConfigError(f"{key}={value!r} is neither a list of events nor a trace file (YAML or CSV, or a name under "
+                      f"traces/): {hint}shipped traces: {', '.join(shipped)}")
+
+
 def _rows(value, key: str) -> list:
-    if isinstance(value, str):
-        path = Path(value)
-        if not path.is_file() and (ROOT / "traces" / value).is_file():
-            path = ROOT / "traces" / value
-        if not path.is_file() and (ROOT / "traces" / f"{value}.yaml").is_file():
-            path = ROOT / "traces" / f"{value}.yaml"
-        if not path.is_file():
-            raise ConfigError(f"{key}={value!r} is neither a list of events nor a trace file (YAML or CSV, or a name "
-                              f"under traces/)")
-        if path.suffix == ".csv":
-            with open(path, newline="") as f:
-                return [{k.strip(): _csv_value(v) for k, v in row.items() if v not in (None, "")}
-                        for row in csv.DictReader(f)]
-        value = yaml.safe_load(path.read_text())
-    return value
+    if not isinstance(value, str):
+        return value
+    path = _trace_file(value, key)
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            rows = []
+            for row in csv.DictReader(f):
+                if None in row or None in row.values():
+                    raise ConfigError(f"{key}={value!r}: {path} line {len(rows) + 2} has "
+                                      f"{'more' if None in row else 'fewer'} columns than its header "
+                                      f"({', '.join(k for k in row if k)}): fix that row")
+                rows.append({k.strip(): _scalar(v) for k, v in row.items() if v != ""})
+            return rows
+    try:
+        rows = yaml.load(path.read_text(), Loader=_YAML_LOADER)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path} line {mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{key}={value!r}: {where} is not valid YAML ({getattr(e, 'problem', None) or e}): "
+                          f"a trace is a list of {{time|step: T, nodes: N}} or {{time|step: T, kill: true}}") from None
+    if isinstance(rows, list):
+        return [{k: _scalar(v) for k, v in row.items()} if isinstance(row, dict) else row for row in rows]
+    return rows
 
 
-def _csv_value(text: str):
+def _scalar(text):
+    """A trace cell (CSV, or YAML read as text) as a bool, int, float or string."""
+    if not isinstance(text, str):
+        return text
     text = text.strip()
+    if text.isdigit():
+        return int(text)
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     try:
@@ -127,6 +163,10 @@ def parse_trace(value, max_nodes: int, key: str = "local.trace", repeat_daily: b
         raise ConfigError(f"{key} mixes clock times (HH:MM) and durations: use one kind")
     if repeat_daily:
         events = _repeat(events, key, horizon)
+    elif True in clocks and horizon > DAY:
+        print(f"warning: {key} uses clock times but repeat_daily is off: the trace plays once, from 00:00 of "
+              f"day 1, and its last capacity holds after that; set {key.split('.')[0]}.repeat_daily=true to "
+              f"repeat it every day", file=sys.stderr)
     if not any(e.nodes is not None and not e.kill and (e.step == 0 or e.time == 0) for e in events):
         events.insert(0, TraceEvent(step=0, nodes=max_nodes))  # full capacity unless the trace says otherwise
     return events

@@ -38,9 +38,10 @@ class LocalJob:
     config_dir: Path
     run_dir: Path
     nproc_per_node: int
+    python: str = sys.executable  # the interpreter (and so the torch) the job runs on
 
     def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        cmd = [self.python, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nodes * self.nproc_per_node}", "-m", "training",
                f"--config-dir={self.config_dir}", f"--run-dir={self.run_dir}"]
         cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
@@ -92,17 +93,35 @@ def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) ->
         return proc.wait(), False
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launcher: stops a local job as Ctrl-C does, gracefully."""
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM to the launcher stops a local job as Ctrl-C does: gracefully."""
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stop_signal(interrupt: KeyboardInterrupt) -> int:
+    """The signal the workers get for the launcher's own: SIGTERM for SIGTERM, SIGINT for Ctrl-C."""
+    return signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT
+
+
+def say(text: str) -> None:
+    """A line for the user on stdout, or on stderr once stdout is gone: with the output piped
+    (`| grep ...`), Ctrl-C ends the reader too, and a graceful stop must not die of a broken pipe."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later writes and the exit flush go nowhere
+        print(text, file=sys.stderr, flush=True)
 
 
 def run_dir_of(job) -> Path:
@@ -163,7 +182,7 @@ class OutputRelay:
                 if self.error is None and line.startswith("error: "):
                     self.error = line[len("error: "):]
                 elif self.error is None:
-                    print(line, flush=True)
+                    say(line)
 
     def join(self) -> None:
         self._thread.join(timeout=10)
@@ -187,9 +206,10 @@ def run(job) -> int:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
         raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
     local = prepare(job)
-    print(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
-          f"run dir {local.run_dir}", flush=True)
+    say(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
+        f"run dir {local.run_dir}")
     local.run_dir.mkdir(parents=True, exist_ok=True)
+    before = newest_step(local.run_dir)
     deadline = time.monotonic() + job.settings.local.timeout
     with sigterm_as_interrupt():
         proc = local.start(nodes, log=subprocess.PIPE)
@@ -201,13 +221,13 @@ def run(job) -> int:
                 stop_job(proc, grace=0)
                 raise LauncherError(f"local run exceeded local.timeout={job.settings.local.timeout:g}s and was "
                                     f"killed: raise local.timeout") from None
-        except KeyboardInterrupt:
-            print("stopping: the workers checkpoint and exit ...", flush=True)
-            stop_job(proc, job.plan.policy.graceful_shutdown_timeout)
+        except KeyboardInterrupt as interrupt:
+            say("stopping: the workers checkpoint and exit ...")
+            stop_job(proc, job.plan.policy.graceful_shutdown_timeout, stop_signal(interrupt))
             relay.join()
             step = newest_step(local.run_dir)
-            print(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
-                  f"{local.run_dir}; rerun the same command to resume", flush=True)
+            say(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
+                f"{local.run_dir}; rerun the same command to resume")
             return 130
         relay.join()
     if proc.returncode != 0:
@@ -215,8 +235,11 @@ def run(job) -> int:
         raise LauncherError(f"{detail} (full log: {local.run_dir / 'torchrun.log'})")
     step, max_steps = newest_step(local.run_dir), _resolved_max_steps(local.run_dir)
     if step is not None and max_steps is not None and step < max_steps:
-        print(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to "
-              f"resume", flush=True)
+        say(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to resume")
+    elif step is not None and step == before:
+        say(f"nothing to train: the run in {local.run_dir} had already reached step {step} of {max_steps}; raise "
+            f"recipes.training_config.training_args.max_steps to train on, or set local.run_dir=<new dir> to start "
+            f"afresh")
     else:
-        print(f"done: {max_steps} steps; checkpoints and metrics.jsonl in {local.run_dir}", flush=True)
+        say(f"done: {max_steps} steps; checkpoints and metrics.jsonl in {local.run_dir}")
     return 0

@@ -131,6 +131,13 @@ class Rehearsal:
             self.launch(decision.nodes, "scale down" if decision.nodes < old else "scale up")
 
     def run(self, timeout: float) -> None:
+        try:
+            self._drive(timeout)
+        finally:  # the release markers served their steps: leave none behind
+            for marker in self.local.run_dir.glob("release-*"):
+                marker.unlink(missing_ok=True)
+
+    def _drive(self, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             step = self.progress()

@@ -15,6 +15,7 @@ from elastic_launcher.compose import ROOT
 from elastic_launcher.plan import Plan
 from elastic_launcher.settings import ClusterSettings
 from training.config import BASE_CONFIG_FILE, ConfigError, config_file_for
+from training.elastic import STOP_WAIT_ENV
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 5x faster
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
@@ -70,6 +71,12 @@ def _label_value(text: str) -> str:
 
 def _env_list(plan: Plan, cluster: ClusterSettings, target: str) -> list[dict]:
     env = {"PYTHONUNBUFFERED": "1"}
+    if target == "hyperpod":
+        # hyperpodrun's rendezvous reads NNODES when it starts (KeyError without it); the live node
+        # count and rank come from the operator's /start, so the initial size is the honest value.
+        env.update({"NNODES": str(plan.initial_nodes), "NPROC_PER_NODE": str(plan.nproc_per_node),
+                    # how long a worker whose peers stopped waits for its own agent's stop signal
+                    STOP_WAIT_ENV: str(plan.policy.graceful_shutdown_timeout)})
     if target == "hyperpod" and plan.policy.is_elastic and plan.policy.use_graceful_shutdown:
         # Without it the agent's elastic_event_detected() always answers False.
         env["HYPERPOD_SIGNAL_COORDINATION"] = "distributed"
@@ -122,7 +129,10 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
     agent_args = []
     if target == "hyperpod":
         # hyperpodrun rejects MIN:MAX; the operator tells it the live node count on every start.
+        # --shutdown-timeout: on pod deletion the agent SIGTERMs the workers, which checkpoint; give
+        # them the policy's graceful timeout (the pod's termination grace period is 30 s longer).
         agent_args = [f"--nnodes={plan.initial_nodes}", f"--nproc-per-node={plan.nproc_per_node}",
+                      f"--shutdown-timeout={plan.policy.graceful_shutdown_timeout}",
                       "--log-dir=/tmp/hyperpod", "--redirects=3", "--tee=3"]
     context = {
         "job_name": plan.job_name, "namespace": namespace, "labels": labels, "cluster": asdict(cluster),

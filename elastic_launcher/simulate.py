@@ -70,6 +70,16 @@ class Costs:
     source: str
 
 
+@dataclass(frozen=True)
+class Point:
+    """The job from time `t` on, until the next point."""
+    t: float
+    capacity: int  # free nodes
+    held: int  # nodes the job holds (productive or not)
+    steps: float  # progress so far
+    phase: str  # down | starting | running | stopping | failing
+
+
 @dataclass
 class Outcome:
     """One policy on one trace."""
@@ -81,13 +91,14 @@ class Outcome:
     gpu_hours_used: float  # held by the job, productive or not
     gpu_hours_productive: float
     gpu_hours_idle: float  # free capacity the job did not hold
-    lost: dict[str, float]  # GPU-hours held without progress: starts, resizes, failures (incl. redone steps)
+    lost: dict[str, float]  # GPU-hours held without progress: starts, resizes, stops, failures (incl. redone steps)
     resizes: int
     failures: int
     steps: float
-    steps_by_nodes: dict[int, float]
+    steps_by_nodes: dict[int, float]  # committed steps per node count (redone steps count once)
+    redone_steps: float
     tokens_per_gpu_hour: float
-    timeline: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, capacity, size, steps)
+    timeline: list[Point] = field(default_factory=list)
 
     @property
     def idle_per_day(self) -> float:
@@ -111,8 +122,9 @@ class Simulation:
         # job state: phase is down | starting | running | stopping | failing, until phase_end
         self.phase, self.phase_end, self.size, self.next_size = "down", math.inf, 0, 0
         self.progress, self.saved, self.started_once = 0.0, 0.0, False
-        self.out = Outcome(name, sizes, False, 0.0, 0.0, 0.0, 0.0, {"start": 0.0, "resize": 0.0, "failure": 0.0},
-                           0, 0, 0.0, {}, 0.0)
+        self.saved_before_stop = 0.0  # the last periodic checkpoint: what a kill during a graceful stop falls back to
+        self.out = Outcome(name, sizes, False, 0.0, 0.0, 0.0, 0.0,
+                           {"start": 0.0, "resize": 0.0, "stop": 0.0, "failure": 0.0}, 0, 0, 0.0, {}, 0.0, 0.0)
         self._cost_kind = "start"
 
     def run(self) -> Outcome:
@@ -123,7 +135,7 @@ class Simulation:
             if self.progress >= self.total - 1e-9:
                 self.out.finished = True
                 break
-            if self.phase in ("down", "running"):
+            if self.phase in ("down", "running", "starting"):
                 self._decide(t)
             t_next = min(self._next_event(t), self.horizon)
             self._advance(t, t_next)
@@ -132,26 +144,33 @@ class Simulation:
         self.out.steps = min(self.progress, self.total)
         used = self.out.gpu_hours_used
         self.out.tokens_per_gpu_hour = self.out.steps * self.tokens_per_step / used if used else 0.0
-        self.out.timeline.append((t, self.operator.available, self.size, self.out.steps))
+        self.out.timeline.append(Point(t, self.operator.available, self.size, self.out.steps, self.phase))
         return self.out
 
     def _apply_trace(self, t: float) -> None:
         while self.next_event < len(self.trace) and self.trace[self.next_event].due(self.progress + 1e-9, t + 1e-9):
             event = self.trace[self.next_event]
             self.next_event += 1
-            if event.kill:  # a node dies with its worker: the job fails (if it held the node's share)
+            if event.kill:  # a node dies: the job's if every free node is the job's, else a spare one
+                hit_job = self.phase != "down" and self.operator.available <= self.size
                 self.operator.lose_node()
-                self._fail(t)
+                if hit_job:
+                    self._fail(t)
             else:
                 self.operator.set_capacity(event.nodes, t)
 
     def _fail(self, t: float) -> None:
-        if self.phase not in ("running", "starting"):
+        if self.phase not in ("running", "starting", "stopping"):
             return
         self.out.failures += 1
+        if self.phase == "stopping":  # the stop's checkpoint dies with the node: back to the last periodic one
+            self.saved = self.saved_before_stop
         redone = self.progress - self.saved  # steps since the last checkpoint: done again after the restart
         if self.size:
             self.out.lost["failure"] += redone / self.throughput.steps_per_s(self.size) * self.size * self.gpus / 3600
+            if redone:
+                self.out.steps_by_nodes[self.size] -= redone
+        self.out.redone_steps += redone
         self.progress = self.saved
         self.phase, self.phase_end, self._cost_kind = "failing", t + self.costs.teardown_s, "failure"
 
@@ -163,8 +182,9 @@ class Simulation:
         elif self.phase == "stopping":
             self.operator.stopped(t)
             self.size, self.phase, self.phase_end = 0, "down", math.inf
-            if self.next_size:
-                self._launch(self.next_size, t, "resize")
+            relaunch = self.operator.target()  # the capacity now, not when the stop began: nodes may be gone
+            if self.next_size and relaunch:
+                self._launch(relaunch, t, "resize")
         elif self.phase == "failing":
             self.operator.failed(t)
             self.size, self.phase, self.phase_end = 0, "down", math.inf
@@ -176,10 +196,12 @@ class Simulation:
         if decision.action == "launch":
             self._launch(decision.nodes, t, "failure" if self._cost_kind == "failure" else "start")
             return
-        self.out.resizes += decision.action == "resize"  # a stop for lack of capacity is no resize
-        self.saved = self.progress  # a graceful stop checkpoints
+        if self.phase == "starting" and decision.nodes > self.size:
+            return  # growing waits until the job runs; a start losing its nodes stops at once (below)
+        self.out.resizes += decision.action == "resize"
+        self.saved_before_stop, self.saved = self.saved, self.progress  # a graceful stop checkpoints
         self.phase, self.phase_end, self.next_size = "stopping", t + self.costs.stop_s, decision.nodes
-        self._cost_kind = "resize"
+        self._cost_kind = "resize" if decision.action == "resize" else "stop"
 
     def _launch(self, nodes: int, t: float, kind: str) -> None:
         self.operator.launched(nodes, t)
@@ -200,7 +222,7 @@ class Simulation:
             candidates.append(t + (self.total - self.progress) / rate)
             next_save = (math.floor(self.progress / self.save_steps + 1e-9) + 1) * self.save_steps
             candidates.append(t + (next_save - self.progress) / rate)
-        if self.phase in ("down", "running"):
+        if self.phase in ("down", "running"):  # a start losing its nodes reacts to the trace event itself
             due = self.operator.next_decision_at(t)
             if due is not None:
                 candidates.append(due)
@@ -220,8 +242,9 @@ class Simulation:
             self.saved = max(self.saved, math.floor(self.progress / self.save_steps + 1e-9) * self.save_steps)
         elif held:
             self.out.lost[self._cost_kind] += held * self.gpus * dt_h
-        if not self.out.timeline or self.out.timeline[-1][1:3] != (self.operator.available, held):
-            self.out.timeline.append((t0, self.operator.available, held, self.progress))
+        last = self.out.timeline[-1] if self.out.timeline else None
+        if last is None or (last.capacity, last.held, last.phase) != (self.operator.available, held, self.phase):
+            self.out.timeline.append(Point(t0, self.operator.available, held, self.progress, self.phase))
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -329,6 +352,11 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
         raise ConfigError("simulate.steps is not set and the recipe counts epochs (max_epochs): set simulate.steps=<steps>")
     horizon = settings.horizon_days * 86400.0
     trace = parse_trace(settings.capacity, plan.policy.max_nodes, "simulate.capacity", settings.repeat_daily, horizon)
+    most = max(e.nodes for e in trace if e.nodes is not None)
+    if most < plan.sizes[0].nodes:
+        raise ConfigError(f"simulate.capacity={settings.capacity!r} never frees more than {most} node(s), fewer than the "
+                          f"policy's smallest size ({plan.sizes[0].nodes}): no policy could start; lower "
+                          f"recipes.elastic_policy.min_nodes or check the trace")
     nproc = plan.nproc_per_node
     throughput = measured_throughput(Path(settings.throughput), nproc, settings.scaling_efficiency) \
         if settings.throughput else Throughput({1: settings.tokens_per_s_per_node / plan.sizes[0].tokens_per_step},
@@ -340,7 +368,7 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
                 for c in candidates(plan, settings.sweep, settings.min_stable_period)]
     seconds = time.perf_counter() - started
     report = {"job": plan.job_name, "instance": plan.instance.name, "gpus_per_node": plan.instance.devices_per_node,
-              "steps": total, "tokens_per_step": plan.sizes[0].tokens_per_step, "throughput": throughput.source,
+              "steps": total, "horizon_days": settings.horizon_days, "tokens_per_step": plan.sizes[0].tokens_per_step, "throughput": throughput.source,
               "steps_per_s": {n: throughput.steps_per_s(n) for n in sorted({n for o in outcomes for n in o.sizes})},
               "costs": asdict(costs), "simulated_in_s": round(seconds, 4),
               "outcomes": [{**{k: v for k, v in asdict(o).items() if k != "timeline"},
@@ -348,7 +376,12 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
                             "resizes_cost_more_than_they_gain": _not_worth_it(o, outcomes)} for o in outcomes]}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "simulation.json").write_text(json.dumps(report, indent=1))
-    chart(out_dir / "simulation.png", outcomes[:3], plan.instance.devices_per_node, plan.sizes[0].tokens_per_step)
+    trace_name = settings.capacity if isinstance(settings.capacity, str) else f"{len(trace)}-event trace"
+    p = plan.policy
+    title = (f"{plan.job_name} on {trace_name}: elastic {', '.join(map(str, outcomes[0].sizes))} nodes "
+             f"(scaling_timeout {p.scaling_timeout:g}s, snooze {p.scale_up_snooze_time:g}s) vs static")
+    chart(out_dir / "simulation.png", chart_data(outcomes[:3], title, plan.sizes[0].tokens_per_step,
+                                                 settings.repeat_daily), plan.instance.devices_per_node)
     return report
 
 
@@ -369,9 +402,10 @@ def summary(report: dict, limit: int = 12) -> str:
               "tokens/GPU-h")
     rows = [header]
     ranked = sorted(report["outcomes"], key=lambda o: (not o["finished"], o["hours"], o["gpu_hours_used"]))
-    shown: dict[tuple, list] = {}  # policies with the same result share a row
+    shown: dict[tuple, list] = {}  # sweep policies with the same result share a row; the baselines never do
     for o in ranked:
-        shown.setdefault((round(o["hours"], 3), round(o["gpu_hours_used"], 1), o["resizes"], o["failures"]), []).append(o)
+        alike = (round(o["hours"], 3), round(o["gpu_hours_used"], 1), o["resizes"], o["failures"])
+        shown.setdefault((o["policy"],) if o["policy"] in BASELINES else alike, []).append(o)
     groups = list(shown.values())
     baselines = [g for g in groups[limit:] if any(o["policy"] in BASELINES for o in g)]
     for group in groups[:limit] + baselines:
@@ -389,35 +423,100 @@ def summary(report: dict, limit: int = 12) -> str:
     lines += [f"{report['job']}: {report['steps']:,} steps of {report['tokens_per_step']:,} tokens; "
               f"throughput {report['throughput']}; costs {report['costs']['source']}",
               f"elastic vs {static['policy']}: absorbs {absorbed:,.0f} of its {static['idle_gpu_hours_per_day']:,.0f} "
-              f"idle GPU-hours per day; lost to starts/resizes/failures: "
+              f"idle GPU-hours per day; held without training: "
               + ", ".join(f"{k} {v:,.1f} GPU-h" for k, v in elastic["lost"].items())
               + f"; simulated in {report['simulated_in_s']:.3f} s"]
+    if any(len(g) > 1 for g in groups):
+        lines.append("+N alike: N more sweep policies with the same finish time, GPU-hours, resizes and failures "
+                     "(each listed in simulation.json)")
+    if not all(o["finished"] for o in report["outcomes"]):
+        lines.append(f"{report['horizon_days'] * 24:.1f}+: not finished within the simulated horizon "
+                     f"(simulate.horizon_days={report['horizon_days']:g})")
     if len(groups) > limit + len(baselines):
         lines.append(f"({len(groups) - limit - len(baselines)} more results in simulation.json)")
     return "\n".join(lines)
 
 
-def chart(path: Path, outcomes: list[Outcome], gpus: int, tokens_per_step: int) -> None:
+def chart_data(outcomes: list[Outcome], title: str, tokens_per_step: int, daily: bool) -> dict:
+    """What the chart draws, in hours: the x range ends shortly after the elastic job does (a
+    baseline that runs longer is cut and says so in its label), capacity, every policy's size and
+    tokens, and for the elastic job its resizes, failures, the spans it spent starting or stopping,
+    and the free nodes it left idle. The elastic series comes last so it is drawn on top."""
+    elastic, baselines = outcomes[0], outcomes[1:]
+    x_end = max(elastic.hours * 1.08, 1 / 60)
+    points = elastic.timeline
+
+    def steps_of(o: Outcome) -> list[tuple[float, float]]:
+        return [(p.t / 3600, min(p.steps * tokens_per_step / 1e9, o.steps * tokens_per_step / 1e9)) for p in o.timeline]
+
+    def series(o: Outcome) -> dict:
+        cut = o.hours > x_end
+        label = f"{o.policy}: " + (f"done at {o.hours:.1f} h" if o.finished and not cut else
+                                   f"{'done at ' + format(o.hours, '.1f') + ' h' if o.finished else 'not done'}, "
+                                   f"beyond the chart" if cut else "not done")
+        return {"policy": o.policy, "label": label, "size": [(p.t / 3600, p.held) for p in o.timeline],
+                "tokens": steps_of(o)}
+
+    spans = [(a.t / 3600, b.t / 3600, a.phase) for a, b in zip(points, points[1:])
+             if a.phase in ("starting", "stopping", "failing")]
+    resizes, ran_at = [], 0  # (hour, from, to) where the job runs again at another size
+    for p in points:
+        if p.phase == "running" and p.held != ran_at:
+            if ran_at:
+                resizes.append((p.t / 3600, ran_at, p.held))
+            ran_at = p.held
+    failures = [b.t / 3600 for a, b in zip(points, points[1:]) if b.phase == "failing" and a.phase != "failing"]
+    idle = [(a.t / 3600, b.t / 3600, a.held, a.capacity) for a, b in zip(points, points[1:]) if a.capacity > a.held]
+    return {"title": title, "x_end_h": x_end, "daily": daily,
+            "capacity": [(p.t / 3600, p.capacity) for p in points],
+            "series": [series(o) for o in baselines] + [series(elastic)],
+            "resizes": resizes, "failures": failures, "busy_spans": spans, "idle": idle}
+
+
+def chart(path: Path, data: dict, gpus: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, (ax_size, ax_steps) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.5))
-    cap = max((o.timeline for o in outcomes), key=lambda tl: tl[-1][0])  # the longest run shows the most capacity
-    ax_size.step([t / 3600 for t, *_ in cap], [c for _, c, _, _ in cap], where="post", color="0.6", lw=3,
-                 label="free capacity", alpha=0.6)
-    for o, color in zip(outcomes, ("tab:blue", "tab:orange", "tab:green")):
-        ax_size.step([t / 3600 for t, *_ in o.timeline], [s for _, _, s, _ in o.timeline], where="post", color=color,
-                     lw=1.2, label=f"{o.policy} job size")
-        ax_steps.plot([t / 3600 for t, *_ in o.timeline], [p * tokens_per_step / 1e9 for *_, p in o.timeline], color=color,
-                      label=f"{o.policy}: {'done' if o.finished else 'not done'} at {o.hours:.1f} h")
+    fig, (ax_size, ax_tokens) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.5), height_ratios=(3, 2))
+    cap_t, cap_n = zip(*data["capacity"])
+    ax_size.fill_between(cap_t, cap_n, step="post", color="0.85", label="free capacity")
+    for i, (t0, t1, held, free) in enumerate(data["idle"]):
+        ax_size.fill_between([t0, t1], [held, held], [free, free], color="tab:red", alpha=0.12, lw=0,
+                             label="idle (free, not held)" if i == 0 else None)
+    phase_colors = {"starting": "gold", "stopping": "tab:purple", "failing": "tab:red"}
+    shown = set()
+    for t0, t1, phase in data["busy_spans"]:
+        ax_size.axvspan(t0, t1, color=phase_colors[phase], alpha=0.25, lw=0,
+                        label=None if phase in shown else f"elastic job {phase}")
+        shown.add(phase)
+    colors = ["tab:orange", "tab:green", "0.4", "tab:cyan"]
+    for i, serie in enumerate(data["series"]):
+        elastic = i == len(data["series"]) - 1
+        color, width, z = ("tab:blue", 2.4, 5) if elastic else (colors[i % len(colors)], 1.2, 3)
+        t, n = zip(*serie["size"])
+        ax_size.step(t, n, where="post", color=color, lw=width, zorder=z, label=f"{serie['policy']} size")
+        t, tokens = zip(*serie["tokens"])
+        ax_tokens.plot(t, tokens, color=color, lw=width, zorder=z, label=serie["label"])
+    if data["resizes"]:
+        ax_size.scatter([t for t, *_ in data["resizes"]], [n for *_, n in data["resizes"]], marker="D", s=25,
+                        color="tab:blue", zorder=6, label="resize")
+    for i, t in enumerate(data["failures"]):
+        ax_size.axvline(t, color="tab:red", ls="--", lw=1, label="node failure" if i == 0 else None)
+    ax_size.set_xlim(0, data["x_end_h"])
+    if data["daily"]:  # clock time: hours since midnight of day 1
+        ax_tokens.xaxis.set_major_formatter(FuncFormatter(
+            lambda h, _: f"{'day ' + str(int(h // 24) + 1) + ' ' if h >= 24 else ''}{int(h % 24):02d}:{int(h * 60 % 60):02d}"))
+        ax_tokens.set_xlabel("clock time")
+    else:
+        ax_tokens.set_xlabel("hours")
     ax_size.set_ylabel(f"nodes ({gpus} GPUs each)")
-    ax_steps.set_ylabel("tokens trained (billions)")
-    ax_steps.set_xlabel("hours")
-    ax_size.legend(fontsize=8, loc="upper right")
-    ax_steps.legend(fontsize=8, loc="lower right")
-    ax_size.set_title("Capacity simulation: elastic vs static")
+    ax_tokens.set_ylabel("tokens trained (billions)")
+    ax_size.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax_tokens.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax_size.set_title(data["title"], fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

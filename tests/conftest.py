@@ -47,15 +47,15 @@ def render_configs(out_dir: Path, *overrides, recipe="llama/tiny_llama_sft") -> 
     return next(Path(out_dir).iterdir()) / "configs"
 
 
-def local_job(config_dir: Path, run_dir: Path):
+def local_job(config_dir: Path, run_dir: Path, python: str = sys.executable):
     from elastic_launcher.local import LocalJob
 
-    return LocalJob(Path(config_dir), Path(run_dir), nproc_per_node=1)
+    return LocalJob(Path(config_dir), Path(run_dir), nproc_per_node=1, python=python)
 
 
-def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240):
+def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240, python=sys.executable):
     """Run the trainer on `nodes` local processes to completion; return the torchrun exit code."""
-    job = local_job(config_dir, run_dir)
+    job = local_job(config_dir, run_dir, python)
     log = open(Path(run_dir).parent / f"torchrun-{Path(run_dir).name}.log", "ab")
     proc = job.start(nodes, stop_at_step, log=log)
     try:
@@ -110,8 +110,9 @@ def process_group():
     dist.destroy_process_group()
 
 
-def tiny_causal_lm(model_type="llama", seed=0):
-    """A tiny transformers model wrapped as the trainer wraps it (CausalLM, loss out), fp32, no FSDP."""
+def tiny_causal_lm(model_type="llama", seed=0, float64=False):
+    """A tiny transformers model wrapped as the trainer wraps it (CausalLM, loss out), fp32 (or
+    float64, for comparisons that must hold on any CPU), no FSDP."""
     import torch
     import yaml
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -124,11 +125,33 @@ def tiny_causal_lm(model_type="llama", seed=0):
     arch.pop("model_type", None)
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": "eager"} if model_type == "gpt_oss" else {}
+    if float64 and model_type == "gpt_oss":
+        kwargs["experts_implementation"] = "eager"  # grouped_mm takes no float64; the math is the same
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=97, **arch), **kwargs)
-    return CausalLM(hf, loss_chunk_tokens=0)
+    return CausalLM(hf.double() if float64 else hf, loss_chunk_tokens=0)
 
 
 def tiny_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
+
+
+# --- the image's torch ---------------------------------------------------------------------------
+IMAGE_VENV_BUILD_TIMEOUT = 1800  # a fresh machine downloads the image's CUDA torch once (several GB)
+
+
+@pytest.fixture(scope="session")
+def image_python() -> str:
+    """The python of a virtualenv holding the training image's packages (the Dockerfile's pins:
+    torch 2.11 and hyperpod-elastic-agent), built once by scripts/image_venv.py and cached."""
+    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "image_venv.py")], capture_output=True,
+                           text=True, timeout=IMAGE_VENV_BUILD_TIMEOUT)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return built.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(params=["requirements", "image"])
+def torch_python(request) -> str:
+    """Both torch builds the project supports: requirements.txt's (local runs, CI) and the image's."""
+    return sys.executable if request.param == "requirements" else request.getfixturevalue("image_python")

@@ -70,9 +70,30 @@ def test_too_little_disk_space_is_refused_before_writing(tmp_path, process_group
     save_steps(tmp_path, 4)
     model, optimizer, ckpt = make(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
-    with pytest.raises(CheckpointError, match=r"not enough disk space for checkpoint .*step-00000008: needs ~.* GB"):
+    with pytest.raises(CheckpointError, match=r"not enough disk space for checkpoint .*step-00000008: needs "
+                                              r"~[\d.]+ [KM]B, 1 KB free: free space"):
         ckpt.save(model, optimizer, TrainState(step=8))
     assert not step_dir(tmp_path, 8).exists()
+
+
+@pytest.mark.parametrize("resuming", [False, True], ids=["first start", "relaunch"])
+def test_a_run_whose_next_save_cannot_fit_is_refused_at_start(tmp_path, process_group, monkeypatch, resuming):
+    """Checked before the first step: the newest checkpoint's size (+5%) when relaunching, else the
+    model and AdamW state estimated from the shards, against the free space."""
+    from training.checkpoint import bytes_on_disk
+
+    save_steps(tmp_path / "measure", 4)
+    actual = bytes_on_disk(step_dir(tmp_path / "measure", 4))
+    if resuming:
+        save_steps(tmp_path / "run", 4)
+    model, _, ckpt = make(tmp_path / "run")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 2000, 2000))
+    with pytest.raises(CheckpointError, match=r"checkpoint .*step-00000008: needs ~([\d.]+) MB, 2 KB free") as err:
+        ckpt.check_space(model, next_step=8)
+    need = float(err.value.args[0].split("~")[1].split()[0]) * 1e6
+    assert need == pytest.approx(actual * 1.05, rel=0.01) if resuming else need == pytest.approx(actual, rel=0.25)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 0, 10**12))
+    ckpt.check_space(model, next_step=8)  # room enough: no complaint
 
 
 def test_a_full_disk_mid_save_leaves_no_partial_and_says_so(tmp_path, process_group, monkeypatch):

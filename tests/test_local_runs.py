@@ -44,6 +44,20 @@ def test_local_run_from_another_directory_with_a_closing_line(tmp_path):
     assert (tmp_path / "run" / "launch" / "configs" / "config-n2.yaml").exists()  # its own copy of the configs
     assert sorted(losses(tmp_path / "run")) == [1, 2, 3]
     assert [r["step"] for r in records(tmp_path / "run") if r.get("event") == "checkpoint"] == [3]
+    # Run again: it resumes at the end and says there was nothing left to train.
+    again = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=3",
+                     f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert f"nothing to train: the run in {tmp_path / 'run'} had already reached step 3 of 3" in out
+    # A longer schedule on resume moves the LR: said once, with the numbers.
+    longer = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=5",
+                      f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    out, err = longer.communicate(timeout=300)
+    assert longer.returncode == 0, err
+    assert "training_args max_steps 3 -> 5 since the checkpoint at step 3: the warmup/cosine schedule is recomputed, " \
+           "so the LR at step 3 moves from" in out + err
+    assert sorted(losses(tmp_path / "run")) == [1, 2, 3, 4, 5]
 
 
 def test_local_run_with_a_missing_dataset_is_one_line_within_seconds(tmp_path):
@@ -76,6 +90,34 @@ def test_sigterm_to_a_local_run_checkpoints_and_leaves_no_process(tmp_path):
     stop = [r for r in records(run_dir) if r.get("event") == "stop"]
     assert len(stop) == 1 and f"checkpoint at step {stop[0]['step']}" in out and "rerun the same command" in out
     assert not any(os.path.exists(f"/proc/{pid}") for pid in torchrun + workers)
+
+
+def test_ctrl_c_with_the_output_piped_still_stops_gracefully(tmp_path):
+    """`python launcher.py ... action=local | grep -v '^step='` and Ctrl-C: the terminal's SIGINT ends
+    the reader too, so the launcher's stdout breaks mid-stop. The workers still checkpoint (their
+    stop event says SIGINT), and the closing line reaches the user on stderr."""
+    run_dir = tmp_path / "run"
+    reader = subprocess.Popen(["grep", "-v", "^step="], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *TINY, "action=local",
+                             "recipes.training_config.training_args.max_steps=100000",
+                             "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
+                             f"output_dir={tmp_path / 'out'}"], cwd=ROOT, stdout=reader.stdin, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    reader.stdin.close()
+    try:
+        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
+        reader.send_signal(signal.SIGINT)  # Ctrl-C reaches the whole pipeline
+        reader.wait(timeout=10)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        for p in (proc, reader):
+            if p.poll() is None:
+                p.kill()
+    assert proc.returncode == 130, err
+    stop = [r for r in records(run_dir) if r.get("event") == "stop"]
+    assert len(stop) == 1 and stop[0]["signal"] == "SIGINT"
+    assert f"stopped: checkpoint at step {stop[0]['step']}" in err and "Traceback" not in err
 
 
 def test_a_resize_adopts_the_new_sizes_learning_rate(tmp_path):

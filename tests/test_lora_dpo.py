@@ -103,6 +103,19 @@ def test_local_lora_run_leaves_a_merged_model_and_an_adapter(tmp_path):
     assert first.keys() == again.keys()
     assert all(torch.equal(first[k], again[k]) for k in first)
 
+    def export(*args):
+        return subprocess.run([sys.executable, "-m", "training.export", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+
+    # An existing --out (or its _adapter twin) is never silently replaced; a misspelled step is named.
+    refused = export("--checkpoint", str(checkpoint), "--out", str(tmp_path / "again"))
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"error: --out {tmp_path / 'again'}: {tmp_path / 'again'} already exists: choose another --out or pass --overwrite"]
+    assert export("--checkpoint", str(checkpoint), "--out", str(tmp_path / "again"), "--overwrite").returncode == 0
+    missing = export("--checkpoint", str(run_dir / "checkpoints" / "step-20"), "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and checkpoint.name in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
 
 def test_dpo_loss_equals_an_independent_computation():
     """Per-sequence log-probs from the model's chunked loss path, and the sigmoid DPO loss, against

@@ -70,6 +70,10 @@ def test_hyperpod_fields_users_rely_on(launch, tmp_path):
     assert container["args"][-3:] == ["-m", "training", "--config-dir=/config"]
     env = {e["name"]: e for e in container["env"]}
     assert env["HYPERPOD_SIGNAL_COORDINATION"]["value"] == "distributed"
+    # hyperpodrun reads NNODES at start-up (the initial size; /start brings the live one)
+    assert (env["NNODES"]["value"], env["NPROC_PER_NODE"]["value"]) == ("2", "8")
+    assert env["ELASTIC_STOP_WAIT_S"]["value"] == "600"  # a peer-stopped worker waits this long for its own stop
+    assert "--shutdown-timeout=600" in container["args"]  # pod deletion: the workers get the graceful timeout
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     resources = container["resources"]
     for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):
@@ -106,6 +110,9 @@ def test_kubeflow_fields_users_rely_on(launch, tmp_path):
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
     container = pod_spec(job)["spec"]["containers"][0]
     assert container["name"] == "pytorch" and container["command"] == ["torchrun"]
+    # torchrun takes its node count and rendezvous from the PET_* env the Kubeflow operator injects
+    env = {e["name"] for e in container["env"]}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in env and not env & {"NNODES", "ELASTIC_STOP_WAIT_S"}
     # torchrun may settle on any count in [2, 8]: each one has a config.
     assert {f"config-n{n}.yaml" for n in range(2, 9)} <= set(configmap["data"])
 

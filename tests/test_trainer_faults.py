@@ -62,9 +62,15 @@ def test_evaluation_without_validation_rows_is_one_line(tmp_path):
     assert "eval_steps=2 but no validation rows are left (datasets.train_val_split_ratio=0.9999 of 512 rows)" in line
 
 
-def test_unwritable_output_dir_is_one_line(configs):
+def test_unwritable_output_dir_is_one_line(configs, tmp_path):
     line = one_line_error(trainer(configs, "/proc/nope"))
     assert "run.output_dir='/proc/nope' is not writable" in line
+    # A writable run directory whose checkpoints/ is not (here a read-only place) is refused at start too.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").symlink_to("/proc/self")
+    line = one_line_error(trainer(configs, tmp_path / "run"))
+    assert f"run.output_dir/checkpoints='{tmp_path / 'run' / 'checkpoints'}' is not writable" in line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before a step was trained
 
 
 def test_a_signal_during_start_up_exits_zero_at_once(configs, tmp_path):
@@ -136,6 +142,26 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
     data.write_text("")
     with pytest.raises(ConfigError, match="is empty: it holds no rows"):
         build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    # Rows the JSON reader itself chokes on are found and named too, not left to a reader traceback.
+    data.write_bytes(json.dumps(good).encode() + b"\n" + json.dumps(good).encode()[:-2] + b"\xff\"}\n")
+    with pytest.raises(ConfigError, match=rf"bad training row at {data} line 2: invalid UTF-8 \(byte 0xff"):
+        build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+    data.write_text(json.dumps(good) + "\n" + '{"messages": [\n')
+    with pytest.raises(ConfigError, match=rf"bad training row at {data} line 2: invalid JSON"):
+        build_dataset(DatasetConfig(train_data=str(data)), tiny_tokenizer())
+
+
+def test_a_missing_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch):
+    """`data/sft_tiny` (no extension, ./data exists) is a mistyped local path: one line at once,
+    with the near match, and no hub round trip."""
+    from training.config import ConfigError, DatasetConfig
+    from training.data import _data_files
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=r"train_data='data/sft_tiny' does not exist \(did you mean "
+                                          r"'data/sft_tiny.jsonl'\?\)"):
+        _data_files(DatasetConfig(train_data="data/sft_tiny"))
+    assert _data_files(DatasetConfig(train_data="HuggingFaceH4/ultrachat_200k")) is None  # a hub id stays one
 
 
 def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_weights(configs, tmp_path):

@@ -3,6 +3,9 @@
 import os
 import shutil
 import signal
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +25,22 @@ def configs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fixed_run(configs, tmp_path_factory):
-    """The reference: 8 steps on 2 processes, never interrupted."""
-    run_dir = tmp_path_factory.mktemp("fixed") / "run"
-    train(configs, run_dir, nodes=2)
-    return run_dir
+def fixed_runs(configs, tmp_path_factory):
+    """The reference per interpreter (torch build): 8 steps on 2 processes, never interrupted."""
+    runs = {}
+
+    def run(python=sys.executable):
+        if python not in runs:
+            runs[python] = tmp_path_factory.mktemp("fixed") / "run"
+            train(configs, runs[python], nodes=2, python=python)
+        return runs[python]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def fixed_run(fixed_runs):
+    return fixed_runs()
 
 
 def assert_same_run(run_dir, reference, rel, packed=False):
@@ -49,16 +63,16 @@ def test_resume_reproduces_an_uninterrupted_run(configs, fixed_run, tmp_path):
     assert_same_run(run_dir, fixed_run, rel=1e-6)
 
 
-def test_resize_2_3_1_matches_the_fixed_size_run(configs, fixed_run, tmp_path):
+def test_resize_2_3_1_matches_the_fixed_size_run(configs, fixed_runs, tmp_path, torch_python):
     run_dir = tmp_path / "run"
-    train(configs, run_dir, nodes=2, stop_at_step=3)
-    train(configs, run_dir, nodes=3, stop_at_step=6)  # 8 samples over 3 ranks: 2 + 3 + 3
-    train(configs, run_dir, nodes=1)
+    train(configs, run_dir, nodes=2, stop_at_step=3, python=torch_python)
+    train(configs, run_dir, nodes=3, stop_at_step=6, python=torch_python)  # 8 samples over 3 ranks: 2 + 3 + 3
+    train(configs, run_dir, nodes=1, python=torch_python)
     sizes = {r["step"]: r["world_size"] for r in records(run_dir) if "loss" in r}
     assert sizes == {1: 2, 2: 2, 3: 2, 4: 3, 5: 3, 6: 3, 7: 1, 8: 1}
     starts = [r for r in records(run_dir) if r.get("event") == "start"]
     assert [s["per_rank_batch"] for s in starts] == [[4, 4], [2, 3, 3], [8]]
-    assert_same_run(run_dir, fixed_run, rel=1e-5)
+    assert_same_run(run_dir, fixed_runs(torch_python), rel=1e-5)
 
 
 def test_resize_2_3_1_with_packing_and_compile_matches_the_fixed_size_run(tmp_path, monkeypatch):
@@ -76,11 +90,11 @@ def test_resize_2_3_1_with_packing_and_compile_matches_the_fixed_size_run(tmp_pa
 
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM"])
-def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig):
+def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig, torch_python):
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=100000",
                              "recipes.training_config.checkpoint.save_steps=1000")
     run_dir = tmp_path / "run"
-    proc = local_job(configs, run_dir).start(nodes=2, log=open(tmp_path / "torchrun.log", "wb"))
+    proc = local_job(configs, run_dir, torch_python).start(nodes=2, log=open(tmp_path / "torchrun.log", "wb"))
     try:
         wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
         workers = child_pids(proc.pid)
@@ -95,6 +109,39 @@ def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig):
     latest = latest_checkpoint(run_dir / "checkpoints")
     assert latest == step_dir(run_dir / "checkpoints", stop[0]["step"]) and (latest / COMPLETE).exists()
     assert stop[0]["step"] == max(losses(run_dir))
+
+
+def blocks_stop_signals(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+    return all(blocked & (1 << (sig - 1)) for sig in (signal.SIGUSR1, signal.SIGTERM))
+
+
+@pytest.mark.parametrize("moment", ["importing", "loading"])
+def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, moment, torch_python):
+    """One worker of three hears SIGUSR1 while the job starts (importing torch, before the process
+    group exists; or loading data and model, after it does): every rank ends within seconds with
+    exit 0, and no partial checkpoint is left."""
+    configs = render_configs(tmp_path / "configs", *TINY)
+    run_dir = tmp_path / "run"
+    log = tmp_path / "torchrun.log"
+    proc = local_job(configs, run_dir, torch_python).start(nodes=3, log=open(log, "wb"))
+    try:
+        wait_for(lambda: len(child_pids(proc.pid)) == 3, timeout=60, interval=0.02)
+        # the worker's first statements block the stop signals (before that, the interpreter itself is starting)
+        wait_for(lambda: blocks_stop_signals(child_pids(proc.pid)[2]), timeout=60, interval=0.01)
+        if moment == "loading":  # rank 0 logs `start` once the process group and the data are ready
+            wait_for(lambda: any(r.get("event") == "start" for r in records(run_dir)), timeout=120, interval=0.02)
+        os.kill(child_pids(proc.pid)[2], signal.SIGUSR1)
+        signalled = time.monotonic()
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+        assert time.monotonic() - signalled < 20, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    root = run_dir / "checkpoints"
+    partial = [p for p in root.glob("step-*") if not (p / COMPLETE).exists()] if root.exists() else []
+    assert not partial
 
 
 def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, fixed_run, tmp_path):

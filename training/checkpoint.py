@@ -53,10 +53,19 @@ class TrainState:
     world_size: int = 1
     fingerprint: dict | None = None  # settings that must not change across restarts
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss or gradient
+    schedule: dict | None = None  # the LR schedule's max_steps and warmup_steps when it was saved
 
 
 def bytes_on_disk(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1000
+    raise AssertionError
 
 
 def _crc32(path: Path, chunk: int = 16 << 20) -> int:
@@ -149,24 +158,54 @@ class Checkpointer:
         return {"model": model_sd, "optim": optim_sd}
 
     # --- save ---------------------------------------------------------------------------------------
+    def _space_needed(self, model) -> float:
+        """Bytes the next save will take (this rank's share): the newest checkpoint's size when
+        there is one (rank 0 counts it), else what is saved, estimated from this rank's shards: the
+        trained parameters with AdamW's two fp32 moments, plus the frozen ones unless they are left out."""
+        newest = latest_checkpoint(self.root)
+        if newest is not None:
+            return bytes_on_disk(newest) * SPACE_MARGIN if self.rank == 0 else 0
+        total = 0
+        for p in model.parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if p.requires_grad:
+                total += local.numel() * (local.element_size() + 8)
+            elif not self._options.ignore_frozen_params:
+                total += local.numel() * local.element_size()
+        return total
+
+    def _check_space(self, need: float, free: float, target: Path) -> None:
+        if free < need:
+            raise CheckpointError(f"not enough disk space for checkpoint {target}: needs ~{human_bytes(need)}, "
+                                  f"{human_bytes(free)} free: free space there, lower checkpoint.keep_last, or "
+                                  f"point run.output_dir at a larger volume")
+
+    def check_space(self, model, next_step: int) -> None:
+        """At start: refuse a run whose next save cannot fit, before any step is trained (a
+        relaunch that would fail at the same save again is a crash loop that burns compute)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        device = next(model.parameters()).device
+        found = torch.tensor([self._space_needed(model),
+                              shutil.disk_usage(self.root).free if self.rank == 0 else 0],
+                             dtype=torch.float64, device=device)
+        dist.all_reduce(found)
+        self._check_space(*found.tolist(), step_dir(self.root, next_step))
+
     def _preflight(self, model, target: Path) -> None:
         """Refuse a save that would be poisoned or would not fit, before writing a byte. One
         collective: non-finite parameters summed over ranks, plus rank 0's view of the disk."""
         newest = latest_checkpoint(self.root)
-        need = bytes_on_disk(newest) * SPACE_MARGIN if newest and self.rank == 0 else 0
         free = shutil.disk_usage(self.root).free if self.rank == 0 else 0
         device = next(model.parameters()).device
-        found = torch.tensor([_nonfinite_count(model), need, free], dtype=torch.float64, device=device)
+        found = torch.tensor([_nonfinite_count(model), self._space_needed(model), free],
+                             dtype=torch.float64, device=device)
         dist.all_reduce(found)
         bad, need, free = found.tolist()
         keep = newest.name if newest else "(none)"
         if bad:
             raise CheckpointError(f"model state at {target.name} has {bad:.0f} non-finite values: not saved; the "
                                   f"newest checkpoint stays {keep}")
-        if free < need:
-            raise CheckpointError(f"not enough disk space for checkpoint {target}: needs ~{need / 1e9:.2f} GB, "
-                                  f"{free / 1e9:.2f} GB free: free space there, lower checkpoint.keep_last, or "
-                                  f"point run.output_dir at a larger volume")
+        self._check_space(need, free, target)
 
     def save(self, model, optimizer, state: TrainState, blocking: bool = False) -> Path:
         self.wait()  # one save in flight at a time

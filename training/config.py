@@ -56,7 +56,10 @@ def report(error: BaseException) -> int:
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise error
-    print(f"error: {error}", file=sys.stderr, flush=True)
+    # One write: under `python -u` print() writes the text and the newline separately, and the
+    # ranks of a job sharing a terminal would interleave them into one line.
+    sys.stderr.write(f"error: {error}\n")
+    sys.stderr.flush()
     return 2
 
 

@@ -9,6 +9,7 @@ never trips a collective timeout.
 from __future__ import annotations
 
 import bisect
+import difflib
 import hashlib
 import json
 import os
@@ -49,10 +50,15 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
     key = "training_config.datasets.train_data"
     if not path.exists():
         # A hub id looks like `org/name`; anything else that does not exist is a mistyped local path,
-        # which must fail here in a second rather than after a network round trip to the hub.
-        if path.is_absolute() or cfg.train_data.startswith(".") or path.suffix or cfg.train_data.count("/") != 1:
-            raise ConfigError(f"{key}={cfg.train_data!r} does not exist: give an existing JSONL/Parquet file or "
-                              f"directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
+        # which must fail here in a second rather than after a network round trip to the hub. So is
+        # `data/name` when ./data is a local directory.
+        if path.is_absolute() or cfg.train_data.startswith(".") or path.suffix or cfg.train_data.count("/") != 1 \
+                or path.parent.is_dir():
+            near = difflib.get_close_matches(path.name, [p.name for p in path.parent.glob("*")], n=1) \
+                if path.parent.is_dir() else []
+            hint = f" (did you mean {str(path.parent / near[0])!r}?)" if near else ""
+            raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/Parquet file "
+                              f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
         return None
     files = sorted(str(f) for f in (path.rglob("*") if path.is_dir() else [path])
                    if f.suffix in (".jsonl", ".json", ".parquet"))
@@ -68,10 +74,44 @@ def _load_raw(cfg: DatasetConfig):
 
     datasets.disable_progress_bars()
     files = _data_files(cfg)
+    key = f"training_config.datasets.train_data={cfg.train_data!r}"
     if files is None:
-        return datasets.load_dataset(cfg.train_data, split=cfg.split), None
+        try:
+            return datasets.load_dataset(cfg.train_data, split=cfg.split), None
+        except Exception as e:  # noqa: BLE001 - offline, unknown id, no access: all one line
+            raise ConfigError(f"{key} is neither a local path nor a dataset the hub serves here "
+                              f"({type(e).__name__}: {_first_line(e)}): check the path or the id and network") from None
     kind = "parquet" if files[0].endswith(".parquet") else "json"
-    return datasets.load_dataset(kind, data_files=files, split="train"), files
+    try:
+        return datasets.load_dataset(kind, data_files=files, split="train"), files
+    except Exception as e:  # noqa: BLE001 - the reader's errors name no row: find it
+        raise ConfigError(f"{key}: {_unreadable_row(files) or _first_line(e)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
+
+
+def _unreadable_row(files: list[str]) -> str | None:
+    """The first JSONL line that is not UTF-8 or not a JSON object, as `bad training row at FILE line N: why`."""
+    for name in files:
+        if not name.endswith((".jsonl", ".json")):
+            continue
+        with open(name, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    row = json.loads(raw.decode("utf-8"))
+                    problem = None if isinstance(row, dict) else f"not a JSON object ({type(row).__name__})"
+                except UnicodeDecodeError as e:
+                    problem = f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                except json.JSONDecodeError as e:
+                    problem = f"invalid JSON ({e.msg} at column {e.colno})"
+                if problem:
+                    return f"bad training row at {name} line {number}: {problem}: fix or remove the row"
+    return None
 
 
 def _where(files: list[str] | None, index: int, train_data: str) -> str:

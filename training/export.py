@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
 
-    from training.checkpoint import COMPLETE
+    from training.checkpoint_dirs import COMPLETE, complete_checkpoints
     from training.config import ConfigError, load_job_config, report
     from training.model import build_sharded_model
     from training.train import Topology
@@ -163,12 +163,22 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", required=True, help="a complete checkpoint directory (.../checkpoints/step-N)")
     parser.add_argument("--out", required=True, help="the Hugging Face directory to write")
     parser.add_argument("--config", help="the run's training config (default: job_config.yaml in the run directory)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     args = parser.parse_args(argv)
     try:
         checkpoint = Path(args.checkpoint)
+        if not checkpoint.is_dir():
+            found = [p.name for p in complete_checkpoints(checkpoint.parent)]
+            raise ConfigError(f"--checkpoint {checkpoint} does not exist: "
+                              + (f"complete checkpoints in {checkpoint.parent}: {', '.join(found)}" if found else
+                                 "give a step-<8 digits> directory under <run dir>/checkpoints, e.g. step-00000020"))
         if not (checkpoint / COMPLETE).exists():
             raise ConfigError(f"--checkpoint {checkpoint} is not a complete checkpoint (no {COMPLETE} marker): "
-                              f"give a step-N directory under <run dir>/checkpoints")
+                              f"its save was cut short; export the previous step-N directory")
+        out = Path(args.out)
+        taken = [d for d in (out, out.with_name(out.name + "_adapter")) if d.exists()]
+        if taken and not args.overwrite:
+            raise ConfigError(f"--out {out}: {taken[0]} already exists: choose another --out or pass --overwrite")
         config = Path(args.config) if args.config else checkpoint.parent.parent / "job_config.yaml"
         if not config.exists():
             raise ConfigError(f"no training config at {config}: pass --config <the run's config-n<N>.yaml>")
@@ -187,7 +197,7 @@ def main(argv=None) -> int:
         state = {"model": get_model_state_dict(model, options=options)}
         dcp.load(state, checkpoint_id=str(checkpoint))
         set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
-        for path in export_hf(model, cfg, Path(args.out), topo.rank == 0, on_gpu):
+        for path in export_hf(model, cfg, out, topo.rank == 0, on_gpu):
             if topo.rank == 0:
                 print(f"wrote {path}", flush=True)
     except ConfigError as e:

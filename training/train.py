@@ -27,8 +27,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
+from training.agent_progress import AgentProgress, disagreement  # noqa: E402
 from training.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
-                                 latest_checkpoint, step_of)
+                                 latest_checkpoint, step_dir, step_of)
 from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
                              JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, report,
                              resolve_schedule, select_config_file)
@@ -79,6 +80,16 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
     progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
     floor = args.min_learning_rate / args.learning_rate
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def schedule_change(state: TrainState, args: TrainingArgs) -> str:
+    """A resumed run's LR schedule differs from its checkpoint's: what that does to the LR."""
+    before = replace(args, **state.schedule)
+    changed = ", ".join(f"{k} {state.schedule[k]} -> {getattr(args, k)}" for k in state.schedule
+                        if state.schedule[k] != getattr(args, k))
+    return (f"training_args {changed} since the checkpoint at step {state.step}: the warmup/cosine schedule is "
+            f"recomputed, so the LR at step {state.step} moves from {args.learning_rate * lr_factor(state.step, before):.3g} "
+            f"to {args.learning_rate * lr_factor(state.step, args):.3g}")
 
 
 def fingerprint(cfg: JobConfig, dataset_len: int) -> dict:
@@ -138,14 +149,17 @@ def parse_args(argv=None):
 
 
 def _writable_run_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".probe-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"run.output_dir={str(path)!r} is not writable ({e.strerror}): point run.output_dir "
-                          f"(or --run-dir) at a writable directory, e.g. the shared checkpoint volume") from None
+    """The run directory, refused at start (not at the first save, hours later) unless it and its
+    checkpoints/ can be written."""
+    for where, key in ((path, "run.output_dir"), (path / "checkpoints", "run.output_dir/checkpoints")):
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            probe = where / f".probe-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"{key}={str(where)!r} is not writable ({e.strerror}): point run.output_dir "
+                              f"(or --run-dir) at a writable directory, e.g. the shared checkpoint volume") from None
     return path
 
 
@@ -169,6 +183,8 @@ class Trainer:
         timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
         dist.init_process_group("cpu:gloo,cuda:nccl" if self.on_gpu else "gloo", timeout=timeout,
                                 device_id=self.device if self.on_gpu else None)
+        # A stop signal during start-up is announced to the peers through the job's rendezvous store.
+        stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.mesh = self._mesh(tc.model_config.sharding)
         self.rank0 = self.topo.rank == 0
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
@@ -215,7 +231,7 @@ class Trainer:
         return train, validation
 
     def _model_and_state(self) -> None:
-        tc = self.cfg.training_config
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         ckpt = tc.checkpoint
         if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
             # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
@@ -223,6 +239,8 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
                                          self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu,
                                          trainable_only=tc.model_config.peft_config is not None)
+        self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        agent_restart_point = self.agent.restart_point()
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
         self._build_model(resuming)
         self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
@@ -235,7 +253,16 @@ class Trainer:
                            **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
-        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp)
+        schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
+        if state is not None and state.schedule not in (None, schedule) and self.rank0:
+            print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
+        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule)
+        resumed = step_dir(self.run_dir / "checkpoints", state.step) if state else None
+        if self.state.step < self.last_step:
+            save_steps = tc.checkpoint.save_steps
+            self.checkpointer.check_space(self.model, min(self.last_step, (self.state.step // save_steps + 1) * save_steps))
+        if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
+            print(f"warning: {why}", file=sys.stderr, flush=True)
         self.reference = None  # full-parameter DPO: a frozen copy of the initial model
         if tc.training_args.trainer_type == "dpo" and tc.model_config.peft_config is None:
             self.reference = build_sharded_model(tc.model_config, tc.training_args.seed, self.mesh, self.on_gpu,
@@ -403,6 +430,7 @@ class Trainer:
         if self.checkpointer.last_saved:
             path, seconds = self.checkpointer.last_saved
             self.checkpointer.last_saved = None
+            self.agent.report(step_of(path), path)
             self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
                            bytes=bytes_on_disk(path) if self.rank0 else 0)
 
@@ -412,11 +440,15 @@ class Trainer:
         while not release.exists() and not self.stop.requested:
             time.sleep(0.02)
 
-    def train(self) -> None:
+    def train(self) -> int:
+        """The loop; returns the process's exit code (see `training.elastic` for what each means)."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         loader = self._loader()
         self.model.train()
-        self.stop.training = True
+        if self.stop.enter_training(self._agree_stop):  # a rank was signalled as start-up ended
+            self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
+            self.log.close()
+            return self.stop.exit_code_after_stop()
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
             record, stopping, writing = self.step(micro_batches)
@@ -437,7 +469,9 @@ class Trainer:
                 self._save(blocking=final)
             if stopping:
                 self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
-                break
+                self.log.close()
+                return self.stop.exit_code_after_stop()
+        self.stop.enter_finishing()
         self.checkpointer.wait()
         self._log_saved()
         if ta.save_hf_ckpt and self.state.step == ta.max_steps:
@@ -445,9 +479,9 @@ class Trainer:
             written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0, self.on_gpu)
             self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
                            seconds=round(time.perf_counter() - started, 3))
-        self.stop.training = False
         self.log.event(event="exit", step=self.state.step)
         self.log.close()
+        return 0
 
     def _agree_stop(self) -> bool:
         flag = torch.tensor([float(self.stop.requested)], device=self.device)
@@ -460,7 +494,6 @@ def main(argv=None, stop: ElasticStop | None = None) -> int:
     stop = stop or ElasticStop()
     try:
         stop.chain_agent_handler()
-        Trainer(args, stop).train()
+        return Trainer(args, stop).train()
     except USER_ERRORS as e:
         return report(e)
-    return 0

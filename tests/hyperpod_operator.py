@@ -1,0 +1,171 @@
+"""The HyperPod training operator's side of the agent contract, on loopback.
+
+Each simulated node ("pod") is one real `hyperpodrun` (hyperpod-elastic-agent, from the image's
+virtualenv) started with the rendered manifest's own container command, args and env; only paths
+(config mount, log dir) and the agent's port are adapted. The operator drives the agents through
+their HTTP API as the training operator does: `POST /start` (rank, nnodes, master address and port,
+rank IPs, fault count, the progress it read from `/status`), `POST /stop` (graceful: SIGUSR1 to the
+workers, then SIGKILL after `timeout`), `GET /status`, `POST /shutdown`. A watcher polls every
+agent's `/status` and keeps each change, so a test can tell what any agent ever reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Container:
+    """What the rendered HyperPodPyTorchJob runs in each pod, and its ConfigMap's files."""
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    config_files: dict[str, str]
+    config_mount: str
+    graceful_timeout: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Path) -> "Container":
+        docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+        job = next(d for d in docs if d["kind"] == "HyperPodPyTorchJob")
+        configmap = next(d for d in docs if d["kind"] == "ConfigMap")
+        pod = job["spec"]["replicaSpecs"][0]["template"]["spec"]
+        container = pod["containers"][0]
+        mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "training-config")
+        return cls(container["command"], container["args"], {e["name"]: e["value"] for e in container["env"]},
+                   configmap["data"], mount, job["spec"]["elasticPolicy"]["gracefulShutdownTimeoutInSeconds"])
+
+
+@dataclass
+class Pod:
+    name: str
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+class Operator:
+    def __init__(self, container: Container, work: Path, venv_bin: Path, cwd: Path):
+        self.container, self.work, self.venv_bin, self.cwd = container, work, venv_bin, cwd
+        self.config_dir = work / "config"  # the ConfigMap, "mounted"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in container.config_files.items():
+            (self.config_dir / name).write_text(text)
+        self.pods: list[Pod] = []
+        self.fault_count = 0
+        self.history: list[tuple[float, str, str]] = []  # (time, pod, status) at every change
+        self._last: dict[str, str] = {}
+        self._stop_watch = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    # --- pods ---------------------------------------------------------------------------------------
+    def add_pod(self) -> Pod:
+        name = f"pod-{len(self.pods)}"
+        port, log = free_port(), self.work / f"{name}.log"
+        args = [a.replace(f"={self.container.config_mount}", f"={self.config_dir}") for a in self.container.args]
+        args = [f"--log-dir={self.work / name / 'logs'}" if a.startswith("--log-dir=") else a for a in args]
+        command = [str(self.venv_bin / self.container.command[0]), "--server-host=127.0.0.1",
+                   f"--server-port={port}", *args]
+        env = {**os.environ, **self.container.env, "PATH": f"{self.venv_bin}{os.pathsep}{os.environ['PATH']}",
+               "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "VIRTUAL_ENV": str(self.venv_bin.parent)}
+        env.pop("PYTHONPATH", None)  # the image's packages only; the working directory holds `training`
+        proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        pod = Pod(name, port, proc, log)
+        self.pods.append(pod)
+        self.wait_status([pod], {"ready"}, timeout=90)
+        return pod
+
+    def remove(self, pod: Pod, sig: int = signal.SIGTERM) -> None:
+        """Kubernetes deleting the pod (SIGTERM to the agent, PID 1) or the node dying (SIGKILL)."""
+        pod.proc.send_signal(sig)
+
+    # --- the agent API ------------------------------------------------------------------------------
+    def _call(self, pod: Pod, method: str, path: str, body: dict | None = None) -> dict | None:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(pod.url(path), data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def status(self, pod: Pod) -> dict:
+        try:
+            return self._call(pod, "GET", "/status")
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return {"status": "gone"}
+
+    def start(self, pods: list[Pod], progress: dict | None = None) -> float:
+        master = free_port()
+        rank_ips = [{"rank": r, "ip": "127.0.0.1"} for r in range(len(pods))]
+        started = time.time()
+        for rank, pod in enumerate(pods):
+            self._call(pod, "POST", "/start", {"rank": rank, "nnodes": len(pods), "faultCount": self.fault_count,
+                                               "master_addr": "127.0.0.1", "master_port": master,
+                                               "rankIps": rank_ips, "progress": progress or {}})
+        return started
+
+    def stop(self, pods: list[Pod], graceful: bool = True, apart: float = 0.0) -> float:
+        started = time.time()
+        for i, pod in enumerate(pods):
+            if i and apart:
+                time.sleep(apart)
+            self._call(pod, "POST", "/stop", {"is_graceful": graceful, "timeout": self.container.graceful_timeout})
+        return started
+
+    def shutdown(self, pod: Pod) -> None:
+        self._call(pod, "POST", "/shutdown")
+
+    def wait_status(self, pods: list[Pod], wanted: set[str], timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.status(p)["status"] in wanted for p in pods):
+                return time.time()
+            time.sleep(0.05)
+        raise TimeoutError(f"{[p.name for p in pods]} not {wanted} within {timeout}s: "
+                           f"{[self.status(p) for p in pods]}")
+
+    def progress(self, pods: list[Pod]) -> dict:
+        """What the operator hands back in the next /start: the newest progress any agent reports."""
+        found = [s["progress"] for s in map(self.status, pods) if s.get("progress")]
+        return max(found, key=lambda p: next(iter(p.values()))["progressCount"], default={})
+
+    # --- watching -----------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop_watch.is_set():
+            for pod in list(self.pods):
+                status = self.status(pod)["status"]
+                if self._last.get(pod.name) != status:
+                    self._last[pod.name] = status
+                    self.history.append((time.time(), pod.name, status))
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stop_watch.set()
+        self._watcher.join(5)
+        for pod in self.pods:
+            if pod.proc.poll() is None:
+                os.killpg(pod.proc.pid, signal.SIGKILL)
+                pod.proc.wait()

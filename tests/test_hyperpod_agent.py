@@ -1,0 +1,177 @@
+"""The rendered HyperPod job under the real elastic agent (`hyperpodrun`, hyperpod-elastic-agent and
+torch as the Dockerfile pins them), one agent per simulated node on loopback, driven as the
+operator drives it (tests/hyperpod_operator.py): start at 2 nodes, graceful stop; start at 3,
+graceful stops seconds apart; start at 3, a pod deleted on scale-down (SIGTERM); start at 2, a pod
+killed without a graceful stop; start at 1, finish; shutdown.
+
+It checks what the operator relies on: every graceful stop checkpoints and leaves the agents
+`ready` within the graceful timeout, no agent reports `completed` before the last step, every
+restart resumes at its new size from the newest checkpoint, `/status.progress` names that
+checkpoint, the losses and the committed data stream equal a fixed-size run's, no process is left.
+"""
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, committed_samples, losses, records, train, wait_for
+from hyperpod_operator import Container, Operator
+from training.checkpoint_dirs import latest_checkpoint, step_dir
+
+pytestmark = pytest.mark.timeout(900)
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, image_python):
+    """The tiny recipe's dry run (elastic over 1..3 nodes), its run directory under tmp."""
+    from elastic_launcher.cli import main
+
+    work = tmp_path_factory.mktemp("hyperpod")
+    assert main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                 f"recipes.run.output_dir={work / 'run'}", "recipes.training_config.logging.audit_samples=true",
+                 f"recipes.training_config.training_args.max_steps={STEPS}", f"output_dir={work / 'dry'}"]) == 0
+    return work, Container.from_manifest(work / "dry" / "tiny-llama-sft" / "manifest.yaml"), image_python
+
+
+def steps_at(run_dir: Path, world_size: int) -> list[int]:
+    return [r["step"] for r in records(run_dir) if "loss" in r and r["world_size"] == world_size]
+
+
+def wait_step(run_dir: Path, at_least: int, world_size: int) -> None:
+    wait_for(lambda: max(steps_at(run_dir, world_size), default=0) >= at_least, timeout=120, interval=0.05)
+
+
+def newest_step(run_dir: Path) -> int:
+    return int(latest_checkpoint(run_dir / "checkpoints").name.split("-")[1])
+
+
+def own_processes(work: Path) -> list[int]:
+    """Processes whose command line names this test's directory (agents and workers)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(work) in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_resize_2_3_1_under_the_real_agent(job):
+    work, container, python = job
+    run_dir = work / "run"
+    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    timings: dict[str, list[float]] = {"stop_to_ready": [], "start_to_step": []}
+
+    def graceful_stop(pods, apart=0.0):
+        began = operator.stop(pods, apart=apart)
+        ready = operator.wait_status(pods, {"ready"}, timeout=container.graceful_timeout + 10)
+        timings["stop_to_ready"].append(ready - began - apart * (len(pods) - 1))
+        assert ready - began < container.graceful_timeout + apart * len(pods)
+
+    def start(pods, after_step):
+        """Start at len(pods) nodes with the progress the agents report; wait for new steps."""
+        progress = operator.progress(operator.pods)
+        began = operator.start(pods, progress)
+        wait_step(run_dir, after_step + 1, len(pods))
+        first = min(r["time"] for r in records(run_dir) if "loss" in r and r["time"] >= began)
+        timings["start_to_step"].append(first - began)
+
+    def resumed_from(step, nodes):
+        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+        assert (resume["step"], resume["world_size"]) == (step, nodes)
+
+    def progress_names_newest(pods):
+        newest = latest_checkpoint(run_dir / "checkpoints").resolve()
+        for pod in pods:
+            (entry,) = operator.status(pod)["progress"].values()
+            assert (Path(entry["progressData"]), entry["progressCount"]) == (newest, newest_step(run_dir))
+
+    try:
+        p0, p1, p2 = (operator.add_pod() for _ in range(3))
+
+        # 2 nodes, then a graceful stop of both: checkpoint at the agreed step, agents ready.
+        start([p0, p1], 0)
+        wait_step(run_dir, 3, 2)
+        graceful_stop([p0, p1])
+        stopped = newest_step(run_dir)
+        assert [r["step"] for r in records(run_dir) if r.get("event") == "stop"] == [stopped]
+        progress_names_newest([p0, p1])
+
+        # 3 nodes; the operator's stops reach the pods 3 s apart: nobody reports completed.
+        start([p0, p1, p2], stopped)
+        resumed_from(stopped, 3)
+        wait_step(run_dir, stopped + 3, 3)
+        graceful_stop([p2, p0, p1], apart=3.0)
+        stopped = newest_step(run_dir)
+        assert [r for r in records(run_dir) if r.get("event") == "stop"][-1]["step"] == stopped
+        assert not [h for h in operator.history if h[2] == "completed"], operator.history
+        assert "waiting up to" in p0.log.read_text()  # the peers of the first stopped pod waited for their own stop
+        progress_names_newest([p0, p1, p2])
+
+        # 3 nodes; pod 2 is deleted on scale-down (SIGTERM to its agent): everyone checkpoints, its
+        # agent exits, the others wait for the operator's stop.
+        start([p0, p1, p2], stopped)
+        resumed_from(stopped, 3)
+        wait_step(run_dir, stopped + 3, 3)
+        deleted_at = time.time()
+        operator.remove(p2, signal.SIGTERM)
+        p2.proc.wait(timeout=container.graceful_timeout)
+        wait_for(lambda: any(r.get("event") == "stop" and r["time"] >= deleted_at for r in records(run_dir)), 30)
+        graceful_stop([p0, p1])
+        stopped = newest_step(run_dir)
+        assert [r for r in records(run_dir) if r.get("event") == "stop"][-1]["step"] == stopped
+
+        # 2 nodes; pod 1's node dies (SIGKILL, no graceful stop): pod 0's agent reports the fault, the
+        # operator stops it and replaces pod 1; the steps since the last checkpoint are redone.
+        start([p0, p1], stopped)
+        resumed_from(stopped, 2)
+        wait_step(run_dir, stopped + 2, 2)
+        operator.remove(p1, signal.SIGKILL)
+        operator.wait_status([p0], {"faulted"}, timeout=60)
+        operator.fault_count += 1
+        operator.stop([p0], graceful=False)
+        operator.wait_status([p0], {"ready"}, timeout=30)
+        p3 = operator.add_pod()
+        stopped = newest_step(run_dir)
+
+        # 1 node to the end: the only completion.
+        start([p0], stopped)
+        resumed_from(stopped, 1)
+        operator.wait_status([p0], {"completed"}, timeout=180)
+        assert max(losses(run_dir)) == STEPS
+        for pod in (p0, p3):
+            operator.shutdown(pod)
+            assert pod.proc.wait(timeout=30) == 0
+    finally:
+        operator.close()
+
+    # No agent ever said completed before the job ended.
+    last_step = max(r["time"] for r in records(run_dir) if r.get("step") == STEPS and "loss" in r)
+    completions = [(t, name) for t, name, status in operator.history if status == "completed"]
+    assert completions and all(t >= last_step and name == "pod-0" for t, name in completions), operator.history
+    assert not any(status == "faulted" and name != "pod-0" for _, name, status in operator.history)
+
+    # The committed stream equals a fixed-size run's, on the same torch.
+    fixed = work / "fixed"
+    train(work / "pods" / "config", fixed, nodes=1, python=python)
+    got, want = losses(run_dir), losses(fixed)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert abs(got[step] - want[step]) <= 1e-5 * abs(want[step]), (step, got[step], want[step])
+    samples = committed_samples(run_dir)
+    assert samples == committed_samples(fixed)
+    flat = [i for step in sorted(samples) for i in samples[step]]
+    assert len(flat) == len(set(flat)) == STEPS * 8
+
+    # Restarts agreed with the agent's progress; nothing is left running.
+    assert not any(re.search(r"warning: the agent's progress", p.log.read_text()) for p in operator.pods)
+    wait_for(lambda: not own_processes(work / "pods"), timeout=30)
+    print(f"\nstop -> agents ready (s): {[round(t, 2) for t in timings['stop_to_ready']]}; "
+          f"/start -> first step (s): {[round(t, 2) for t in timings['start_to_step']]}")
+    assert os.path.isdir(step_dir(run_dir / "checkpoints", STEPS))
