@@ -16,7 +16,7 @@ ENV PYTHONUNBUFFERED=1 \
 RUN pip install "pip<25.3" \
  && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
-        pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2
+        pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0
 
 # The container contract (see README, "Training container"): the working directory holds the
 # `training` package, so `hyperpodrun ... -m training --config-dir=/config` (HyperPod) and

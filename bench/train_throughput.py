@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local import LocalJob  # noqa: E402
+from training.data import SPLITS  # noqa: E402
 
 MODEL = ["recipes.training_config.model_config.architecture.hidden_size=256",
          "recipes.training_config.model_config.architecture.intermediate_size=688",
@@ -50,7 +51,7 @@ def main() -> None:
             (dataset_dir,) = [p for p in (job.run_dir / "data_cache").iterdir() if p.is_dir()]
             done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                    f"--nproc-per-node={args.nproc}", str(ROOT / "bench" / "minimal_fsdp_loop.py"),
-                                   str(configs / f"config-n{args.nproc}.yaml"), str(dataset_dir), str(args.steps)],
+                                   str(configs / f"config-n{args.nproc}.yaml"), str(dataset_dir / SPLITS[0]), str(args.steps)],
                                   env=job.env(args.nproc), capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"minimal loop failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")

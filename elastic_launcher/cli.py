@@ -42,6 +42,7 @@ class Job:
     recipe_name: str
     recipe: dict
     plan: Plan
+    typed: TypedKeys = TypedKeys()  # the recipe keys typed on the command line: a re-plan must honour them too
 
     @property
     def namespace(self) -> str:
@@ -61,9 +62,9 @@ def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Jo
         raise ConfigError("cluster.image is not set: submitting needs the training image, "
                           "e.g. cluster.image=<account>.dkr.ecr.<region>.amazonaws.com/train:latest")
     # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
-    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow",
-                     typed=TypedKeys.from_overrides(list(overrides)))
-    return Job(settings, recipe_name, recipe, plan)
+    typed = TypedKeys.from_overrides(list(overrides))
+    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed)
+    return Job(settings, recipe_name, recipe, plan, typed)
 
 
 def dry_run(job: Job) -> int:
@@ -85,7 +86,7 @@ def run_action(job: Job) -> int:
     action = job.settings.action
     if action == "dry_run":
         return dry_run(job)
-    if action in ("submit", "server_dry_run", "status", "delete"):
+    if action in ("submit", "server_dry_run", "status", "logs", "list", "delete"):
         from elastic_launcher import cluster
 
         return cluster.run(job)

@@ -1,4 +1,5 @@
-"""Cluster actions through the `kubernetes` client: submit, server-side dry run, status, delete.
+"""Cluster actions through the `kubernetes` client: submit, server-side dry run, status, delete
+(and through observe.py: training progress, logs, the list of jobs).
 
 Every failure becomes one line that says what was refused and what to do: no kubeconfig, cluster
 unreachable, 401/403 (which verb on which resource), the CRD's operator not installed, a name taken,
@@ -208,7 +209,20 @@ def _phase(obj: dict) -> str:
 
 
 def status(job, cluster: Cluster) -> int:
+    """The job and its pods, then the training's own view (observe.py); `cluster.watch` refreshes
+    until the job ends."""
+    from elastic_launcher import observe
+
     kind, name = KINDS[job.settings.target], job.settings.cluster.job_name or job.plan.job_name
+    if not job.settings.cluster.watch:
+        return _status_once(cluster, kind, name)
+    return observe.watch(lambda: _status_once(cluster, kind, name), lambda: observe._finished(cluster, kind, name),
+                         job.settings.cluster.watch_interval)
+
+
+def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
+    from elastic_launcher import observe
+
     obj = _get(cluster, kind, name)
     if obj is None:
         raise LauncherError(f"no {kind.kind} named {name!r} in namespace {cluster.namespace}: check cluster.job_name "
@@ -231,6 +245,10 @@ def status(job, cluster: Cluster) -> int:
         rows.append(("  pod " + p.metadata.name, p.status.phase or "", "", "", str(restarts), p.spec.node_name or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows))
+    if pods.items:
+        observe.print_progress(cluster, kind, name, None if target == "-" else target)
+    elif phase not in observe.DONE_PHASES:
+        print("training: between sizes: no pod of the job exists now (the operator is restarting or resizing it)")
     return 1 if phase == "Failed" else 0
 
 
@@ -241,4 +259,9 @@ def run(job) -> int:
         return submit(job, cluster, dry_run=action == "server_dry_run")
     if action == "status":
         return status(job, cluster)
+    if action in ("logs", "list"):
+        from elastic_launcher import observe
+
+        return observe.logs(job, cluster, KINDS[job.settings.target]) if action == "logs" else \
+            observe.list_jobs(job, cluster)
     return delete(job, cluster)

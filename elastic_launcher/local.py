@@ -27,6 +27,7 @@ from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
 from training.checkpoint_dirs import latest_checkpoint, step_of
 from training.config import NUM_NODES_ENV
+from training.records import human, parse_line, read_records
 
 
 def _die_with_launcher() -> None:  # runs in the child between fork and exec
@@ -114,14 +115,21 @@ def stop_signal(interrupt: KeyboardInterrupt) -> int:
     return signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT
 
 
+_stdout_gone = False
+
+
 def say(text: str) -> None:
     """A line for the user on stdout, or on stderr once stdout is gone: with the output piped
     (`| grep ...`), Ctrl-C ends the reader too, and a graceful stop must not die of a broken pipe."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later writes and the exit flush go nowhere
-        print(text, file=sys.stderr, flush=True)
+    global _stdout_gone
+    if not _stdout_gone:
+        try:
+            print(text, flush=True)
+            return
+        except BrokenPipeError:
+            _stdout_gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush goes nowhere, quietly
+    print(text, file=sys.stderr, flush=True)
 
 
 def run_dir_of(job) -> Path:
@@ -182,7 +190,11 @@ class OutputRelay:
                 if self.error is None and line.startswith("error: "):
                     self.error = line[len("error: "):]
                 elif self.error is None:
-                    say(line)
+                    record = parse_line(line) if line.startswith("{") else None
+                    if record is None:
+                        say(line)
+                    elif record.get("event") != "node":  # which pod is which node: for cluster logs only
+                        say(human(record))
 
     def join(self) -> None:
         self._thread.join(timeout=10)
@@ -190,8 +202,6 @@ class OutputRelay:
 
 def _resolved_max_steps(run_dir: Path) -> int | None:
     """The schedule's length as the trainer resolved it (max_epochs needs the tokenized data)."""
-    from elastic_launcher.rehearse import read_records
-
     starts = [r for r in read_records(run_dir, "metrics.jsonl") if r.get("event") == "start"]
     return starts[-1].get("max_steps") if starts else None
 

@@ -7,7 +7,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from elastic_launcher.rehearse import Timeline, read_records
+from elastic_launcher.rehearse import Timeline
+from training.records import committed, read_records
 
 
 @dataclass
@@ -51,11 +52,6 @@ class Report:
             lines.append(f"vs fixed-size run: {verdict}: max relative loss difference {self.max_rel_loss_diff:.2e}, "
                          f"consumed sample ids {'identical' if self.samples_identical else 'DIFFERENT'}")
         return "\n".join(lines)
-
-
-def committed(run_dir: Path, name: str, key: str) -> dict[int, object]:
-    """Per step, the value of its last record: a step recomputed after a failure counts once."""
-    return {r["step"]: r[key] for r in read_records(run_dir, name) if key in r}
 
 
 def _transition(records: list[dict], events: list[dict], prev: int, cur: int) -> Transition:

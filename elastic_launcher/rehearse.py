@@ -28,6 +28,7 @@ from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, si
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan, make_plan
 from training.config import ConfigError
+from training.records import read_records
 
 POLL_SECONDS = 0.2
 
@@ -45,20 +46,6 @@ class Timeline:
         self.events.append(event)
         print(f"[rehearse +{event['t']:7.2f}s] {kind} " + " ".join(f"{k}={v}" for k, v in details.items()), flush=True)
         return event
-
-
-def read_records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
-    """The JSON lines the trainer wrote to `run_dir/name` (metrics.jsonl or samples.jsonl)."""
-    path = Path(run_dir) / name
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written right now
-            pass
-    return records
 
 
 class Rehearsal:
@@ -188,7 +175,7 @@ def run(job) -> int:
     # Sample lineage is what proves a resize invisible: the rehearsal always records it.
     recipe = copy.deepcopy(job.recipe)
     recipe["training_config"]["logging"]["audit_samples"] = True
-    plan = make_plan(recipe, job.plan.job_name)
+    plan = make_plan(recipe, job.plan.job_name, typed=job.typed)  # the dry run's plan, with the audit on
     if not plan.policy.is_elastic:
         raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local

@@ -7,7 +7,8 @@ from typing import Any
 
 from training.config import ranged
 
-ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "delete", "local", "rehearse", "simulate")
+ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "logs", "list", "delete", "local", "rehearse",
+           "simulate")
 TARGETS = ("hyperpod", "kubeflow")
 
 
@@ -39,6 +40,11 @@ class ClusterSettings:
     max_restarts: int = ranged(10, ge=0)
     replace: bool = False
     unique_name: bool = True
+    watch: bool = False  # status: refresh until the job ends
+    watch_interval: float = ranged(10.0, gt=0)  # status: seconds between refreshes
+    rank: Any = 0  # logs: the node rank whose log to show, or "all"
+    follow: bool = False  # logs: stream, across restarts, until the job ends
+    since: str | None = None  # logs: only lines newer than this duration, e.g. 10m
 
 
 @dataclass

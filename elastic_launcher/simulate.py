@@ -29,8 +29,8 @@ from pathlib import Path
 from elastic_launcher.capacity import TraceEvent, parse_trace
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan
-from elastic_launcher.rehearse import read_records
 from training.config import ConfigError
+from training.records import read_records
 
 # Parameters of the shipped recipes' models (for checkpoint sizes): weights + AdamW moments in fp32
 # are 12 bytes per trained parameter. LoRA trains about 0.5% of them (r 16 on all linear layers).

@@ -68,20 +68,20 @@ def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240, python=sys
 
 
 def records(run_dir, name="metrics.jsonl"):
-    from elastic_launcher.rehearse import read_records
+    from training.records import read_records
 
     return read_records(run_dir, name)
 
 
 def losses(run_dir) -> dict[int, float]:
     """Loss per step; a step recomputed after a crash counts with its last (committed) value."""
-    from elastic_launcher.rehearsal_report import committed
+    from training.records import committed
 
     return committed(Path(run_dir), "metrics.jsonl", "loss")
 
 
 def committed_samples(run_dir) -> dict[int, list[int]]:
-    from elastic_launcher.rehearsal_report import committed
+    from training.records import committed
 
     return committed(Path(run_dir), "samples.jsonl", "sample_ids")
 

@@ -76,6 +76,7 @@ class Operator:
         self.fault_count = 0
         self.history: list[tuple[float, str, str]] = []  # (time, pod, status) at every change
         self._last: dict[str, str] = {}
+        self._lock = threading.Lock()
         self._stop_watch = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
@@ -112,10 +113,16 @@ class Operator:
         return json.loads(text) if text else None
 
     def status(self, pod: Pod) -> dict:
+        """The agent's /status; every answer, from any caller, goes into `history` when it changed."""
         try:
-            return self._call(pod, "GET", "/status")
+            answer = self._call(pod, "GET", "/status")
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return {"status": "gone"}
+            answer = {"status": "gone"}
+        with self._lock:
+            if self._last.get(pod.name) != answer["status"]:
+                self._last[pod.name] = answer["status"]
+                self.history.append((time.time(), pod.name, answer["status"]))
+        return answer
 
     def start(self, pods: list[Pod], progress: dict | None = None) -> float:
         master = free_port()
@@ -156,10 +163,7 @@ class Operator:
     def _watch(self) -> None:
         while not self._stop_watch.is_set():
             for pod in list(self.pods):
-                status = self.status(pod)["status"]
-                if self._last.get(pod.name) != status:
-                    self._last[pod.name] = status
-                    self.history.append((time.time(), pod.name, status))
+                self.status(pod)
             time.sleep(0.05)
 
     def close(self) -> None:

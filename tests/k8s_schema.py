@@ -4,9 +4,6 @@ SDK's own pydantic mirror of the HyperPodPyTorchJob CRD."""
 
 import importlib.util
 import re
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import jsonschema
@@ -51,21 +48,9 @@ def check_k8s(data, type_name: str, path: str = "$") -> None:
 
 
 def hyperpod_sdk_model():
-    """The SDK's pydantic model of the HyperPodPyTorchJob spec, loaded from the published wheel
-    (`pip download`, cached); None when PyPI cannot be reached."""
-    cache = Path.home() / ".cache" / "elastic-launcher-tests"
-    wheels = sorted(cache.glob("sagemaker_hyperpod-3.12.0-*.whl"))
-    if not wheels:
-        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache),
-                                 "sagemaker-hyperpod==3.12.0"], capture_output=True, timeout=300)
-        wheels = sorted(cache.glob("sagemaker_hyperpod-3.12.0-*.whl"))
-        if result.returncode or not wheels:
-            return None
-    source = cache / "hyperpod_pytorch_job_unified_config.py"
-    if not source.exists():
-        with zipfile.ZipFile(wheels[0]) as z:
-            source.write_bytes(z.read("sagemaker/hyperpod/training/config/hyperpod_pytorch_job_unified_config.py"))
-    spec = importlib.util.spec_from_file_location("hyperpod_unified_config", source)
+    """The SDK's pydantic model of the HyperPodPyTorchJob spec (a fixture copied from its wheel)."""
+    spec = importlib.util.spec_from_file_location("hyperpod_unified_config",
+                                                  SCHEMAS / "hyperpod_pytorch_job_unified_config.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module._HyperPodPytorchJob

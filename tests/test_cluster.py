@@ -1,5 +1,8 @@
 """Cluster actions through the real `kubernetes` client against a local API server over HTTP."""
 
+import json
+import time
+
 import pytest
 
 from conftest import MAIN_COMMAND
@@ -160,3 +163,179 @@ def test_orphan_configmap_of_the_job_name_is_overwritten(launch, api):
     assert code == 0, err
     assert api.store[("configmaps", "team-a", "training-config-lone")]["data"]["config.yaml"] != "stale"
     assert api.names(HP) == ["lone"]
+
+
+# --- after submit: progress, logs and the list of jobs, through a resize ---------------------------
+def trainer(record: dict) -> str:
+    """A line of the trainer's stream as the agent tees it into the pod's log."""
+    return "[default0]:" + json.dumps(record)
+
+
+def launch_records(start: float, nodes: int, steps: range, launch: str, resumed_from=None, history=()) -> list[str]:
+    lines = [trainer({"time": start, "launch": launch, "event": "start", "world_size": nodes * 8, "nodes": nodes,
+                      "max_steps": 100, "max_epochs": None})]
+    if resumed_from is not None:
+        lines.append(trainer({"time": start + 5, "launch": launch, "event": "resume", "step": resumed_from,
+                              "world_size": nodes * 8, "history": list(history)}))
+    for i, step in enumerate(steps):
+        lines.append(trainer({"time": start + 10 + 2 * i, "launch": launch, "step": step, "loss": 2.0 - step / 100,
+                              "tokens_per_s": 1000.0 * nodes, "tokens_per_s_per_device": 125.0,
+                              "world_size": nodes * 8, "step_time": 2.0}))
+    return lines
+
+
+def node_line(rank: int, nodes: int) -> str:
+    return trainer({"event": "node", "node_rank": rank, "nodes": nodes, "time": time.time()})
+
+
+@pytest.fixture
+def running(launch, api):
+    """A submitted job `watched` on 2 pods, rank 0 (pod a) at step 10 of 100 with a checkpoint at 10."""
+    assert launch(*MAIN_COMMAND, IMAGE, "action=submit", "cluster.job_name=watched")[0] == 0
+    api.store[(HP, "team-a", "watched")]["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    for pod in ("watched-pods-a", "watched-pods-b"):
+        api.add_pod(pod, "watched")
+    start = time.time() - 60
+    api.log("watched-pods-a", node_line(0, 2), *launch_records(start, 2, range(1, 11), "l1"),
+            trainer({"time": start + 30, "event": "checkpoint", "step": 10, "launch": "l1"}))
+    api.log("watched-pods-b", node_line(1, 2), "rank 1 says hello")
+    return api
+
+
+def status(launch):
+    code, out, err = launch(*MAIN_COMMAND, "action=status", "cluster.job_name=watched")
+    assert code == 0, err
+    return out
+
+
+def test_status_says_where_training_is_through_a_resize(launch, running):
+    api = running
+    out = status(launch)
+    assert "training: training for" in out and "step 10/100 at 2 node(s) (16 processes)" in out
+    assert "loss 1.9, 2,000 tokens/s (125 per device)" in out
+    assert "last complete checkpoint: step 10, " in out and "ETA 3m00s at the current speed" in out  # 90 steps x 2 s
+    assert "resizes: 0, failures: 0" in out
+    # The operator resizes 2 -> 3: rank 0 checkpoints and stops ...
+    api.log("watched-pods-a", trainer({"time": time.time(), "event": "stop", "step": 12, "signal": "SIGUSR1",
+                                       "launch": "l1"}))
+    assert "training: stopping for" in status(launch)
+    # ... the pods are replaced (new names), the trainer loads, then trains at 3 nodes.
+    for pod in ("watched-pods-a", "watched-pods-b"):
+        api.remove_pod(pod)
+    assert "training: between sizes: no pod of the job exists now" in status(launch)
+    history = [{"time": time.time(), "step": 12, "from": 16, "to": 24, "cause": "resize"}]
+    for pod, rank in (("watched-pods-c", 0), ("watched-pods-d", 1), ("watched-pods-e", 2)):
+        api.add_pod(pod, "watched")
+        api.log(pod, node_line(rank, 3))
+    start = time.time() - 5
+    api.log("watched-pods-c", *launch_records(start, 3, range(0), "l2", resumed_from=12, history=history))
+    assert "training: loading for" in status(launch)
+    api.log("watched-pods-c", *launch_records(start, 3, range(13, 15), "l2")[1:])
+    out = status(launch)
+    assert "step 14/100 at 3 node(s) (24 processes)" in out and "3,000 tokens/s" in out
+    assert "resizes: 1, failures: 0" in out and "resize at step 12: 16 -> 24 processes" in out
+
+
+def test_status_before_any_progress_line_says_so(launch, running):
+    running.logs["watched-pods-a"].clear()
+    assert "training: no progress line in the rank-0 log yet" in status(launch)
+
+
+def test_status_watch_refreshes_until_the_job_ends(launch, running, monkeypatch):
+    import elastic_launcher.observe as observe
+
+    job = running.store[(HP, "team-a", "watched")]
+    calls = []
+
+    def sleep(seconds):  # the job completes during the first wait
+        calls.append(seconds)
+        job["status"]["conditions"].append({"type": "Completed", "status": "True"})
+
+    monkeypatch.setattr(observe.time, "sleep", sleep)
+    code, out, err = launch(*MAIN_COMMAND, "action=status", "cluster.job_name=watched", "cluster.watch=true",
+                            "cluster.watch_interval=7")
+    assert code == 0, err
+    assert calls == [7] and out.count("step 10/100") == 2  # shown, waited 7 s, shown again, stopped: the job ended
+    assert out.split("--- ")[1].splitlines()[2].split()[1] == "Completed"  # the job row after the refresh
+
+
+def logs(launch, *extra):
+    return launch(*MAIN_COMMAND, "action=logs", "cluster.job_name=watched", *extra)
+
+
+def test_logs_show_one_rank_or_all_and_find_rank_0_after_a_resize(launch, running):
+    api = running
+    code, out, err = logs(launch)
+    assert code == 0, err
+    assert '"step": 10' in out and "rank 1 says hello" not in out
+    code, out, _ = logs(launch, "cluster.rank=1")
+    assert code == 0 and "rank 1 says hello" in out and '"step"' not in out
+    code, out, _ = logs(launch, "cluster.rank=all")
+    assert code == 0 and "[watched-pods-b] [default0]:" in out and "[watched-pods-a] [default0]:" in out
+    for pod in ("watched-pods-a", "watched-pods-b"):
+        api.remove_pod(pod)
+    api.add_pod("watched-pods-z", "watched")
+    api.log("watched-pods-z", node_line(0, 1), "after the resize")
+    code, out, _ = logs(launch)
+    assert code == 0 and out.strip().endswith("after the resize")
+    time.sleep(1.5)
+    api.log("watched-pods-z", "newest line")
+    code, out, _ = logs(launch, "cluster.since=1s")
+    assert code == 0 and out.strip() == "newest line"
+
+
+def test_logs_follow_the_job_across_pod_replacements_until_it_ends(launch, running):
+    import threading
+
+    api = running
+    job = api.store[(HP, "team-a", "watched")]
+
+    def operator():
+        time.sleep(1.0)
+        api.log("watched-pods-a", "step line while following")
+        time.sleep(0.5)
+        for pod in ("watched-pods-a", "watched-pods-b"):
+            api.remove_pod(pod)
+        api.add_pod("watched-pods-new", "watched")
+        api.log("watched-pods-new", node_line(0, 1), "on the new pod")
+        time.sleep(1.0)
+        job["status"]["conditions"].append({"type": "Completed", "status": "True"})
+        api.log("watched-pods-new", "the end")
+        time.sleep(0.5)
+        api.remove_pod("watched-pods-new")
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    code, out, err = logs(launch, "cluster.follow=true")
+    thread.join()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines.index("step line while following") < lines.index("on the new pod") < lines.index("the end")
+    assert len(lines) == len(set(lines)) + lines.count("")  # nothing shown twice
+
+
+def test_log_errors_are_one_line(launch, api):
+    assert launch(*MAIN_COMMAND, IMAGE, "action=submit", "cluster.job_name=watched")[0] == 0
+    code, _, err = logs(launch)
+    assert code == 2 and "no pod of job 'watched' in namespace team-a yet" in one_line_error(err)
+    api.add_pod("watched-pods-a", "watched")
+    api.log("watched-pods-a", node_line(0, 1))
+    code, _, err = logs(launch, "cluster.rank=3")
+    assert code == 2 and "no pod of job 'watched' runs node rank 3" in one_line_error(err)
+    api.forbid_logs = True
+    code, _, err = logs(launch)
+    line = one_line_error(err)
+    assert code == 2 and "forbidden (403)" in line and 'resources: ["pods/log"], verbs: ["get"]' in line
+
+
+def test_list_shows_the_jobs_this_launcher_submitted(launch, running):
+    api = running
+    assert launch("recipes=llama/tiny_llama_sft", IMAGE, "action=submit", "cluster.job_name=other")[0] == 0
+    api.store[(HP, "team-a", "foreign")] = {"metadata": {"name": "foreign", "labels": {}}, "spec": {}}
+    code, out, err = launch(*MAIN_COMMAND, "action=list")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert set(rows) == {"watched", "other"}  # not the job someone else submitted
+    assert rows["watched"][1:7] == ["HyperPodPyTorchJob", "llama.llama3_1_8b_sft", "Running", "2", "/", "2..8"]
+    assert rows["watched"][7] == "10/100" and rows["watched"][8].endswith("s")  # age: seconds since creation
+    assert rows["other"][3] == "Pending" and rows["other"][7] == "-"  # no pod yet

@@ -43,11 +43,9 @@ def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
         cfg = load_job_config(job_dir / "configs" / name)
         assert cfg.training_config.training_args.train_batch_size >= 1
     assert ("elasticPolicy" in docs[1]["spec"]) == elastic
-    if elastic:  # the independent validators: the CRD's schema, and the HyperPod SDK's model where it installs
+    if elastic:  # the independent validators: the CRD's schema, and the HyperPod SDK's model
         validate_crd(docs[1], "hyperpodpytorchjob.schema.yaml")
-        sdk = hyperpod_sdk_model()
-        if sdk is not None:
-            sdk.model_validate(docs[1]["spec"], by_name=True, by_alias=False)
+        hyperpod_sdk_model().model_validate(docs[1]["spec"], by_name=True, by_alias=False)
 
 
 def test_main_command_plans_every_allowed_size(launch, tmp_path):

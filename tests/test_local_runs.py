@@ -30,6 +30,36 @@ def test_a_typed_override_holds_at_every_size_unless_an_entry_is_typed_too(launc
     assert "note: recipes.training_config.training_args.micro_train_batch_size from the command line replaces" in out
 
 
+def test_dry_run_local_run_and_rehearsal_plan_the_same_micro_batches(launch, tmp_path, monkeypatch):
+    """One command line, one plan: a micro-batch typed on the command line holds at every size in
+    the dry run's configs, the local run's and the rehearsal's (stopped as they launch torchrun)."""
+    from elastic_launcher.local import LocalJob
+
+    class Launched(Exception):
+        pass
+
+    def launched(*args, **kwargs):
+        raise Launched
+
+    monkeypatch.setattr(LocalJob, "start", launched)
+    command = ["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+               "recipes.training_config.training_args.micro_train_batch_size=1"]
+    assert launch(*command)[0] == 0
+    with pytest.raises(Launched):
+        launch(*command, "action=local", f"local.run_dir={tmp_path / 'local'}")
+    with pytest.raises(Launched):
+        launch(*command, "action=rehearse", f"local.run_dir={tmp_path / 'rehearsal'}", "local.trace=[{step:0,nodes:2}]")
+
+    def micro(configs):
+        return {f.name: yaml.safe_load(f.read_text())["training_config"]["training_args"]["micro_train_batch_size"]
+                for f in sorted(configs.glob("config-n*.yaml"))}
+
+    dry = micro(tmp_path / "out" / "tiny-llama-sft" / "configs")
+    assert dry == {"config-n1.yaml": 1, "config-n2.yaml": 1, "config-n3.yaml": 1}
+    assert micro(tmp_path / "local" / "launch" / "configs") == dry
+    assert micro(tmp_path / "rehearsal" / "launch" / "configs") == dry
+
+
 def launcher(*args, cwd, timeout=120):
     return subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -86,6 +86,7 @@ def test_local_lora_run_leaves_a_merged_model_and_an_adapter(tmp_path):
     done = run_launcher_process("recipes=llama/tiny_llama_sft_lora", "action=local", "recipes.trainer.num_nodes=2",
                                 f"recipes.run.output_dir={run_dir}", f"output_dir={tmp_path / 'out'}", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Warning" not in done.stdout + done.stderr  # no library deprecation noise in a user's run
     merged = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     cfg = _job(run_dir)
     base = build_model(cfg.training_config.model_config, cfg.training_config.training_args.seed)

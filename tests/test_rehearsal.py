@@ -35,6 +35,7 @@ def test_rehearsal_completes_and_matches_the_fixed_run(rehearsal):
     assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
     sizes = {r["world_size"] for r in records(run_dir) if "loss" in r}
     assert sizes == {1, 2, 3}
+    assert not list(run_dir.glob("release-*"))  # the step markers the driver used are gone
 
 
 def test_failure_steps_are_recomputed_not_lost_or_doubled(rehearsal):

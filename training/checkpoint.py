@@ -25,7 +25,7 @@ import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -54,6 +54,8 @@ class TrainState:
     fingerprint: dict | None = None  # settings that must not change across restarts
     skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss or gradient
     schedule: dict | None = None  # the LR schedule's max_steps and warmup_steps when it was saved
+    stopped: bool = False  # saved for a stop (resize, restart), not periodically
+    history: list = field(default_factory=list)  # {time, step, from, to, cause} for every restart so far
 
 
 def bytes_on_disk(path: Path) -> int:

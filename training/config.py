@@ -188,10 +188,18 @@ class CheckpointConfig:
 
 
 @dataclass
+class MlflowConfig:
+    tracking_uri: str | None = None  # file:/path, http(s)://server, or a SageMaker MLflow tracking server ARN
+    experiment: str = "elastic-launcher"
+    run_name: str | None = None  # default: the run directory's name
+
+
+@dataclass
 class LoggingConfig:
     log_every: int = ranged(1, ge=1)
     tensorboard: bool = False
     audit_samples: bool = False  # write the sample ids of every step to samples.jsonl
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)  # off until tracking_uri is set
 
 
 @dataclass

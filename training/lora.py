@@ -4,6 +4,7 @@ the frozen base and the trainable adapters alike and parameter names stay peft's
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -24,7 +25,9 @@ def apply_lora(hf_model: torch.nn.Module, cfg: PeftConfig) -> torch.nn.Module:
     """The same transformers model with LoRA layers in its linear modules; only the adapters train."""
     from peft import get_peft_model
 
-    return get_peft_model(hf_model, lora_config(cfg)).base_model.model
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for the user to do
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(hf_model, lora_config(cfg)).base_model.model
 
 
 def adapter_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

@@ -1,4 +1,5 @@
-"""Per-step metrics on rank 0: stdout, <run_dir>/metrics.jsonl, optionally TensorBoard."""
+"""Per-step metrics on rank 0: <run_dir>/metrics.jsonl and stdout (the stream of training.records),
+optionally TensorBoard and MLflow (training.tracking)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str):
-        self.enabled, self.launch_id = enabled, launch_id
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str,
+                 tracker=None):
+        self.enabled, self.launch_id, self.tracker = enabled, launch_id, tracker
         self._metrics = open(run_dir / "metrics.jsonl", "a") if enabled else None
         self._samples = open(run_dir / "samples.jsonl", "a") if enabled and audit_samples else None
         self._tb = None
@@ -45,10 +47,12 @@ class MetricsLogger:
 
     def _write(self, record: dict) -> None:
         record = {"time": time.time(), "launch": self.launch_id, **record}
-        self._metrics.write(json.dumps(record) + "\n")
+        line = json.dumps(record)
+        self._metrics.write(line + "\n")
         self._metrics.flush()
-        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()
-                       if k not in ("time", "launch")), flush=True)
+        print(line, flush=True)  # the pod's log carries the stream too (training.records)
+        if self.tracker is not None:
+            self.tracker.log(record)
 
     def log(self, record: dict) -> None:
         if not self.enabled:
@@ -71,6 +75,8 @@ class MetricsLogger:
             self._write(fields)
 
     def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
         for f in (self._metrics, self._samples):
             if f:
                 f.close()

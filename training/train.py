@@ -14,6 +14,7 @@ import warnings
 PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures restart cost from here
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -41,6 +42,8 @@ from training.export import export_hf  # noqa: E402
 from training.lora import adapters_disabled  # noqa: E402
 from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
+from training.records import METRICS  # noqa: E402
+from training.tracking import Tracker  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
 
@@ -187,15 +190,21 @@ class Trainer:
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.mesh = self._mesh(tc.model_config.sharding)
         self.rank0 = self.topo.rank == 0
+        launch = f"{int(PROCESS_START * 1000)}"
+        tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), self.run_dir / METRICS, launch)
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
-                                 launch_id=f"{int(PROCESS_START * 1000)}")
+                                 launch_id=launch, tracker=tracker)
         self.dataset, self.validation = self._dataset()
         ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
                        per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
-                       grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps)
+                       grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
+                       max_epochs=ta.max_epochs)
+        if self.topo.local_rank == 0:  # which pod runs which node rank: `action=logs` reads this line
+            print(json.dumps({"event": "node", "node_rank": self.topo.rank // max(1, self.topo.world_size // self.topo.nodes),
+                              "nodes": self.topo.nodes, "time": time.time()}), flush=True)
         if self.rank0:  # the config as run (vocab and schedule resolved): what `python -m training.export` reads
             import yaml
 
@@ -248,15 +257,22 @@ class Trainer:
         fp = fingerprint(self.cfg, len(self.dataset))
         state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
         if state is not None:
+            # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
+            # one that is the newest means the last launch died: a failure.
+            cause = "failure" if not state.stopped else "resize" if state.world_size != self.topo.world_size else "restart"
+            state.history = [*state.history, {"time": time.time(), "step": state.step, "from": state.world_size,
+                                              "to": self.topo.world_size, "cause": cause}]
             self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
                            world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
+                           history=state.history,
                            **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
         if state is not None and state.schedule not in (None, schedule) and self.rank0:
             print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
-        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule)
+        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
+                             stopped=False)
         resumed = step_dir(self.run_dir / "checkpoints", state.step) if state else None
         if self.state.step < self.last_step:
             save_steps = tc.checkpoint.save_steps
@@ -466,6 +482,7 @@ class Trainer:
                 stopping = self._agree_stop()
             final = stopping or self.state.step == self.last_step
             if final or self.state.step % tc.checkpoint.save_steps == 0:
+                self.state.stopped = final  # a deliberate end: a resume from it is a restart, not a failure
                 self._save(blocking=final)
             if stopping:
                 self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")

@@ -1,0 +1,100 @@
+"""MLflow tracking against a real `mlflow server` on loopback (SQLite backend), through a 2 -> 3 -> 1
+rehearsal whose tracking server goes down in the middle: one MLflow run for the whole training run,
+every committed step's metrics in it exactly once, the resizes as events, and no step of training
+lost to the outage."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, losses, records, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+STEPS = 18
+TRACE = "[{step:0,nodes:2},{step:6,nodes:3},{step:12,nodes:1}]"
+
+
+class MlflowServer:
+    def __init__(self, workdir, port: int):
+        self.workdir, self.port, self.proc = workdir, port, None
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
+             "--artifacts-destination", str(self.workdir / "artifacts"), "--workers", "1"],
+            cwd=self.workdir, stdout=open(self.workdir / "server.log", "ab"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        wait_for(self.up, timeout=120, interval=0.5)
+
+    def up(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    from hyperpod_operator import free_port
+
+    s = MlflowServer(tmp_path, free_port())
+    s.start()
+    yield s
+    if s.proc.poll() is None:
+        s.stop()
+
+
+def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    run_dir = tmp_path / "run"
+    rehearsal = subprocess.Popen(
+        [sys.executable, str(ROOT / "launcher.py"), "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+         "action=rehearse", f"local.trace={TRACE}", f"local.run_dir={run_dir}", "local.compare=false",
+         f"recipes.training_config.training_args.max_steps={STEPS}",
+         f"recipes.training_config.logging.mlflow.tracking_uri={server.uri}",
+         "recipes.training_config.logging.mlflow.experiment=tiny", f"output_dir={tmp_path / 'out'}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        step = lambda: max(losses(run_dir), default=0)  # noqa: E731
+        wait_for(lambda: step() >= 3, timeout=240, interval=0.1)
+        server.stop()  # the tracking server goes down at step 3 ...
+        wait_for(lambda: step() >= 9, timeout=240, interval=0.1)
+        server.start()  # ... and comes back after the 2 -> 3 resize at step 6
+        out, _ = rehearsal.communicate(timeout=400)
+    finally:
+        if rehearsal.poll() is None:
+            os.killpg(rehearsal.pid, signal.SIGKILL) if False else rehearsal.kill()
+    assert rehearsal.returncode == 0, out[-3000:]
+    assert sorted(losses(run_dir)) == list(range(1, STEPS + 1))  # training lost nothing to the outage
+    log = (run_dir / "torchrun.log").read_text()
+    assert "warning: MLflow tracking at" in log
+
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1  # one training run, one MLflow run, whatever the restarts
+    run_id = runs[0].info.run_id
+    assert (run_dir / "mlflow_run_id").read_text() == run_id
+    loss = client.get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in loss) == list(range(1, STEPS + 1))  # every committed step exactly once
+    committed = losses(run_dir)
+    assert all(m.value == pytest.approx(committed[m.step]) for m in loss)
+    resumes = client.get_metric_history(run_id, "event/resume")
+    assert sorted(int(m.value) for m in resumes) == [1, 3]  # the resizes, as events: to 3 then 1 processes
+    params = runs[0].data.params
+    assert params["training_config.training_args.max_steps"] == str(STEPS)
+    assert params["training_config.model_config.architecture.model_type"] == "llama"
