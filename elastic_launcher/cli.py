@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
-from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from elastic_launcher.compose import compose, options, to_plain
+from elastic_launcher.compose import compose, options
 from elastic_launcher.errors import USER_ERRORS, report
-from elastic_launcher.plan import Plan, TypedKeys, make_plan
-from elastic_launcher.settings import ACTIONS, TARGETS, LauncherSettings
-from training.config import ConfigError, build
+from elastic_launcher.job import Job, load_job
+from elastic_launcher.settings import ACTIONS, TARGETS
+from training.config import ConfigError
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
@@ -32,39 +30,6 @@ grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
   --cfg job      print the composed config and exit (--resolve: with interpolations resolved)
   HYDRA_FULL_ERROR=1 shows the full traceback of an error.
 """
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything an action needs: the launcher settings, the resolved recipe and its plan."""
-
-    settings: LauncherSettings
-    recipe_name: str
-    recipe: dict
-    plan: Plan
-    typed: TypedKeys = TypedKeys()  # the recipe keys typed on the command line: a re-plan must honour them too
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.cluster.namespace or "default"
-
-
-def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Job:
-    data = to_plain(cfg)
-    recipe = data.pop("recipes")
-    settings = build(LauncherSettings, data)
-    for key, value, choices in (("action", settings.action, ACTIONS), ("target", settings.target, TARGETS)):
-        if value not in choices:
-            close = difflib.get_close_matches(value, choices, n=1)
-            hint = f"did you mean {key}={close[0]}?" if close else f"use one of {', '.join(choices)}"
-            raise ConfigError(f"{key}={value!r} is not one of {', '.join(choices)}: {hint}")
-    if settings.action in ("submit", "server_dry_run") and not settings.cluster.image:
-        raise ConfigError("cluster.image is not set: submitting needs the training image, "
-                          "e.g. cluster.image=<account>.dkr.ecr.<region>.amazonaws.com/train:latest")
-    # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
-    typed = TypedKeys.from_overrides(list(overrides))
-    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed)
-    return Job(settings, recipe_name, recipe, plan, typed)
 
 
 def dry_run(job: Job) -> int:
@@ -94,6 +59,10 @@ def run_action(job: Job) -> int:
         from elastic_launcher import simulate
 
         return simulate.run(job)
+    if action == "rehearse":
+        from elastic_launcher import rehearse
+
+        return rehearse.run(job)
     from elastic_launcher import local
 
     return local.run(job)

@@ -11,113 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import os
-from dataclasses import dataclass
 
+from elastic_launcher import observe
 from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
+from elastic_launcher.kube import KINDS, Cluster, JobKind, get_job, job_phase
 from elastic_launcher.render import configmap_name, render
 
 CONTENT_HASH = "elastic-launcher/config-hash"
-
-
-@dataclass(frozen=True)
-class JobKind:
-    kind: str
-    group: str
-    version: str
-    plural: str
-    operator: str  # what to install when the CRD is missing
-    pod_selector: str  # label selector of the job's pods, formatted with the job name
-
-
-KINDS = {
-    "hyperpod": JobKind("HyperPodPyTorchJob", "sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs",
-                        "the SageMaker HyperPod training operator (EKS add-on amazon-sagemaker-hyperpod-training-"
-                        "operator, >= v1.2 for elastic jobs)", "HPJob={}"),
-    "kubeflow": JobKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs",
-                        "the Kubeflow training operator v1 (kubectl apply --server-side -k \"github.com/kubeflow/"
-                        "training-operator.git/manifests/overlays/standalone?ref=v1.9.0\")",
-                        "training.kubeflow.org/job-name={}"),
-}
-
-
-class Cluster:
-    """The API clients for one kube context and namespace, with errors translated."""
-
-    def __init__(self, context: str | None, namespace: str | None):
-        import logging
-
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
-
-        logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries would print warnings over our one line
-        configuration = client.Configuration()
-        # Read KUBECONFIG now: the client reads it once, at import time.
-        kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            if context:
-                active = next(c for c in contexts if c["name"] == context)
-        except (ConfigException, FileNotFoundError, StopIteration) as e:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-                active = {"context": {}}
-            except ConfigException:
-                raise LauncherError(f"no usable kubeconfig ({str(e).splitlines()[0]}): point KUBECONFIG at one, "
-                                    f"e.g. `aws eks update-kubeconfig --name <cluster>`, or set cluster.kube_context")
-        configuration.retries = 1
-        self.namespace = namespace or active["context"].get("namespace") or "default"
-        api = client.ApiClient(configuration)
-        self.core, self.custom, self.host = client.CoreV1Api(api), client.CustomObjectsApi(api), configuration.host
-
-    def call(self, what: str, fn, *args, kind: JobKind | None = None, tolerate: tuple[int, ...] = (), **kwargs):
-        """Run one API call; `what` is "<verb> <resource>" for the error message. An HTTP status
-        in `tolerate` (e.g. 404 for "missing is fine") answers None instead of failing."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kwargs)
-        except ApiException as e:
-            if e.status in tolerate:
-                return None
-            raise LauncherError(self._explain(e, what, kind)) from None
-        except (HTTPError, OSError) as e:
-            raise LauncherError(f"cluster unreachable at {self.host} ({type(e).__name__}): check the kube context, "
-                                f"the VPN or endpoint access, and that the cluster is up") from None
-
-    def _explain(self, e, what: str, kind: JobKind | None) -> str:
-        try:
-            body = json.loads(e.body or "{}")
-        except ValueError:
-            body = {}
-        message = body.get("message") or e.reason or ""
-        where = f"{what} in namespace {self.namespace}"
-        if e.status == 401:
-            return f"{where}: unauthorized (401): the kubeconfig's credentials were rejected; refresh them"
-        if e.status == 403:
-            return (f"{where}: forbidden (403): {message}; ask a cluster admin for RBAC permission to {what} "
-                    f"(a Role/RoleBinding in namespace {self.namespace})")
-        if e.status == 404 and kind and "create" in what:
-            return (f"{where}: not found (404): no {kind.plural}.{kind.group} resource or no namespace "
-                    f"{self.namespace}; install {kind.operator}, or create the namespace")
-        if e.status == 404:
-            return f"{where}: not found (404): {message}"
-        if e.status == 409:
-            return (f"{where}: already exists (409): pick another cluster.job_name, set cluster.unique_name=true, "
-                    f"or set cluster.replace=true to replace it")
-        if e.status == 422:
-            causes = (body.get("details") or {}).get("causes") or []
-            fields = "; ".join(f"{c.get('field', '?')}: {c.get('message', '')}" for c in causes) or message
-            return f"{where}: rejected as invalid (422): {fields}"
-        return f"{where}: API error {e.status} {e.reason}: {message}"
-
-    def crd_installed(self, kind: JobKind) -> bool:
-        resources = self.call(f"discover {kind.group}/{kind.version}", self.custom.get_api_resources, kind.group,
-                              kind.version, tolerate=(404,))
-        return resources is not None and any(r.name == kind.plural for r in resources.resources)
 
 
 def _unique_name(base: str, content_hash: str) -> str:
@@ -127,7 +28,7 @@ def _unique_name(base: str, content_hash: str) -> str:
     return f"{base[: 63 - len(suffix) - 1].rstrip('-')}-{suffix}"
 
 
-def submit(job, cluster: Cluster, dry_run: bool) -> int:
+def submit(job: Job, cluster: Cluster, dry_run: bool) -> int:
     settings, kind = job.settings.cluster, KINDS[job.settings.target]
     plan = job.plan
     first = render(plan, settings, job.settings.target, cluster.namespace, job.recipe_name)
@@ -143,7 +44,7 @@ def submit(job, cluster: Cluster, dry_run: bool) -> int:
                             f"{cluster.host}: install {kind.operator}")
     dry = {"dry_run": "All"} if dry_run else {}
 
-    existing = _get(cluster, kind, name)
+    existing = get_job(cluster, kind, name)
     if existing is not None:
         if (existing["metadata"].get("annotations") or {}).get(CONTENT_HASH) == content_hash and not dry_run:
             print(f"{kind.kind.lower()}/{name} already exists in namespace {ns} with this exact config: nothing to do")
@@ -180,12 +81,7 @@ def submit(job, cluster: Cluster, dry_run: bool) -> int:
     return 0
 
 
-def _get(cluster: Cluster, kind: JobKind, name: str) -> dict | None:
-    return cluster.call(f"get {kind.plural}", cluster.custom.get_namespaced_custom_object, kind.group, kind.version,
-                        cluster.namespace, kind.plural, name, tolerate=(404,))
-
-
-def delete(job, cluster: Cluster, name: str | None = None, quiet: bool = False) -> int:
+def delete(job: Job, cluster: Cluster, name: str | None = None, quiet: bool = False) -> int:
     kind, name = KINDS[job.settings.target], name or job.settings.cluster.job_name or job.plan.job_name
     gone = []
     for what, fn, args in ((f"delete {kind.plural}", cluster.custom.delete_namespaced_custom_object,
@@ -202,17 +98,9 @@ def delete(job, cluster: Cluster, name: str | None = None, quiet: bool = False) 
     return 0
 
 
-def _phase(obj: dict) -> str:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    true = [c for c in conditions if str(c.get("status")) == "True"]
-    return true[-1]["type"] if true else ("Pending" if not conditions else conditions[-1]["type"])
-
-
-def status(job, cluster: Cluster) -> int:
+def status(job: Job, cluster: Cluster) -> int:
     """The job and its pods, then the training's own view (observe.py); `cluster.watch` refreshes
     until the job ends."""
-    from elastic_launcher import observe
-
     kind, name = KINDS[job.settings.target], job.settings.cluster.job_name or job.plan.job_name
     if not job.settings.cluster.watch:
         return _status_once(cluster, kind, name)
@@ -221,9 +109,7 @@ def status(job, cluster: Cluster) -> int:
 
 
 def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
-    from elastic_launcher import observe
-
-    obj = _get(cluster, kind, name)
+    obj = get_job(cluster, kind, name)
     if obj is None:
         raise LauncherError(f"no {kind.kind} named {name!r} in namespace {cluster.namespace}: check cluster.job_name "
                             f"(submit prints the full name) and cluster.namespace")
@@ -234,7 +120,7 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
     target = ",".join(str(v) for v in (elastic.get("targetReplicas") or {}).values()) or "-"
     pods = cluster.call("list pods", cluster.core.list_namespaced_pod, cluster.namespace,
                         label_selector=kind.pod_selector.format(name))
-    phase = _phase(obj)
+    phase = job_phase(obj)
     rows = [("job", "phase", "replicas", "target", "restarts", "pods running"),
             (name, phase, str(replica_specs[0].get("replicas", "-")), target, str(st.get("restartCount", 0)),
              f"{sum(p.status.phase == 'Running' for p in pods.items)}/{len(pods.items)}")]
@@ -252,7 +138,7 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
     return 1 if phase == "Failed" else 0
 
 
-def run(job) -> int:
+def run(job: Job) -> int:
     cluster = Cluster(job.settings.cluster.kube_context, job.settings.cluster.namespace)
     action = job.settings.action
     if action in ("submit", "server_dry_run"):
@@ -260,8 +146,6 @@ def run(job) -> int:
     if action == "status":
         return status(job, cluster)
     if action in ("logs", "list"):
-        from elastic_launcher import observe
-
-        return observe.logs(job, cluster, KINDS[job.settings.target]) if action == "logs" else \
+            return observe.logs(job, cluster, KINDS[job.settings.target]) if action == "logs" else \
             observe.list_jobs(job, cluster)
     return delete(job, cluster)

@@ -25,6 +25,7 @@ from pathlib import Path
 from elastic_launcher.compose import ROOT
 from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
 from training.checkpoint_dirs import latest_checkpoint, step_of
 from training.config import NUM_NODES_ENV
 from training.records import human, parse_line, read_records
@@ -132,7 +133,7 @@ def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_dir_of(job) -> Path:
+def run_dir_of(job: Job) -> Path:
     return Path(job.settings.local.run_dir or job.plan.sizes[0].config.run.output_dir).resolve()
 
 
@@ -154,7 +155,7 @@ def _localized(config: dict) -> dict:
     return {**config, "training_config": tc}
 
 
-def prepare(job, plan=None, run_dir: Path | None = None) -> LocalJob:
+def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
     """Render the per-size configs into <run_dir>/launch (a local run's restarts read its own copy,
     never a later dry run's) with local paths made absolute."""
     run_dir = run_dir or run_dir_of(job)
@@ -206,11 +207,7 @@ def _resolved_max_steps(run_dir: Path) -> int | None:
     return starts[-1].get("max_steps") if starts else None
 
 
-def run(job) -> int:
-    if job.settings.action == "rehearse":
-        from elastic_launcher import rehearse
-
-        return rehearse.run(job)
+def run(job: Job) -> int:
     nodes = job.settings.local.nodes or job.plan.sizes[0].config.trainer.num_nodes
     if job.plan.size(nodes) is None:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)

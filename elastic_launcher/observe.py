@@ -14,6 +14,8 @@ import time
 from datetime import datetime
 
 from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
+from elastic_launcher.kube import KINDS, get_job, job_phase
 from elastic_launcher.progress import describe, progress
 from training.records import parse_line
 
@@ -129,7 +131,7 @@ def _fresh(lines: list[str], mark: list) -> list[str]:
     return out
 
 
-def logs(job, cluster, kind) -> int:
+def logs(job: Job, cluster, kind) -> int:
     from elastic_launcher.capacity import parse_time
 
     settings = job.settings.cluster
@@ -189,10 +191,8 @@ def _stream(cluster, pod: str, since: int | None, seen: dict[str, str]) -> None:
 
 
 def _finished(cluster, kind, name: str) -> bool:
-    from elastic_launcher.cluster import _get, _phase
-
-    obj = _get(cluster, kind, name)
-    return obj is None or _phase(obj) in DONE_PHASES
+    obj = get_job(cluster, kind, name)
+    return obj is None or job_phase(obj) in DONE_PHASES
 
 
 # --- list ------------------------------------------------------------------------------------------
@@ -204,9 +204,7 @@ def _age(created: str | None, now: float) -> str:
     return duration(now - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
 
 
-def list_jobs(job, cluster) -> int:
-    from elastic_launcher.cluster import KINDS, _phase
-
+def list_jobs(job: Job, cluster) -> int:
     rows = [("job", "kind", "recipe", "phase", "nodes", "step", "age")]
     now = time.time()
     for kind in KINDS.values():
@@ -225,7 +223,7 @@ def list_jobs(job, cluster) -> int:
             p = progress(rank0_records(cluster, kind, name, tail_lines=200)) if running else None
             step = f"{p.step}/{p.max_steps or '?'}" if p and p.state != "no progress yet" else "-"
             rows.append((name, kind.kind, (meta.get("labels") or {}).get("elastic-launcher/recipe", "-"),
-                         _phase(obj), f"{running} / {bounds}", step, _age(meta.get("creationTimestamp"), now)))
+                         job_phase(obj), f"{running} / {bounds}", step, _age(meta.get("creationTimestamp"), now)))
     if len(rows) == 1:
         print(f"no jobs submitted by this launcher in namespace {cluster.namespace}")
         return 0

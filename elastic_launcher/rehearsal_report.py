@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from elastic_launcher.rehearse import Timeline
+from elastic_launcher.timeline import Timeline
 from training.records import committed, read_records
 
 

@@ -19,33 +19,20 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from elastic_launcher import rehearsal_report
 from elastic_launcher.capacity import TraceEvent, parse_trace
 from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
 from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan, make_plan
+from elastic_launcher.timeline import Timeline
 from training.config import ConfigError
 from training.records import read_records
 
 POLL_SECONDS = 0.2
-
-
-@dataclass
-class Timeline:
-    """Every event with wall-clock timestamps, written to timeline.json."""
-
-    started: float = field(default_factory=time.time)
-    events: list[dict] = field(default_factory=list)
-
-    def add(self, kind: str, **details) -> dict:
-        now = time.time()
-        event = {"t": round(now - self.started, 3), "time": now, "event": kind, **details}
-        self.events.append(event)
-        print(f"[rehearse +{event['t']:7.2f}s] {kind} " + " ".join(f"{k}={v}" for k, v in details.items()), flush=True)
-        return event
 
 
 class Rehearsal:
@@ -169,9 +156,7 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
         raise LauncherError(f"the fixed-size reference run failed or timed out: see {rehearsal.log.name}")
 
 
-def run(job) -> int:
-    from elastic_launcher import rehearsal_report
-
+def run(job: Job) -> int:
     # Sample lineage is what proves a resize invisible: the rehearsal always records it.
     recipe = copy.deepcopy(job.recipe)
     recipe["training_config"]["logging"]["audit_samples"] = True

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from elastic_launcher.capacity import TraceEvent, parse_trace
+from elastic_launcher.job import Job
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan
 from training.config import ConfigError
@@ -522,7 +523,7 @@ def chart(path: Path, data: dict, gpus: int) -> None:
     plt.close(fig)
 
 
-def run(job) -> int:
+def run(job: Job) -> int:
     settings = job.settings.simulate
     if not job.plan.policy.is_elastic:
         raise ConfigError("action=simulate needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")

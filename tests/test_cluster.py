@@ -58,6 +58,12 @@ def test_kubeflow_target_submits_a_pytorchjob(launch, api):
     code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit", "target=kubeflow", "cluster.job_name=kf-job")
     assert code == 0, err
     assert api.names("pytorchjobs") == ["kf-job"]
+    spec = api.store[("pytorchjobs", "team-a", "kf-job")]["spec"]
+    assert spec["elasticPolicy"]["minReplicas"] == 2 and spec["elasticPolicy"]["maxReplicas"] == 8
+    worker = spec["pytorchReplicaSpecs"]["Worker"]
+    container = worker["template"]["spec"]["containers"][0]
+    assert worker["replicas"] == 2 and container["command"] == ["torchrun"] and container["image"] == IMAGE.split("=")[1]
+    assert ("configmaps", "team-a", "training-config-kf-job") in api.store
 
 
 def test_name_taken_needs_replace(launch, api):

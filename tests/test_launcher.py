@@ -38,10 +38,14 @@ def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
     docs = list(yaml.safe_load_all((job_dir / "manifest.yaml").read_text()))
     assert [d["kind"] for d in docs if d] == ["ConfigMap", "HyperPodPyTorchJob"]
     configs = read_configs(tmp_path, job_dir.name)
-    # Every per-size file is a complete training config the trainer can load.
+    # Every per-size file is a complete training config the trainer loads, for its own node count,
+    # with the global batch of the base config (the data stream is the same at every size).
+    base = load_job_config(job_dir / "configs" / "config.yaml").training_config.training_args.train_batch_size
     for name in configs:
         cfg = load_job_config(job_dir / "configs" / name)
-        assert cfg.training_config.training_args.train_batch_size >= 1
+        assert cfg.training_config.training_args.train_batch_size == base
+        if name != "config.yaml":
+            assert cfg.trainer.num_nodes == int(name.removeprefix("config-n").removesuffix(".yaml"))
     assert ("elasticPolicy" in docs[1]["spec"]) == elastic
     if elastic:  # the independent validators: the CRD's schema, and the HyperPod SDK's model
         validate_crd(docs[1], "hyperpodpytorchjob.schema.yaml")

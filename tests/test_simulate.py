@@ -50,7 +50,9 @@ def test_night_capacity_is_absorbed_with_two_resizes_a_day(launch, tmp_path):
 def test_a_sweep_ranks_policies_and_flags_the_ones_that_thrash(launch, tmp_path):
     outcomes, out = simulate(launch, tmp_path, "simulate.capacity=spot_flicker.csv", "simulate.repeat_daily=true",
                              "simulate.sweep=true")
-    assert len(outcomes) > 20
+    # the alternatives a user weighs: other min/max, every count vs the scale-config sizes, timeouts, snooze
+    assert {"discrete 4..8, timeout 0s, snooze 0s", "step 4..16, timeout 600s, snooze 0s",
+            "discrete 4..16, timeout 2400s, snooze 3600s"} <= set(outcomes)
     flagged = [o for o in outcomes.values() if o["resizes_cost_more_than_they_gain"]]
     assert flagged and all(o["resizes"] > outcomes["elastic"]["resizes"] / 2 for o in flagged)
     best = min(outcomes.values(), key=lambda o: o["hours"])
@@ -73,7 +75,7 @@ def test_a_node_failure_costs_the_steps_since_the_last_checkpoint(launch, tmp_pa
 
 def outcome(*overrides, policy="elastic"):
     """One policy's Outcome (with its timeline) for the blog job on an inline trace."""
-    from elastic_launcher.cli import load_job
+    from elastic_launcher.job import load_job
     from elastic_launcher.compose import compose
     from elastic_launcher.simulate import Simulation, candidates, modelled_costs, Throughput
     from elastic_launcher.capacity import parse_trace

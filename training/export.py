@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     from training.checkpoint_dirs import COMPLETE, complete_checkpoints
     from training.config import ConfigError, load_job_config, report
     from training.model import build_sharded_model
-    from training.train import Topology
+    from training.topology import Topology
 
     parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

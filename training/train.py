@@ -18,9 +18,8 @@ import json  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import asdict, dataclass, is_dataclass, replace  # noqa: E402
+from dataclasses import asdict, is_dataclass, replace  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -31,7 +30,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from training.agent_progress import AgentProgress, disagreement  # noqa: E402
 from training.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
                                  latest_checkpoint, step_dir, step_of)
-from training.config import (CONFIG_DIR_ENV, NUM_NODES_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
+from training.config import (CONFIG_DIR_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
                              JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, report,
                              resolve_schedule, select_config_file)
 from training.data import IGNORE_INDEX, collate, collate_pairs, describe_drops, load_or_build  # noqa: E402
@@ -42,6 +41,7 @@ from training.export import export_hf  # noqa: E402
 from training.lora import adapters_disabled  # noqa: E402
 from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
+from training.topology import Topology  # noqa: E402
 from training.records import METRICS  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
 
@@ -53,27 +53,6 @@ class NumericsError(RuntimeError):
 
 
 USER_ERRORS = (ConfigError, CheckpointError, NumericsError)
-
-
-@dataclass(frozen=True)
-class Topology:
-    rank: int
-    local_rank: int
-    world_size: int
-    nodes: int
-
-    @classmethod
-    def from_env(cls) -> "Topology":
-        if "WORLD_SIZE" not in os.environ:  # plain `python -m training`: a world of one
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        world = int(os.environ["WORLD_SIZE"])
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        nodes = int(os.environ.get(NUM_NODES_ENV) or max(1, world // local_world))
-        return cls(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), world, nodes)
 
 
 def lr_factor(step: int, args: TrainingArgs) -> float:
@@ -115,7 +94,7 @@ def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
     return counts
 
 
-def train_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_backward_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward/backward over the step's micro-batches. The summed token loss is divided by the
     global label-token count of the step (all-reduced before backward) and multiplied by the DP size
     that FSDP's gradient averaging divides by, so the gradient equals the fixed-size run's whatever
@@ -321,7 +300,7 @@ class Trainer:
             group["lr"] = lr
         return lr
 
-    def step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
+    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
         """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
         still writing). A non-finite loss or gradient norm never reaches the optimizer; one
         all-reduce carries the loss, the finiteness verdict, the stop agreement and async-save progress."""
@@ -331,7 +310,7 @@ class Trainer:
         if self.dpo:
             loss_sum, tokens, extra = self._dpo_step(micro_batches)
         else:
-            loss_sum, tokens = train_step(self.model, micro_batches, self.device, self.topo.world_size)
+            loss_sum, tokens = forward_backward_step(self.model, micro_batches, self.device, self.topo.world_size)
             extra = torch.zeros(0, device=self.device)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -353,22 +332,28 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         self.state.consumed_samples += self.plan.global_batch
-        label_tokens, input_tokens = tokens.tolist()
-        elapsed = time.perf_counter() - started
+        record = self._step_record(loss_sum, bool(nonfinite), lr, float(grad_norm), tokens.tolist(),
+                                   time.perf_counter() - started, extra)
+        return record, bool(stop), bool(writing)
+
+    def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
+                     elapsed: float, extra: list[float]) -> dict:
+        """The metrics record of the step just taken (its fields: training.records)."""
+        label_tokens, input_tokens = tokens
         denominator = self.plan.global_batch if self.dpo else label_tokens  # pairs, or label tokens
-        record = {"step": self.state.step, "loss": loss_sum / denominator if label_tokens and not nonfinite else None,
-                  "lr": lr, "grad_norm": float(grad_norm), "tokens": int(input_tokens),
+        record = {"step": self.state.step, "loss": loss_sum / denominator if label_tokens and not skipped else None,
+                  "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
                   "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
                   "peak_memory_gib": peak_memory_gib(self.device)}
-        if nonfinite:
+        if skipped:
             record["skipped"] = True
         if self.dpo:
             record.update(reward_stats(extra, self.plan.global_batch))
         if self.peak_flops:
             record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / self.peak_flops
-        return record, bool(stop), bool(writing)
+        return record
 
     @contextmanager
     def _reference_model(self):
@@ -467,7 +452,7 @@ class Trainer:
             return self.stop.exit_code_after_stop()
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
-            record, stopping, writing = self.step(micro_batches)
+            record, stopping, writing = self.train_step(micro_batches)
             if tc.logging.audit_samples:
                 self._audit(micro_batches)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:

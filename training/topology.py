@@ -1,0 +1,31 @@
+"""Where this process stands in the job: its rank, its node's local rank, the world size and the
+node count, read from the environment torchrun / hyperpodrun set on every (re)start. Torch-free."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from training.config import NUM_NODES_ENV
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int
+    local_rank: int
+    world_size: int
+    nodes: int
+
+    @classmethod
+    def from_env(cls) -> "Topology":
+        if "WORLD_SIZE" not in os.environ:  # plain `python -m training`: a world of one
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        world = int(os.environ["WORLD_SIZE"])
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        nodes = int(os.environ.get(NUM_NODES_ENV) or max(1, world // local_world))
+        return cls(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), world, nodes)
