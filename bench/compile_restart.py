@@ -10,7 +10,6 @@ seconds from process start to the end of the first step, and the ratio warm / co
 """
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -21,13 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local import LocalJob  # noqa: E402
+from training.records import read_records  # noqa: E402
 
 
 def time_to_first_step(configs: Path, run_dir: Path, nproc: int, cache: Path | None) -> float:
     job = LocalJob(configs, run_dir, nproc_per_node=1)
     env = job.env(nproc) | ({"TORCHINDUCTOR_CACHE_DIR": str(cache)} if cache else {})
     subprocess.run(job.command(nproc), env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_records(run_dir)
     start = next(r for r in records if r.get("event") == "start")
     first = next(r for r in records if "loss" in r)
     return first["time"] - start["process_start"]

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local import LocalJob  # noqa: E402
+from training.records import read_records  # noqa: E402
 
 SHAPES = {
     # (recipe whose tokenizer and data path are replaced, architecture, seq, extra overrides)
@@ -73,7 +74,7 @@ def run_trainer(configs: Path, run_dir: Path, nproc: int) -> dict:
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"trainer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_records(run_dir)
     steps = [r for r in records if "loss" in r][5:]  # steady state: compilation and warm-up excluded
     data = next(r for r in records if r.get("event") == "data")
     return {"tokens_per_s": sum(r["tokens"] for r in steps[1:]) / (steps[-1]["time"] - steps[0]["time"]),

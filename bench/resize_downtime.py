@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import python, raw_disk_mb_per_s, time_process  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
+from training.records import read_records  # noqa: E402
 
 ARCH = "recipes.training_config.model_config.architecture"
 MODEL = [f"{ARCH}.hidden_size=512", f"{ARCH}.intermediate_size=1376", f"{ARCH}.num_hidden_layers=8",
@@ -30,7 +31,7 @@ def main() -> None:
                          f"output_dir={tmp / 'out'}", "local.timeout=600"])
         assert code == 0
         report = json.loads((tmp / "run" / "rehearsal_report.json").read_text())
-        resumes = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+        resumes = read_records(tmp / "run")
         resume = next(r for r in resumes if r.get("event") == "resume")
         (t,) = report["transitions"]
         write, read = raw_disk_mb_per_s(tmp, t["checkpoint_bytes"])

@@ -6,7 +6,6 @@ Goal: the trainer keeps >= 0.95 of the minimal loop's tokens/s.
 """
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from bench.common import ROOT  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local import LocalJob  # noqa: E402
 from training.data import SPLITS  # noqa: E402
+from training.records import read_records  # noqa: E402
 
 MODEL = ["recipes.training_config.model_config.architecture.hidden_size=256",
          "recipes.training_config.model_config.architecture.intermediate_size=688",
@@ -45,7 +45,7 @@ def main() -> None:
             job = LocalJob(configs, tmp / f"run{i}", nproc_per_node=1)
             subprocess.run(job.command(args.nproc), env=job.env(args.nproc), check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-            steps = [json.loads(line) for line in (job.run_dir / "metrics.jsonl").read_text().splitlines()]
+            steps = read_records(job.run_dir)
             steps = [r for r in steps if "loss" in r]
             ours = sum(r["tokens"] for r in steps[5:]) / (steps[-1]["time"] - steps[4]["time"])
             (dataset_dir,) = [p for p in (job.run_dir / "data_cache").iterdir() if p.is_dir()]

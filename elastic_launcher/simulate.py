@@ -484,15 +484,18 @@ def chart(path: Path, data: dict, gpus: int) -> None:
     fig, (ax_size, ax_tokens) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.5), height_ratios=(3, 2))
     cap_t, cap_n = zip(*data["capacity"])
     ax_size.fill_between(cap_t, cap_n, step="post", color="0.85", label="free capacity")
-    for i, (t0, t1, held, free) in enumerate(data["idle"]):
-        ax_size.fill_between([t0, t1], [held, held], [free, free], color="tab:red", alpha=0.12, lw=0,
-                             label="idle (free, not held)" if i == 0 else None)
-    phase_colors = {"starting": "gold", "stopping": "tab:purple", "failing": "tab:red"}
-    shown = set()
-    for t0, t1, phase in data["busy_spans"]:
-        ax_size.axvspan(t0, t1, color=phase_colors[phase], alpha=0.25, lw=0,
-                        label=None if phase in shown else f"elastic job {phase}")
-        shown.add(phase)
+    if data["idle"]:  # one call for every idle interval (NaN separates them): long traces have thousands
+        xs, low, high = [], [], []
+        for t0, t1, held, free in data["idle"]:
+            xs += [t0, t1, t1]
+            low += [held, held, math.nan]
+            high += [free, free, math.nan]
+        ax_size.fill_between(xs, low, high, color="tab:red", alpha=0.12, lw=0, label="idle (free, not held)")
+    top = max(n for _, n in data["capacity"]) + 1
+    for phase, color in (("starting", "gold"), ("stopping", "tab:purple"), ("failing", "tab:red")):
+        spans = [(t0, t1 - t0) for t0, t1, kind in data["busy_spans"] if kind == phase]
+        if spans:
+            ax_size.broken_barh(spans, (0, top), color=color, alpha=0.25, lw=0, label=f"elastic job {phase}")
     colors = ["tab:orange", "tab:green", "0.4", "tab:cyan"]
     for i, serie in enumerate(data["series"]):
         elastic = i == len(data["series"]) - 1
