@@ -9,7 +9,6 @@ start; rank 0's pod is also the one whose log carries the step records.
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import datetime
 
@@ -228,5 +227,5 @@ def list_jobs(job: Job, cluster) -> int:
         print(f"no jobs submitted by this launcher in namespace {cluster.namespace}")
         return 0
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows), file=sys.stdout)
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows))
     return 0
