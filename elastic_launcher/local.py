@@ -203,7 +203,7 @@ class OutputRelay:
 
 def _resolved_max_steps(run_dir: Path) -> int | None:
     """The schedule's length as the trainer resolved it (max_epochs needs the tokenized data)."""
-    starts = [r for r in read_records(run_dir, "metrics.jsonl") if r.get("event") == "start"]
+    starts = [r for r in read_records(run_dir) if r.get("event") == "start"]
     return starts[-1].get("max_steps") if starts else None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from training.config import ConfigError
+from training.records import METRICS, SAMPLES
 
 # Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "B200": 2250e12, "A100": 312e12,
@@ -34,8 +35,8 @@ class MetricsLogger:
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str,
                  tracker=None):
         self.enabled, self.launch_id, self.tracker = enabled, launch_id, tracker
-        self._metrics = open(run_dir / "metrics.jsonl", "a") if enabled else None
-        self._samples = open(run_dir / "samples.jsonl", "a") if enabled and audit_samples else None
+        self._metrics = open(run_dir / METRICS, "a") if enabled else None
+        self._samples = open(run_dir / SAMPLES, "a") if enabled and audit_samples else None
         self._tb = None
         if enabled and tensorboard:
             try:

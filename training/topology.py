@@ -17,6 +17,10 @@ class Topology:
     world_size: int
     nodes: int
 
+    @property
+    def node_rank(self) -> int:
+        return self.rank // max(1, self.world_size // self.nodes)
+
     @classmethod
     def from_env(cls) -> "Topology":
         if "WORLD_SIZE" not in os.environ:  # plain `python -m training`: a world of one

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from training.records import read_records
+
 RUN_ID_FILE = "mlflow_run_id"
 STEP_METRIC = "loss"  # the metric whose last logged step says where MLflow's copy of the run ends
 PARAM_VALUE_LIMIT = 500  # MLflow rejects longer parameter values
@@ -48,7 +50,7 @@ def _numbers(record: dict) -> dict[str, float]:
 class Tracker:
     """Does nothing unless `tracking_uri` is set (and only on rank 0)."""
 
-    def __init__(self, settings, run_dir: Path, enabled: bool, config: dict, metrics_file: Path, launch: str):
+    def __init__(self, settings, run_dir: Path, enabled: bool, config: dict, launch: str):
         self._queue: queue.Queue | None = None
         if not (enabled and settings is not None and settings.tracking_uri):
             return
@@ -59,8 +61,7 @@ class Tracker:
 
             raise ConfigError(f"training_config.logging.mlflow.tracking_uri={settings.tracking_uri!r} but mlflow is not "
                               f"installed: pip install mlflow-skinny (the training image has it), or unset it") from None
-        self.settings, self.run_dir, self.config, self.metrics_file = settings, Path(run_dir), config, metrics_file
-        self.launch = launch
+        self.settings, self.run_dir, self.config, self.launch = settings, Path(run_dir), config, launch
         self._warned, self._closing = False, False
 
         self._queue = queue.Queue()
@@ -154,14 +155,8 @@ class Tracker:
         this launch's own records arrive live."""
         history = self.client.get_metric_history(self.run_id, STEP_METRIC)
         last_ms = max((m.timestamp for m in history), default=0)
-        if not self.metrics_file.exists():
-            return []
         backlog: dict = {}
-        for line in self.metrics_file.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for record in read_records(self.run_dir):
             if record.get("launch") == self.launch or int(record.get("time", 0) * 1000) <= last_ms:
                 continue
             key = ("event", len(backlog)) if "event" in record else ("step", record.get("step"), "eval_loss" in record)

@@ -42,7 +42,6 @@ from training.lora import adapters_disabled  # noqa: E402
 from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 from training.topology import Topology  # noqa: E402
-from training.records import METRICS  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -170,7 +169,7 @@ class Trainer:
         self.mesh = self._mesh(tc.model_config.sharding)
         self.rank0 = self.topo.rank == 0
         launch = f"{int(PROCESS_START * 1000)}"
-        tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), self.run_dir / METRICS, launch)
+        tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
                                  launch_id=launch, tracker=tracker)
         self.dataset, self.validation = self._dataset()
@@ -182,8 +181,8 @@ class Trainer:
                        grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
                        max_epochs=ta.max_epochs)
         if self.topo.local_rank == 0:  # which pod runs which node rank: `action=logs` reads this line
-            print(json.dumps({"event": "node", "node_rank": self.topo.rank // max(1, self.topo.world_size // self.topo.nodes),
-                              "nodes": self.topo.nodes, "time": time.time()}), flush=True)
+            print(json.dumps({"event": "node", "node_rank": self.topo.node_rank, "nodes": self.topo.nodes,
+                              "time": time.time()}), flush=True)
         if self.rank0:  # the config as run (vocab and schedule resolved): what `python -m training.export` reads
             import yaml
 
