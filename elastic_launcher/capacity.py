@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from elastic_launcher.compose import ROOT
-from training.config import ConfigError
+from training.errors import ConfigError
 
 DAY = 86400.0
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY}

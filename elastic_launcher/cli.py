@@ -10,7 +10,7 @@ from elastic_launcher.compose import compose, options
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from elastic_launcher.settings import ACTIONS, TARGETS
-from training.config import ConfigError
+from training.errors import ConfigError
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]

@@ -7,6 +7,7 @@ errors become one line that names the key and suggests the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from pathlib import Path
@@ -14,10 +15,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from training.config import ConfigError
+from elastic_launcher.plan import ElasticPolicy, Hardware
+from training.config import JobConfig
+from training.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIMARY = "launcher"
+SCHEMA_GROUP, SCHEMA_NAME = "recipes/common", "schema"  # selected by recipes/common/sft.yaml
 # The launcher uses none of Hydra's runtime (logging, output dirs, sweeps, launchers); not loading
 # those config groups saves a third of the composition time.
 _SKIP_HYDRA_RUNTIME = ["hydra/job_logging=none", "hydra/hydra_logging=none", "~hydra/help", "~hydra/hydra_help",
@@ -31,12 +35,22 @@ def options(group: str) -> list[str]:
                   if not p.relative_to(base).parts[0] == "common")
 
 
+def schema_defaults() -> dict:
+    """Every recipe key with its default, from the dataclasses that define them (the trainer's
+    JobConfig, the launcher's ElasticPolicy and Hardware): recipes/common/sft.yaml starts from this
+    node and states only what differs, so every key exists (and is overridable) with one definition."""
+    return {**dataclasses.asdict(JobConfig()), "elastic_policy": dataclasses.asdict(ElasticPolicy()),
+            **dataclasses.asdict(Hardware())}
+
+
 def compose(overrides: list[str]) -> tuple[DictConfig, str]:
     """The composed config (without Hydra's own section) and the name of the chosen recipe."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
     from hydra.errors import HydraException
 
+    ConfigStore.instance().store(group=SCHEMA_GROUP, name=SCHEMA_NAME, node=schema_defaults())
     try:
         with initialize_config_dir(config_dir=str(ROOT), version_base=None, job_name="launcher"):
             cfg = hydra_compose(PRIMARY, overrides=_SKIP_HYDRA_RUNTIME + overrides, return_hydra_config=True)

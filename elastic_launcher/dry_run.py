@@ -45,16 +45,25 @@ def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:
     return out_dir
 
 
+def _memory_cell(plan: Plan, size) -> str:
+    """Estimated peak GiB per GPU against the instance's, marked where it does not fit."""
+    if size.memory is None:
+        return "-"
+    used, has = size.memory.total_gib, plan.instance.gpu_memory_gib
+    return f"{used:.0f}/{has:.0f}" + (" over" if used > has else "")
+
+
 def plan_table(plan: Plan) -> str:
     header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "per-rank batch", "micro", "grad-accum",
-              "LR", "tokens/step", "config")
+              "LR", "tokens/step", "GiB/GPU", "config")
     rows = [header]
     for s in plan.sizes:
         rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), s.batch.describe_local(),
                      str(s.batch.micro_batch), str(s.batch.grad_accum_steps), f"{s.learning_rate:g}",
-                     f"{s.tokens_per_step:,}", "scale_config" if s.from_scale_config else "base (derived)"))
+                     f"{s.tokens_per_step:,}", _memory_cell(plan, s),
+                     "scale_config" if s.from_scale_config else "base (derived)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i < 8 else c for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = ["  ".join(c.rjust(w) if i < 9 else c for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
@@ -84,6 +93,8 @@ def summary(plan: Plan, target: str) -> str:
         nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
     lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
              f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
+    if any(s.memory for s in plan.sizes):
+        lines.append("GiB/GPU: estimated peak memory per GPU / the instance's (elastic_launcher/memory.py)")
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from training.config import ConfigError
+from training.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class InstanceType:
     gpus: int = 0
     neuron_devices: int = 0
     efa: int = 0
+    gpu_memory_gib: float = 0  # per accelerator, as the driver reports it
 
     @property
     def accelerator_key(self) -> str | None:
@@ -61,11 +62,13 @@ def _reserved_memory_gib(gib: int) -> float:
     return _tiered(gib, [(4, 0.30), (4, 0.25), (8, 0.20), (112, 0.17), (float("inf"), 0.07)], 0.5)
 
 
-def _family(prefix: str, sizes: dict[str, tuple[int, int, int, int]], neuron: bool = False) -> list[InstanceType]:
+def _family(prefix: str, sizes: dict[str, tuple[int, int, int, int]], device_gib: float = 0,
+            neuron: bool = False) -> list[InstanceType]:
     out = []
     for size, (vcpu, mem, accel, efa) in sizes.items():
         name = f"ml.{prefix}.{size}"
-        out.append(InstanceType(name, vcpu, mem, efa=efa, **({"neuron_devices": accel} if neuron else {"gpus": accel})))
+        out.append(InstanceType(name, vcpu, mem, efa=efa, gpu_memory_gib=device_gib if accel else 0,
+                                **({"neuron_devices": accel} if neuron else {"gpus": accel})))
     return out
 
 
@@ -76,19 +79,20 @@ _G6E = {"xlarge": (4, 32, 1, 0), "2xlarge": (8, 64, 1, 0), "4xlarge": (16, 128, 
         "12xlarge": (48, 384, 4, 1), "16xlarge": (64, 512, 1, 1), "24xlarge": (96, 768, 4, 2),
         "48xlarge": (192, 1536, 8, 4)}
 
-# vCPU, memory GiB, accelerators, EFA interfaces (SageMaker HyperPod instance specs).
+# vCPU, memory GiB, accelerators, EFA interfaces (SageMaker HyperPod instance specs), and the memory
+# of one accelerator in GiB (nvidia-smi's total: A100 40/80 GB, A10G, L4, L40S, H100, H200, B200).
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in [
-        *_family("p4d", {"24xlarge": (96, 1152, 8, 4)}),
-        *_family("p4de", {"24xlarge": (96, 1152, 8, 4)}),
-        *_family("p5", {"4xlarge": (16, 256, 1, 4), "48xlarge": (192, 2048, 8, 32)}),
-        *_family("p5e", {"48xlarge": (192, 2048, 8, 32)}),
-        *_family("p5en", {"48xlarge": (192, 2048, 8, 16)}),
-        *_family("p6-b200", {"48xlarge": (192, 2048, 8, 8)}),
-        *_family("g5", _G5_G6),
-        *_family("g6", _G5_G6),
-        *_family("g6e", _G6E),
+        *_family("p4d", {"24xlarge": (96, 1152, 8, 4)}, 40.0),
+        *_family("p4de", {"24xlarge": (96, 1152, 8, 4)}, 80.0),
+        *_family("p5", {"4xlarge": (16, 256, 1, 4), "48xlarge": (192, 2048, 8, 32)}, 79.6),
+        *_family("p5e", {"48xlarge": (192, 2048, 8, 32)}, 140.4),
+        *_family("p5en", {"48xlarge": (192, 2048, 8, 16)}, 140.4),
+        *_family("p6-b200", {"48xlarge": (192, 2048, 8, 8)}, 178.4),
+        *_family("g5", _G5_G6, 22.5),
+        *_family("g6", _G5_G6, 22.5),
+        *_family("g6e", _G6E, 45.0),
         *_family("trn1", {"32xlarge": (128, 512, 16, 8)}, neuron=True),
         *_family("trn1n", {"32xlarge": (128, 512, 16, 16)}, neuron=True),
         *_family("trn2", {"3xlarge": (12, 128, 1, 1), "48xlarge": (192, 2048, 16, 16)}, neuron=True),

@@ -11,7 +11,8 @@ from omegaconf import DictConfig
 from elastic_launcher.compose import to_plain
 from elastic_launcher.plan import Plan, TypedKeys, make_plan
 from elastic_launcher.settings import ACTIONS, TARGETS, LauncherSettings
-from training.config import ConfigError, build
+from training.errors import ConfigError
+from training.typed import build
 
 
 @dataclass(frozen=True)

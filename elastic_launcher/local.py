@@ -27,7 +27,8 @@ from elastic_launcher.dry_run import write_job
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from training.checkpoint_dirs import latest_checkpoint, step_of
-from training.config import NUM_NODES_ENV
+from training.config import JobConfig
+from training.config_files import NUM_NODES_ENV
 from training.records import human, parse_line, read_records
 
 
@@ -140,19 +141,20 @@ def run_dir_of(job: Job) -> Path:
 _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_or_path", "datasets.train_data")
 
 
-def _localized(config: dict) -> dict:
+def _localized(config: JobConfig) -> JobConfig:
     """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
     project root, where the shipped recipes' paths live), so a local run works from any directory."""
-    tc = copy.deepcopy(config["training_config"])
+    config = copy.deepcopy(config)
     for path in _LOCAL_PATHS:
         section, key = path.split(".")
-        value = tc.get(section, {}).get(key)
+        owner = getattr(config.training_config, section)
+        value = getattr(owner, key)
         if isinstance(value, str) and not os.path.isabs(value):
             for base in (Path.cwd(), ROOT):
                 if (base / value).exists():
-                    tc[section][key] = str((base / value).resolve())
+                    setattr(owner, key, str((base / value).resolve()))
                     break
-    return {**config, "training_config": tc}
+    return config
 
 
 def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
@@ -163,8 +165,9 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
     plan = plan or job.plan
-    sizes = tuple(dataclasses.replace(s, config_dict=_localized(s.config_dict)) for s in plan.sizes)
-    out = write_job(job, dataclasses.replace(plan, sizes=sizes), out_dir=run_dir / "launch")
+    sizes = tuple(dataclasses.replace(s, config=_localized(s.config)) for s in plan.sizes)
+    local_plan = dataclasses.replace(plan, base=_localized(plan.base), sizes=sizes)
+    out = write_job(job, local_plan, out_dir=run_dir / "launch")
     return LocalJob((out / "configs").resolve(), run_dir, job.settings.local.nproc_per_node)
 
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from elastic_launcher.instances import InstanceType, lookup
-from training.config import (RESUME_INVARIANTS, BatchPlan, ConfigError, JobConfig, build, check_methods, get_path,
-                             plan_batches, ranged)
+from elastic_launcher.memory import MemoryEstimate, ModelShape, estimate
+from training.batching import BatchPlan, plan_batches
+from training.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
+from training.errors import ConfigError
+from training.typed import build, ranged
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -28,6 +32,15 @@ class ElasticPolicy:
     scaling_timeout: int = ranged(600, ge=0)  # capacity must stay available this long before a scale-up
     faulty_timeout: int = ranged(300, ge=0)  # wait for replacement capacity before scaling down after a fault
     scale_up_snooze_time: int = ranged(0, ge=0)  # no scale-up for this long after a restart
+
+
+@dataclass
+class Hardware:
+    """The recipe's top-level hardware facts: what its scale configs were sized for, and the shape of
+    its model (the launcher reads no model hub) for the memory estimate."""
+
+    instance_types: list[str] | None = None  # None: any; else the dry run warns outside this list
+    model_shape: dict[str, Any] | None = None  # transformers config keys (hidden_size, ...); default: the architecture
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,9 @@ class SizePlan:
     nodes: int
     nproc_per_node: int
     config: JobConfig
-    config_dict: dict  # the same config as plain data, ready to be written
     batch: BatchPlan
     from_scale_config: bool  # False: base config with derived batch math (step policies)
+    memory: MemoryEstimate | None = None  # peak per GPU; None without a model shape or GPUs
 
     @property
     def devices(self) -> int:
@@ -90,9 +103,10 @@ class Plan:
     job_name: str
     instance: InstanceType
     policy: ElasticPolicy
-    base: dict  # base training config (no scale_config / elastic_policy)
+    base: JobConfig  # the recipe's config for a size without a scale_config entry (derived batch math)
     sizes: tuple[SizePlan, ...]  # ascending node counts
     unused_scale_configs: tuple[int, ...]  # entries outside [min, max]: valid, not used
+    hardware: Hardware = field(default_factory=Hardware)
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())  # what the command line changed beyond the obvious
 
@@ -236,6 +250,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
     `every_size`, every count in [min_nodes, max_nodes])."""
     recipe = dict(recipe)
     policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
+    hardware = build(Hardware, {key: recipe.pop(key, None) for key in ("instance_types", "model_shape")}, "recipes")
     _validate_policy(policy, typed)
     entries, notes = _apply_typed_keys(normalize_scale_config(recipe.pop("scale_config", None)), typed)
     base_cfg = build(JobConfig, recipe, "recipes")
@@ -262,7 +277,8 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                  f"{where}.training_config.training_args")
         except ConfigError as e:
             raise ConfigError(f"at {nodes} nodes: {e}") from None
-        sizes.append(SizePlan(nodes, nproc, cfg, merged, batch, entry is not None))
+        sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None,
+                              _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch)))
 
     first = sizes[0]
     for path in RESUME_INVARIANTS:
@@ -286,5 +302,38 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
             warnings.append(f"recipes.scale_config.n{nodes} sets learning_rate={lr:g}, {lr / recipe_lr:.3g}x the "
                             f"recipe's {recipe_lr:g}: a LoRA learning rate in full-parameter training (or the reverse)? "
                             f"remove it from the entry to use the recipe's")
+    warnings += _hardware_warnings(hardware, instance, sizes)
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
-    return Plan(job_name, instance, policy, recipe, tuple(sizes), unused, tuple(warnings), tuple(notes))
+    return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
+
+
+def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_size: int, micro: int) -> MemoryEstimate | None:
+    mc, tc = cfg.training_config.model_config, cfg.training_config
+    config = hardware.model_shape or mc.architecture
+    if not config or not instance.gpus:
+        return None
+    try:
+        shape = ModelShape.from_config(config)
+    except KeyError as e:
+        if not hardware.model_shape:  # an inline architecture may lean on transformers' defaults: no estimate
+            return None
+        raise ConfigError(f"recipes.model_shape lacks {e}: give hidden_size, num_hidden_layers, intermediate_size, "
+                          f"num_attention_heads, num_key_value_heads and vocab_size (the model's config.json)") from None
+    return estimate(shape, world_size, micro, tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
+                    activation_checkpointing=mc.activation_checkpointing, loss_chunk_tokens=mc.loss_chunk_tokens,
+                    sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+
+
+def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[SizePlan]) -> list[str]:
+    warnings = []
+    if hardware.instance_types and instance.name not in hardware.instance_types:
+        warnings.append(f"recipes.instance_type={instance.name} is not one this recipe's scale configs were sized for "
+                        f"({', '.join(hardware.instance_types)}): pick one of them, or a scale-config set for "
+                        f"{instance.name} with scale_configs@recipes.scale_config=<name> (README: instance types)")
+    over = [s for s in sizes if s.memory and s.memory.total_gib > instance.gpu_memory_gib]
+    if over:
+        listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in over)
+        warnings.append(f"estimated peak memory per GPU exceeds the {instance.gpu_memory_gib:g} GiB of {instance.name} "
+                        f"({listed}): lower micro_train_batch_size at those sizes, use activation_checkpointing=full, "
+                        f"or raise min_nodes")
+    return warnings

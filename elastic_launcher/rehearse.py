@@ -29,7 +29,7 @@ from elastic_launcher.local import LocalJob, child_pids, prepare, run_dir_of, si
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan, make_plan
 from elastic_launcher.timeline import Timeline
-from training.config import ConfigError
+from training.errors import ConfigError
 from training.records import read_records
 
 POLL_SECONDS = 0.2

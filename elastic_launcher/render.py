@@ -14,7 +14,8 @@ import yaml
 from elastic_launcher.compose import ROOT
 from elastic_launcher.plan import Plan
 from elastic_launcher.settings import ClusterSettings
-from training.config import BASE_CONFIG_FILE, ConfigError, config_file_for
+from training.config_files import BASE_CONFIG_FILE, config_file_for
+from training.errors import ConfigError
 from training.elastic import STOP_WAIT_ENV
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 5x faster
@@ -59,9 +60,9 @@ def configmap_name(job_name: str) -> str:
 
 
 def config_files(plan: Plan) -> dict[str, str]:
-    files = {BASE_CONFIG_FILE: dump_yaml(plan.base)}
+    files = {BASE_CONFIG_FILE: dump_yaml(asdict(plan.base))}
     for size in plan.sizes:
-        files[config_file_for(size.nodes)] = dump_yaml(size.config_dict)
+        files[config_file_for(size.nodes)] = dump_yaml(asdict(size.config))
     return files
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.config import ranged
+from training.typed import ranged
 
 ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "logs", "list", "delete", "local", "rehearse",
            "simulate")

@@ -30,7 +30,7 @@ from elastic_launcher.capacity import TraceEvent, parse_trace
 from elastic_launcher.job import Job
 from elastic_launcher.operator import Operator
 from elastic_launcher.plan import Plan
-from training.config import ConfigError
+from training.errors import ConfigError
 from training.records import read_records
 
 # Parameters of the shipped recipes' models (for checkpoint sizes): weights + AdamW moments in fp32

@@ -7,7 +7,8 @@ from conftest import MAIN_COMMAND, ROOT, run_launcher_process
 from elastic_launcher.compose import options
 from k8s_schema import hyperpod_sdk_model, validate_crd
 from elastic_launcher.plan import make_plan
-from training.config import load_job_config, select_config_file
+from training.config import load_job_config
+from training.config_files import select_config_file
 
 RECIPES = options("recipes")
 

@@ -8,12 +8,23 @@ from conftest import ROOT
 PACKAGES = ("elastic_launcher", "training")
 
 
+def module_files() -> dict[str, "Path"]:
+    """Module name -> file, subpackages included (a package's __init__ under the package's name)."""
+    files = {}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return files
+
+
 def import_graph() -> dict[str, set[str]]:
-    names = {f"{pkg}.{f.stem}" for pkg in PACKAGES for f in (ROOT / pkg).glob("*.py") if f.stem != "__init__"}
+    files = module_files()
+    names = set(files)
     graph = {}
     for name in names:
         deps = set()
-        for node in ast.walk(ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())):
+        for node in ast.walk(ast.parse(files[name].read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
                 deps |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
             elif isinstance(node, ast.Import):

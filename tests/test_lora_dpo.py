@@ -122,7 +122,7 @@ def test_dpo_loss_equals_an_independent_computation():
     """Per-sequence log-probs from the model's chunked loss path, and the sigmoid DPO loss, against
     log_softmax over transformers' own logits."""
     from training.data import collate_pairs
-    from training.dpo import PairScores, dpo_loss
+    from training.methods.dpo import PairScores, dpo_loss
 
     policy, reference = tiny_causal_lm(seed=0), tiny_causal_lm(seed=1)
     policy.loss_chunk_tokens = 5  # several chunks per sequence
@@ -199,13 +199,14 @@ def test_preference_rows_in_both_common_layouts():
 
 def test_a_bad_preference_row_names_its_line(tmp_path):
     from conftest import tiny_tokenizer
-    from training.config import ConfigError, DatasetConfig
+    from training.config import DatasetConfig
+    from training.errors import ConfigError
     from training.data import build_dataset
 
     path = tmp_path / "prefs.jsonl"
     path.write_text('{"prompt": "a?", "chosen": "b.", "rejected": "c."}\n{"prompt": "a?", "chosen": "b.", "rejected": 3}\n')
     with pytest.raises(ConfigError, match=f"bad training row at {path} line 2: expected text or a list of messages"):
-        build_dataset(DatasetConfig(train_data=str(path)), tiny_tokenizer(), trainer_type="dpo")
+        build_dataset(DatasetConfig(train_data=str(path)), tiny_tokenizer(), data_format="pairs")
 
 
 def test_the_validation_split_is_seeded_and_leaves_the_rest_for_training():
@@ -218,7 +219,8 @@ def test_the_validation_split_is_seeded_and_leaves_the_rest_for_training():
 
 
 def test_epochs_and_warmup_ratio_resolve_to_the_same_steps_at_every_size():
-    from training.config import TrainingArgs, resolve_schedule
+    from training.batching import resolve_schedule
+    from training.config import TrainingArgs
 
     args = TrainingArgs(train_batch_size=8, max_epochs=2, lr_warmup_ratio=0.1, max_steps=5, warmup_steps=1)
     resolved = resolve_schedule(args, train_rows=100)
@@ -262,7 +264,7 @@ def test_full_parameter_dpo_resumes_at_another_size_exactly(tmp_path):
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo"])
 def test_dpo_loss_types_follow_their_definitions(loss_type):
-    from training.dpo import PairScores, dpo_loss
+    from training.methods.dpo import PairScores, dpo_loss
 
     s = PairScores(chosen=torch.tensor([-10.0, -4.0]), rejected=torch.tensor([-12.0, -3.0]),
                    ref_chosen=torch.tensor([-11.0, -4.5]), ref_rejected=torch.tensor([-11.0, -3.5]),

@@ -96,7 +96,7 @@ def test_a_checkpoint_missing_weights_is_refused(tmp_path, process_group):
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from training.config import ConfigError
+    from training.errors import ConfigError
     from training.model import build_sharded_model
 
     LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

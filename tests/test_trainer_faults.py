@@ -120,7 +120,8 @@ def test_non_finite_loss_stops_before_the_update_and_keeps_the_last_good_checkpo
 
 
 def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
-    from training.config import ConfigError, DatasetConfig
+    from training.config import DatasetConfig
+    from training.errors import ConfigError
     from training.data import build_dataset
 
     from conftest import tiny_tokenizer
@@ -154,7 +155,8 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
 def test_a_missing_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch):
     """`data/sft_tiny` (no extension, ./data exists) is a mistyped local path: one line at once,
     with the near match, and no hub round trip."""
-    from training.config import ConfigError, DatasetConfig
+    from training.config import DatasetConfig
+    from training.errors import ConfigError
     from training.data import _data_files
 
     monkeypatch.chdir(ROOT)

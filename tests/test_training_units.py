@@ -7,7 +7,9 @@ import random
 import pytest
 
 from training.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
-from training.config import ConfigError, TrainingArgs, UnevenBatch, plan_batches
+from training.batching import plan_batches
+from training.config import TrainingArgs, UnevenBatch
+from training.errors import ConfigError
 from training.data import IGNORE_INDEX, collate, tokenize_chat
 from training.sampler import GlobalBatchSampler
 from training.train import lr_factor

@@ -25,18 +25,20 @@ import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_state_dict)
 
 from training.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
                                       latest_checkpoint, step_dir, step_of)
-from training.config import ConfigError
+from training.config import RESUME_INVARIANTS, JobConfig, get_path
+from training.errors import ConfigError
 
 STATE_FILE = "train_state.json"
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
@@ -135,10 +137,10 @@ def _nonfinite_count(model) -> int:
 
 class Checkpointer:
     def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
-                 timeout_s: float = 1800.0, on_gpu: bool = False, trainable_only: bool = False):
+                 timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None):
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
-        # LoRA: only what training changes (the adapters and their optimizer state) is saved and loaded.
-        self._options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
+        # Which weights are saved and loaded (training.model.checkpointed_weights: LoRA keeps only the adapters).
+        self._options = model_options or StateDictOptions()
         self.async_save, self.timeout_s = async_save, timeout_s
         self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
         self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
@@ -296,10 +298,7 @@ class Checkpointer:
 
     # --- load ---------------------------------------------------------------------------------------
     def _agree(self, problem: str | None) -> str | None:
-        """The first problem any rank found, on every rank."""
-        problems = [None] * self.world_size
-        dist.all_gather_object(problems, problem)
-        return next((p for p in problems if p), None)
+        return _agree(problem, self.world_size)
 
     def _set_aside(self, path: Path, problem: str) -> None:
         if self.rank == 0:
@@ -313,13 +312,7 @@ class Checkpointer:
     def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool) -> TrainState | None:
         """Resume from the newest checkpoint that verifies, resharded to this world size."""
         while (path := latest_checkpoint(self.root)) is not None:
-            try:
-                state = TrainState(**json.loads((path / STATE_FILE).read_text()))
-                manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
-                problem = _verify_files(path, manifest, self.rank, self.world_size)
-            except (OSError, ValueError, TypeError) as e:
-                problem, state = f"{type(e).__name__}: {e}", None
-            problem = self._agree(problem)
+            state, problem = _verified(path, self.rank, self.world_size)
             if problem is None:
                 _check_fingerprint(path, state, fingerprint, ignore_fingerprint)
                 try:
@@ -351,6 +344,48 @@ class Checkpointer:
             torch.set_rng_state(saved["cpu"])
             if saved["cuda"] is not None and torch.cuda.is_available():
                 torch.cuda.set_rng_state(saved["cuda"])
+
+
+def _agree(problem: str | None, world_size: int) -> str | None:
+    """The first problem any rank found, on every rank."""
+    problems = [None] * world_size
+    dist.all_gather_object(problems, problem)
+    return next((p for p in problems if p), None)
+
+
+def _verified(path: Path, rank: int, world_size: int) -> tuple[TrainState | None, str | None]:
+    """The checkpoint's train state, and the first problem any rank found checking its share of the
+    manifest (sizes of every file, CRC32 of every world_size-th), on every rank."""
+    try:
+        state = TrainState(**json.loads((path / STATE_FILE).read_text()))
+        manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
+        problem = _verify_files(path, manifest, rank, world_size)
+    except (OSError, ValueError, TypeError) as e:
+        problem, state = f"{type(e).__name__}: {e}", None
+    return state, _agree(problem, world_size)
+
+
+def fingerprint(cfg: JobConfig, dataset_len: int | None = None) -> dict:
+    """Settings a resumed run must share with its checkpoint for the data stream to continue (the
+    list the launcher holds equal across sizes); an export, which reads no data, leaves out the
+    dataset length."""
+    values = {path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}
+    values = {k: asdict(v) if is_dataclass(v) else v for k, v in values.items()}
+    return values if dataset_len is None else {**values, "dataset_len": dataset_len}
+
+
+def load_weights(path: Path, model, options: StateDictOptions, expected: dict, rank: int, world_size: int) -> TrainState:
+    """One checkpoint's model weights (no optimizer), verified as a resume verifies them: the
+    manifest's sizes and checksums, and the fingerprint of the config it is read with. What an
+    export reads."""
+    state, problem = _verified(path, rank, world_size)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} is unusable ({problem}): export an older step-N directory")
+    _check_fingerprint(path, state, expected, ignore=False)
+    model_state = {"model": get_model_state_dict(model, options=options)}
+    dcp.load(model_state, checkpoint_id=str(path))
+    set_model_state_dict(model, model_state["model"], options=options)
+    return state
 
 
 def _check_fingerprint(path: Path, state: TrainState, fingerprint: dict, ignore: bool) -> None:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 
-from training.config import ConfigError, DatasetConfig
+from training.config import DatasetConfig
+
+from training.errors import ConfigError
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -38,9 +40,9 @@ def _source_identity(path: str) -> str:
     return ";".join(f"{f}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in files if f.is_file())
 
 
-def cache_key(cfg: DatasetConfig, tokenizer_name: str, trainer_type: str, seed: int) -> str:
+def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
-                       cfg.train_val_split_ratio, seed, trainer_type, _source_identity(tokenizer_name), _FORMAT])
+                       cfg.train_val_split_ratio, seed, data_format, _source_identity(tokenizer_name), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -262,20 +264,25 @@ def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
     return set(random.Random(seed).sample(range(rows), held_out))
 
 
-def build_dataset(cfg: DatasetConfig, tokenizer, trainer_type: str = "sft", seed: int = 0):
-    """(training rows, validation rows or None, statistics). A malformed row stops the build with
-    its file and line."""
+ENCODERS = {"chat": _encode_sft, "pairs": _encode_pair}  # a training method's data_format -> row encoder
+
+
+def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0):
+    """(training rows, validation rows or None, statistics) of `data_format` ("chat": one
+    conversation per row; "pairs": a prompt with chosen and rejected answers). A malformed row stops
+    the build with its file and line."""
     raw, files = _load_raw(cfg)
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
     columns = ", ".join(raw.column_names)
-    if trainer_type == "sft" and cfg.messages_key not in raw.column_names:
+    if data_format == "chat" and cfg.messages_key not in raw.column_names:
         raise ConfigError(f"training_config.datasets.messages_key={cfg.messages_key!r} is not a column of "
                           f"{cfg.train_data!r} (columns: {columns})")
-    if trainer_type == "dpo" and not {"chosen", "rejected"} <= set(raw.column_names):
+    if data_format == "pairs" and not {"chosen", "rejected"} <= set(raw.column_names):
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no chosen/rejected columns "
-                          f"(columns: {columns}): trainer_type=dpo needs preference pairs (prompt, chosen, rejected)")
-    encode_row = _encode_sft if trainer_type == "sft" else _encode_pair
+                          f"(columns: {columns}): preference training (trainer_type=dpo) needs pairs (prompt, "
+                          f"chosen, rejected)")
+    encode_row = ENCODERS[data_format]
 
     def encode(row, idx):
         try:
@@ -312,16 +319,16 @@ def describe_drops(stats: dict) -> str | None:
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
-                  trainer_type: str = "sft", seed: int = 0, poll_timeout: float = 24 * 3600):
+                  data_format: str = "chat", seed: int = 0, poll_timeout: float = 24 * 3600):
     """(training rows, validation rows or None, statistics) from the cache; `builder` (one process
     per node) builds it if missing."""
     import datasets
 
-    target = Path(cache_root) / cache_key(cfg, tokenizer_name, trainer_type, seed)
+    target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         try:
-            *splits, stats = build_dataset(cfg, tokenizer, trainer_type, seed)
+            *splits, stats = build_dataset(cfg, tokenizer, data_format, seed)
             for name, split in zip(SPLITS, splits):
                 if split is not None:
                     split.save_to_disk(str(tmp / name))

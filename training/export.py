@@ -122,7 +122,7 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, on_gpu: bool) -> li
 
     mc, ta = cfg.training_config.model_config, cfg.training_config.training_args
     dtype = torch.bfloat16 if on_gpu and mc.mixed_precision == "bf16" else torch.float32
-    lora = mc.peft_config is not None
+    lora = mc.lora
     config = model.config
 
     def model_files(directory: Path) -> None:
@@ -148,15 +148,14 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, on_gpu: bool) -> li
 
 def main(argv=None) -> int:
     """Export one complete checkpoint (under torchrun or as a single process)."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
 
+    from training.checkpoint import CheckpointError, fingerprint, load_weights
     from training.checkpoint_dirs import COMPLETE, complete_checkpoints
-    from training.config import ConfigError, load_job_config, report
-    from training.model import build_sharded_model
-    from training.topology import Topology
+    from training.config import load_job_config
+    from training.errors import ConfigError, report
+    from training.model import build_sharded_model, checkpointed_weights
+    from training.topology import Topology, start_process_group
 
     parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -184,23 +183,16 @@ def main(argv=None) -> int:
             raise ConfigError(f"no training config at {config}: pass --config <the run's config-n<N>.yaml>")
         cfg = load_job_config(config)
         topo = Topology.from_env()
-        on_gpu = torch.cuda.is_available()
-        device = torch.device("cuda", topo.local_rank) if on_gpu else torch.device("cpu")
-        if on_gpu:
-            torch.cuda.set_device(device)
-        dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo")
+        device = start_process_group(topo)
         mc = cfg.training_config.model_config
         mc.compile = False
         model = build_sharded_model(mc, cfg.training_config.training_args.seed,
-                                    init_device_mesh(device.type, (topo.world_size,)), on_gpu, resuming=True)
-        options = StateDictOptions(ignore_frozen_params=mc.peft_config is not None)
-        state = {"model": get_model_state_dict(model, options=options)}
-        dcp.load(state, checkpoint_id=str(checkpoint))
-        set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
-        for path in export_hf(model, cfg, out, topo.rank == 0, on_gpu):
+                                    init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda", resuming=True)
+        load_weights(checkpoint, model, checkpointed_weights(mc), fingerprint(cfg), topo.rank, topo.world_size)
+        for path in export_hf(model, cfg, out, topo.rank == 0, device.type == "cuda"):
             if topo.rank == 0:
                 print(f"wrote {path}", flush=True)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         return report(e)
     return 0
 

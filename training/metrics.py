@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from training.config import ConfigError
+from training.errors import ConfigError
 from training.records import METRICS, SAMPLES
 
 # Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).

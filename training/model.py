@@ -15,7 +15,9 @@ import functools
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.config import ConfigError, ModelConfig
+from training.config import ModelConfig
+
+from training.errors import ConfigError
 from training.data import IGNORE_INDEX
 
 
@@ -229,18 +231,18 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    if cfg.peft_config is not None:
+    if cfg.lora:
         resuming = False  # LoRA checkpoints hold only the adapters: the base always comes from the source
     # LoRA adapters are in no safetensors file: they need the rank-0 path's seeded initialization.
-    shards_from = None if resuming or cfg.peft_config else _safetensors_dir(cfg)
+    shards_from = None if resuming or cfg.lora else _safetensors_dir(cfg)
     real = (rank0 or single) and not resuming and not shards_from
     hf_model = build_model(cfg, seed) if real else _skeleton(cfg)
-    if cfg.peft_config is not None:
+    if cfg.lora:
         from training.lora import apply_lora
 
         hf_model = apply_lora(hf_model, cfg.peft_config)
     full = hf_model.state_dict() if real and not single else {}
-    if cfg.peft_config is not None and on_gpu and cfg.mixed_precision == "bf16":
+    if cfg.lora and on_gpu and cfg.mixed_precision == "bf16":
         for p in hf_model.parameters():  # the frozen base computes in bf16 anyway: store it so, at half the memory
             if not p.requires_grad:
                 p.data = p.data.to(torch.bfloat16)
@@ -258,6 +260,14 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
         for buffer in model.buffers():
             dist.broadcast(buffer, src=0)
     return model
+
+
+def checkpointed_weights(cfg: ModelConfig):
+    """What a checkpoint holds of the model, for saving, resuming and exporting alike: every weight,
+    or under LoRA only the trainable adapters (the frozen base is read from its source on every start)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=cfg.lora, strict=not cfg.lora)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

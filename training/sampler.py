@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from training.config import BatchPlan
+from training.batching import BatchPlan
 
 
 class GlobalBatchSampler:

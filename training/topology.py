@@ -1,5 +1,6 @@
 """Where this process stands in the job: its rank, its node's local rank, the world size and the
-node count, read from the environment torchrun / hyperpodrun set on every (re)start. Torch-free."""
+node count, read from the environment torchrun / hyperpodrun set on every (re)start, and the
+process group every entrypoint (training, export) starts from it. Torch-free until that start."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from training.config import NUM_NODES_ENV
+from training.config_files import NUM_NODES_ENV
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,22 @@ class Topology:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         nodes = int(os.environ.get(NUM_NODES_ENV) or max(1, world // local_world))
         return cls(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), world, nodes)
+
+
+def start_process_group(topo: Topology):
+    """This process's device (its local GPU, else the CPU) with the default process group started:
+    NCCL for GPU tensors beside gloo for CPU ones, gloo alone on CPU. ELASTIC_PG_TIMEOUT_S bounds a
+    collective that never completes (default 30 minutes)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda", topo.local_rank) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
+    dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", timeout=timeout,
+                            device_id=device if on_gpu else None)
+    return device

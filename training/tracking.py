@@ -57,7 +57,7 @@ class Tracker:
         try:
             import mlflow  # noqa: F401
         except ImportError:
-            from training.config import ConfigError
+            from training.errors import ConfigError
 
             raise ConfigError(f"training_config.logging.mlflow.tracking_uri={settings.tracking_uri!r} but mlflow is not "
                               f"installed: pip install mlflow-skinny (the training image has it), or unset it") from None

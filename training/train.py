@@ -15,12 +15,10 @@ PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures 
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import asdict, is_dataclass, replace  # noqa: E402
-from datetime import timedelta  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -29,19 +27,19 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from training.agent_progress import AgentProgress, disagreement  # noqa: E402
 from training.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
-                                 latest_checkpoint, step_dir, step_of)
-from training.config import (CONFIG_DIR_ENV, RESUME_INVARIANTS, BatchPlan, ConfigError,  # noqa: E402
-                             JobConfig, TrainingArgs, get_path, load_job_config, plan_batches, report,
-                             resolve_schedule, select_config_file)
-from training.data import IGNORE_INDEX, collate, collate_pairs, describe_drops, load_or_build  # noqa: E402
-from training.dpo import PairScores, dpo_loss  # noqa: E402
+                                 fingerprint, latest_checkpoint, step_dir, step_of)
+from training.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
+from training.config import TrainingArgs, load_job_config  # noqa: E402
+from training.config_files import CONFIG_DIR_ENV, select_config_file  # noqa: E402
+from training.errors import ConfigError, report  # noqa: E402
+from training.data import describe_drops, load_or_build  # noqa: E402
 from training.elastic import ElasticStop  # noqa: E402
+from training.methods import load_method  # noqa: E402
 from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
 from training.export import export_hf  # noqa: E402
-from training.lora import adapters_disabled  # noqa: E402
-from training.model import build_sharded_model, matmul_flops_per_token  # noqa: E402
+from training.model import build_sharded_model, checkpointed_weights, matmul_flops_per_token  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
-from training.topology import Topology  # noqa: E402
+from training.topology import Topology, start_process_group  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -73,48 +71,12 @@ def schedule_change(state: TrainState, args: TrainingArgs) -> str:
             f"to {args.learning_rate * lr_factor(state.step, args):.3g}")
 
 
-def fingerprint(cfg: JobConfig, dataset_len: int) -> dict:
-    """Settings a resumed run must share with its checkpoint for the data stream to continue: the
-    same list the launcher holds equal across sizes."""
-    values = {path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}
-    return {**{k: asdict(v) if is_dataclass(v) else v for k, v in values.items()}, "dataset_len": dataset_len}
-
-
-def model_inputs(micro: dict, device) -> dict:
-    """The tensors of a collated micro-batch that the model takes, on `device`."""
-    return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
-
-
 def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
     """[label tokens, input tokens] of the step over every rank, from the host-side counts collate made."""
     counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
                           dtype=torch.float64, device=device)
     dist.all_reduce(counts)
     return counts
-
-
-def forward_backward_step(model, micro_batches: list[dict], device, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward/backward over the step's micro-batches. The summed token loss is divided by the
-    global label-token count of the step (all-reduced before backward) and multiplied by the DP size
-    that FSDP's gradient averaging divides by, so the gradient equals the fixed-size run's whatever
-    the DP size or the split. Token counts come from the host (collate), so nothing here waits for
-    the device. Returns (local loss sum, global [label tokens, input tokens])."""
-    counts = global_token_counts(micro_batches, device)
-    scale = world_size / counts[0].clamp(min=1).float()  # a step without label tokens contributes nothing
-    loss_sum = torch.zeros((), device=device)
-    for micro in micro_batches:
-        loss = model(**model_inputs(micro, device))
-        (loss * scale).backward()
-        loss_sum += loss.detach()
-    return loss_sum, counts
-
-
-def reward_stats(sums: list[float], pairs: float) -> dict:
-    """Mean implicit rewards of chosen and rejected completions, their margin, and the share of
-    pairs whose chosen completion scored higher (from summed [chosen, rejected, right] values)."""
-    chosen, rejected, right = (v / max(pairs, 1) for v in sums)
-    return {"rewards_chosen": chosen, "rewards_rejected": rejected, "rewards_margin": chosen - rejected,
-            "rewards_accuracy": right}
 
 
 def parse_args(argv=None):
@@ -157,13 +119,8 @@ class Trainer:
         self.stop_at_step = args.stop_at_step
         self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
-        self.on_gpu = torch.cuda.is_available()
-        self.device = torch.device("cuda", self.topo.local_rank) if self.on_gpu else torch.device("cpu")
-        if self.on_gpu:
-            torch.cuda.set_device(self.device)
-        timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
-        dist.init_process_group("cpu:gloo,cuda:nccl" if self.on_gpu else "gloo", timeout=timeout,
-                                device_id=self.device if self.on_gpu else None)
+        self.device = start_process_group(self.topo)
+        self.on_gpu = self.device.type == "cuda"
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.mesh = self._mesh(tc.model_config.sharding)
@@ -172,6 +129,7 @@ class Trainer:
         tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
                                  launch_id=launch, tracker=tracker)
+        self.method = load_method(tc.training_args, self.device)
         self.dataset, self.validation = self._dataset()
         ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
@@ -204,7 +162,7 @@ class Trainer:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
         ta = self.cfg.training_config.training_args
         train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
-                                                 builder=self.topo.local_rank == 0, trainer_type=ta.trainer_type,
+                                                 builder=self.topo.local_rank == 0, data_format=self.method.data_format,
                                                  seed=ta.seed)
         if ta.eval_steps and not (validation and len(validation)):
             raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
@@ -225,7 +183,7 @@ class Trainer:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
                                          self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu,
-                                         trainable_only=tc.model_config.peft_config is not None)
+                                         model_options=checkpointed_weights(tc.model_config))
         self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         agent_restart_point = self.agent.restart_point()
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
@@ -257,10 +215,8 @@ class Trainer:
             self.checkpointer.check_space(self.model, min(self.last_step, (self.state.step // save_steps + 1) * save_steps))
         if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
             print(f"warning: {why}", file=sys.stderr, flush=True)
-        self.reference = None  # full-parameter DPO: a frozen copy of the initial model
-        if tc.training_args.trainer_type == "dpo" and tc.model_config.peft_config is None:
-            self.reference = build_sharded_model(tc.model_config, tc.training_args.seed, self.mesh, self.on_gpu,
-                                                 resuming=False).requires_grad_(False).eval()
+        self.method.prepare(self.model, lambda: build_sharded_model(
+            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False).requires_grad_(False).eval())
 
     def _build_model(self, resuming: bool) -> None:
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
@@ -278,17 +234,9 @@ class Trainer:
         ds_cfg, ta = self.cfg.training_config.datasets, self.cfg.training_config.training_args
         sampler = GlobalBatchSampler(len(self.dataset), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
         workers = ds_cfg.num_workers
-        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=self._collate, num_workers=workers,
+        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.method.collate, num_workers=workers,
                                        pin_memory=self.on_gpu, prefetch_factor=4 if workers else None,
                                        persistent_workers=workers > 0))
-
-    @property
-    def dpo(self) -> bool:
-        return self.cfg.training_config.training_args.trainer_type == "dpo"
-
-    @property
-    def _collate(self):
-        return collate_pairs if self.dpo else collate
 
     def set_learning_rate(self) -> float:
         """The LR of this step under the live size's config: a function of the global step only, so
@@ -306,11 +254,9 @@ class Trainer:
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        if self.dpo:
-            loss_sum, tokens, extra = self._dpo_step(micro_batches)
-        else:
-            loss_sum, tokens = forward_backward_step(self.model, micro_batches, self.device, self.topo.world_size)
-            extra = torch.zeros(0, device=self.device)
+        tokens = global_token_counts(micro_batches, self.device)  # [label tokens, input tokens] of every rank
+        loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
+                                                       self.plan.global_batch)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
@@ -339,81 +285,33 @@ class Trainer:
                      elapsed: float, extra: list[float]) -> dict:
         """The metrics record of the step just taken (its fields: training.records)."""
         label_tokens, input_tokens = tokens
-        denominator = self.plan.global_batch if self.dpo else label_tokens  # pairs, or label tokens
-        record = {"step": self.state.step, "loss": loss_sum / denominator if label_tokens and not skipped else None,
+        record = {"step": self.state.step, **self.method.step_metrics(loss_sum, extra, label_tokens, self.plan.global_batch),
                   "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
                   "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
                   "peak_memory_gib": peak_memory_gib(self.device)}
+        if skipped or not label_tokens:
+            record["loss"] = None
         if skipped:
             record["skipped"] = True
-        if self.dpo:
-            record.update(reward_stats(extra, self.plan.global_batch))
         if self.peak_flops:
             record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / self.peak_flops
         return record
 
-    @contextmanager
-    def _reference_model(self):
-        """DPO's reference: the frozen copy, or for LoRA the same model with its adapters switched off."""
-        if self.reference is not None:
-            yield self.reference
-        else:
-            with adapters_disabled(self.model):
-                yield self.model
-
-    def _pair_scores(self, micro: dict) -> tuple[torch.Tensor, PairScores]:
-        batch = model_inputs(micro, self.device)
-        n, tokens = micro["pairs"], (batch["labels"] != IGNORE_INDEX).sum(dim=1)
-        with torch.no_grad(), self._reference_model() as reference:
-            ref = reference(**batch, per_sequence=True)
-        policy = self.model(**batch, per_sequence=True)
-        return policy, PairScores(policy[:n], policy[n:2 * n], ref[:n], ref[n:2 * n], tokens[:n], tokens[n:2 * n])
-
-    def _dpo_step(self, micro_batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Forward/backward of DPO over the step's micro-batches: (local loss sum, global [label
-        tokens, input tokens], local [chosen reward sum, rejected reward sum, pairs ranked right]).
-        A step always holds `global_batch` pairs, so the loss is their mean at every size."""
-        ta = self.cfg.training_config.training_args
-        counts = global_token_counts(micro_batches, self.device)
-        scale = self.topo.world_size / self.plan.global_batch
-        loss_sum, extra = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
-        for micro in micro_batches:
-            policy, scores = self._pair_scores(micro)
-            losses, chosen, rejected = dpo_loss(scores, ta.beta, ta.loss_type)
-            ((losses.sum() + 0 * policy.sum()) * scale).backward()  # an empty micro-batch still joins FSDP's collectives
-            loss_sum += losses.detach().sum()
-            extra += torch.stack([chosen.sum(), rejected.sum(), (chosen > rejected).sum().float()])
-        return loss_sum, counts, extra
-
     def evaluate(self) -> dict:
-        """Validation loss over the whole held-out set (each rank a strided share, one all-reduce):
-        the same number at every size. DPO also reports its reward accuracy there."""
-        val, micro, ta = self.validation, self.plan.micro_batch, self.cfg.training_config.training_args
+        """The method's validation metrics over the whole held-out set (each rank a strided share,
+        one all-reduce): the same numbers at every size."""
+        val, micro = self.validation, self.plan.micro_batch
         mine = list(range(self.topo.rank, len(val), self.topo.world_size))
         rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
-        sums = torch.zeros(5, dtype=torch.float64, device=self.device)
         self.model.eval()
         with torch.no_grad():
-            for i in range(rounds):
-                batch = self._collate([val[j] for j in mine[i * micro:(i + 1) * micro]])
-                if self.dpo:
-                    _, scores = self._pair_scores(batch)
-                    losses, chosen, rejected = dpo_loss(scores, ta.beta, ta.loss_type)
-                    sums += torch.stack([losses.sum(), torch.tensor(float(batch["pairs"]), device=self.device),
-                                         chosen.sum(), rejected.sum(), (chosen > rejected).sum()]).double()
-                else:
-                    loss = self.model(**model_inputs(batch, self.device))
-                    sums[:2] += torch.stack([loss.double(), torch.tensor(float(batch["label_tokens"]), device=self.device,
-                                                                            dtype=torch.float64)])
+            sums = sum(self.method.eval_sums(self.model, self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]]))
+                       for i in range(rounds))
         self.model.train()
         dist.all_reduce(sums)
-        total, count, *extra = sums.tolist()
-        record = {"step": self.state.step, "eval_loss": total / max(count, 1)}
-        if self.dpo:
-            record.update({f"eval_{k}": v for k, v in reward_stats(extra, count).items()})
-        return record
+        return {"step": self.state.step, **self.method.eval_metrics(sums.tolist())}
 
     def _audit(self, micro_batches: list[dict]) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]

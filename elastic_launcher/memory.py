@@ -1,0 +1,133 @@
+"""Will it fit? The peak memory of one training process per GPU, estimated from the model's shape.
+
+The launcher reads no model hub, so a recipe states its model's shape (`model_shape`: the
+transformers config keys that size memory) or builds the model from an inline `architecture`.
+The estimate adds, per GPU at a given world size:
+- sharded state: fp32 weights, gradients and AdamW moments (16 bytes per trained parameter) over
+  every rank; under LoRA the frozen base in bf16 (2 bytes per parameter) plus the adapters' 16;
+- FSDP's working set: one decoder layer gathered in bf16 with the next prefetched, and its
+  unsharded fp32 gradient;
+- activations of one micro-batch (DPO: chosen and rejected rows) at the recipe's activation
+  checkpointing, and the LM head's fp32 logits for one loss chunk;
+- CUDA context and allocator slack.
+ACTIVATION_FACTOR is the one constant fitted to a measurement (see README, "Will it fit?").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+CUDA_CONTEXT_GIB = 1.0
+# Fitted: Llama-3.2-1B shape, seq 4096, micro 2, no activation checkpointing, one H100, full
+# fine-tuning measured 47.9 GiB (torch.cuda.max_memory_allocated); the raw terms below give 39.9.
+ACTIVATION_FACTOR = 1.40
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The transformers config keys that size a decoder-only model's memory."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    head_dim: int
+    tie_word_embeddings: bool = False
+    experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0
+    shared_expert: bool = False  # Llama 4: a dense expert every token passes through
+    attention_bias: bool = False  # Qwen2: biases on q/k/v
+
+    @classmethod
+    def from_config(cls, config: dict) -> "ModelShape":
+        heads = config["num_attention_heads"]
+        kind = config.get("model_type", "")
+        return cls(hidden_size=config["hidden_size"], num_hidden_layers=config["num_hidden_layers"],
+                   intermediate_size=config["intermediate_size"], num_attention_heads=heads,
+                   num_key_value_heads=config.get("num_key_value_heads") or heads,
+                   vocab_size=config.get("vocab_size", 32000),
+                   head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                   experts=config.get("num_local_experts") or config.get("num_experts") or 0,
+                   experts_per_token=config.get("num_experts_per_tok") or 0,
+                   shared_expert=kind.startswith("llama4"), attention_bias=kind == "qwen2")
+
+    # --- parameter counts ---------------------------------------------------------------------------
+    @property
+    def attention_params(self) -> int:
+        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        return h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+
+    @property
+    def mlp_params(self) -> int:
+        """Per layer: the dense MLP, or every routed expert plus the router (and the shared expert)."""
+        dense = 3 * self.hidden_size * self.intermediate_size
+        if not self.experts:
+            return dense
+        return self.experts * dense + self.hidden_size * self.experts + (dense if self.shared_expert else 0)
+
+    @property
+    def layer_params(self) -> int:
+        return self.attention_params + self.mlp_params + 2 * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * self.layer_params + embeddings + self.hidden_size
+
+    def lora_params(self, r: int) -> int:
+        """Adapters (r x in + out x r) on every linear layer but the LM head: attention projections,
+        dense MLPs and the shared expert. Fused expert weights are 3-D parameters, not linear
+        layers: they stay frozen, as does GPT-OSS's router (Llama 4's router is linear)."""
+        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
+            self.num_key_value_heads * self.head_dim, self.intermediate_size
+        per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
+        if not self.experts or self.shared_expert:
+            per_layer += r * (2 * (h + i) + (i + h))
+        if self.shared_expert:
+            per_layer += r * (h + self.experts)
+        return self.num_hidden_layers * per_layer
+
+    # --- activations --------------------------------------------------------------------------------
+    def layer_activation_bytes(self, tokens: int) -> int:
+        """Saved for backward by one decoder layer (bf16, fused attention kernels: no T x T scores):
+        fp32 norm inputs, q/k/v, attention output, and the MLP's inputs and gated products for the
+        experts each token visits."""
+        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        mlps = (self.experts_per_token + self.shared_expert) if self.experts else 1
+        return tokens * (12 * h + 4 * q + 4 * kv + 8 * self.intermediate_size * mlps)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    state_gib: float  # sharded weights, gradients and optimizer state
+    working_gib: float  # gathered layers and their unsharded gradients
+    activations_gib: float
+    total_gib: float
+
+
+def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
+             activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1) -> MemoryEstimate:
+    """Peak GiB per GPU (see the module docstring for what is counted)."""
+    if lora_r is None:
+        state = 16 * shape.params
+        layer_grad = 4 * shape.layer_params
+    else:
+        adapters = shape.lora_params(lora_r)
+        state = 2 * shape.params + 16 * adapters
+        layer_grad = 4 * adapters // shape.num_hidden_layers
+    working = 2 * 2 * shape.layer_params + layer_grad
+    tokens = micro_batch * seq_len * sequences_per_sample
+    per_layer = shape.layer_activation_bytes(tokens)
+    boundary = tokens * shape.hidden_size * 2  # a checkpointed layer keeps only its bf16 input
+    layers = shape.num_hidden_layers
+    kept = {"none": layers, "selective": (layers + 1) // 2, "full": 0}[activation_checkpointing]
+    recompute = per_layer if kept < layers else 0  # one checkpointed layer's activations, rebuilt in backward
+    chunk = min(loss_chunk_tokens or tokens, tokens)
+    logits = chunk * shape.vocab_size * 4 * 2  # fp32 logits and their gradient for one loss chunk
+    activations = ACTIVATION_FACTOR * (kept * per_layer + (layers - kept) * boundary + recompute + logits)
+    total = state / world_size + working + activations
+    return MemoryEstimate(state / world_size / GIB, working / GIB, activations / GIB, total / GIB + CUDA_CONTEXT_GIB)

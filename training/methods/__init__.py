@@ -1,0 +1,23 @@
+"""Training methods, one module each, named as the `training_args.trainer_type` that selects it.
+
+A method decides what differs between SFT, DPO and their kin: how a row is encoded and batched,
+the loss and its gradient over a step's micro-batches, the metrics of a step and of an evaluation,
+and any frozen model it compares against. The trainer owns the rest (data order, sharding,
+optimizer, LR schedule, checkpoints, export). A new method is one module here (defining METHOD, a
+`TrainingMethod` subclass) plus its recipe; the config accepts any module name found here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+
+def method_names() -> tuple[str, ...]:
+    """The trainer_type values this package implements (read from its files: no torch import)."""
+    return tuple(sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in ("__init__", "base")))
+
+
+def load_method(args, device):
+    """The method `args.trainer_type` names, set up with the run's TrainingArgs and device."""
+    return importlib.import_module(f"{__name__}.{args.trainer_type}").METHOD(args, device)

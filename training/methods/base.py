@@ -1,0 +1,48 @@
+"""The interface every training method implements (see training.methods)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def model_inputs(micro: dict, device) -> dict:
+    """The tensors of a collated micro-batch that the model takes, on `device`."""
+    return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
+
+
+class TrainingMethod:
+    data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
+
+    def __init__(self, args, device: torch.device):
+        self.args = args  # TrainingArgs: the method's own keys (beta, loss_type, ...) live there
+        self.device = device
+
+    def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module]) -> None:
+        """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy
+        of the initial model for a method that compares against one."""
+
+    def collate(self, rows: list[dict]) -> dict:
+        """A padded micro-batch with host-side `label_tokens`, `tokens` and `sample_ids`."""
+        raise NotImplementedError
+
+    def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,
+                         global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over the step's micro-batches, the gradient scaled so it equals the
+        fixed-size run's at every data-parallel size (FSDP averages over `world_size`; the step's
+        label tokens over every rank are given). Returns (local loss sum, local sums of the
+        method's step statistics), both summed over ranks by the trainer."""
+        raise NotImplementedError
+
+    def step_metrics(self, loss_sum: float, stats: list[float], label_tokens: float, global_batch: int) -> dict:
+        """The step's `loss` and the method's own metrics, from the sums over every rank."""
+        raise NotImplementedError
+
+    def eval_sums(self, model, batch: dict) -> torch.Tensor:
+        """One validation micro-batch's sums (float64, a fixed length), summed over batches and ranks."""
+        raise NotImplementedError
+
+    def eval_metrics(self, sums: list[float]) -> dict:
+        """The evaluation record's metrics (`eval_loss`, ...) from the summed `eval_sums`."""
+        raise NotImplementedError

@@ -1,0 +1,41 @@
+"""Supervised fine-tuning: next-token cross-entropy on the assistant's tokens (prompt tokens masked),
+averaged over the label tokens of the whole global batch."""
+
+from __future__ import annotations
+
+import torch
+
+from training.data import collate
+from training.methods.base import TrainingMethod, model_inputs
+
+
+class SFT(TrainingMethod):
+    data_format = "chat"
+
+    def collate(self, rows: list[dict]) -> dict:
+        return collate(rows)
+
+    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
+        # The summed token loss over the step's global label-token count, times the DP size that
+        # FSDP's gradient averaging divides by: the gradient of the global mean at any size or split.
+        scale = world_size / label_tokens.clamp(min=1).float()  # a step without label tokens contributes nothing
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in micro_batches:
+            loss = model(**model_inputs(micro, self.device))
+            (loss * scale).backward()
+            loss_sum += loss.detach()
+        return loss_sum, torch.zeros(0, device=self.device)
+
+    def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
+        return {"loss": loss_sum / label_tokens}
+
+    def eval_sums(self, model, batch):
+        loss = model(**model_inputs(batch, self.device))
+        return torch.tensor([float(loss), float(batch["label_tokens"])], dtype=torch.float64, device=self.device)
+
+    def eval_metrics(self, sums):
+        total, count = sums
+        return {"eval_loss": total / max(count, 1)}
+
+
+METHOD = SFT
