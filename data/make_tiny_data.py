@@ -7,6 +7,9 @@ counting and word facts, some multi-turn, some with a system prompt. dpo_tiny.js
 pairs on the same questions, a right answer chosen over a wrong one, laid out as UltraFeedback's
 binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. tiny_tokenizer/: a 512-token
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
+tiny_tokenizers/<family>/: the same vocabulary with a model family's special tokens and chat
+template (chat_templates/<family>.jinja, the published template's conversation logic without its
+tool calling), so the tiny twins mask prompts the way the real models' templates render them.
 """
 
 import json
@@ -74,6 +77,28 @@ CHAT_TEMPLATE = (
 )
 
 
+# family -> (bos, eos, special tokens, other added tokens) as the family's tokenizer_config.json has them
+FAMILIES = {
+    "chatml_qwen2": ("<|endoftext|>", "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], []),
+    "qwen3": ("<|endoftext|>", "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], ["<think>", "</think>"]),
+    "deepseek_r1_distill": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+                            ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
+                            ["<think>", "</think>"]),
+    "llama4": ("<|begin_of_text|>", "<|eot|>", ["<|begin_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>"], []),
+}
+
+
+def family_tokenizers() -> None:
+    from transformers import AutoTokenizer
+
+    for family, (bos, eos, specials, added) in FAMILIES.items():
+        tok = AutoTokenizer.from_pretrained(HERE / "tiny_tokenizer")
+        tok.add_special_tokens({"bos_token": bos, "eos_token": eos, "additional_special_tokens": specials})
+        tok.add_tokens(added)
+        tok.chat_template = (HERE / "chat_templates" / f"{family}.jinja").read_text()
+        tok.save_pretrained(HERE / "tiny_tokenizers" / family)
+
+
 def main() -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -97,6 +122,7 @@ def main() -> None:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(HERE / "tiny_tokenizer")
     write_preferences()
+    family_tokenizers()
 
 
 if __name__ == "__main__":

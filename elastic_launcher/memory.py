@@ -81,14 +81,12 @@ class ModelShape:
     def lora_params(self, r: int) -> int:
         """Adapters (r x in + out x r) on every linear layer but the LM head: attention projections,
         dense MLPs and the shared expert. Fused expert weights are 3-D parameters, not linear
-        layers: they stay frozen, as does GPT-OSS's router (Llama 4's router is linear)."""
+        layers: they stay frozen, as do the routers (training.lora.linear_module_names)."""
         h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
             self.num_key_value_heads * self.head_dim, self.intermediate_size
         per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
         if not self.experts or self.shared_expert:
             per_layer += r * (2 * (h + i) + (i + h))
-        if self.shared_expert:
-            per_layer += r * (h + self.experts)
         return self.num_hidden_layers * per_layer
 
     # --- activations --------------------------------------------------------------------------------

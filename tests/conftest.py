@@ -110,22 +110,31 @@ def process_group():
     dist.destroy_process_group()
 
 
+TINY_RECIPES = {"llama": "llama/tiny_llama_sft", "gpt_oss": "gpt_oss/tiny_gpt_oss_sft", "qwen2": "qwen/tiny_qwen2_sft",
+                "qwen3": "qwen/tiny_qwen3_sft", "llama4_text": "llama/tiny_llama4_sft"}
+
+
+def tiny_architecture(model_type: str) -> dict:
+    """The inline transformers config of the tiny twin of `model_type`, as its recipe composes it."""
+    from elastic_launcher.compose import compose, to_plain
+
+    recipe = to_plain(compose([f"recipes={TINY_RECIPES[model_type]}"])[0])["recipes"]
+    return dict(recipe["training_config"]["model_config"]["architecture"])
+
+
 def tiny_causal_lm(model_type="llama", seed=0, float64=False):
     """A tiny transformers model wrapped as the trainer wraps it (CausalLM, loss out), fp32 (or
     float64, for comparisons that must hold on any CPU), no FSDP."""
     import torch
-    import yaml
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from training.model import CausalLM
 
-    recipe = {"llama": "llama/tiny_llama_sft", "gpt_oss": "gpt_oss/tiny_gpt_oss_sft"}[model_type]
-    arch = dict(yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())["training_config"]["model_config"]
-                ["architecture"] or {})
+    arch = tiny_architecture(model_type)
     arch.pop("model_type", None)
     torch.manual_seed(seed)
-    kwargs = {"attn_implementation": "eager"} if model_type == "gpt_oss" else {}
-    if float64 and model_type == "gpt_oss":
+    kwargs = {"attn_implementation": "eager"} if model_type in ("gpt_oss", "llama4_text") else {}
+    if float64 and model_type in ("gpt_oss", "llama4_text"):
         kwargs["experts_implementation"] = "eager"  # grouped_mm takes no float64; the math is the same
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=97, **arch), **kwargs)
     return CausalLM(hf.double() if float64 else hf, loss_chunk_tokens=0)

@@ -29,11 +29,13 @@ def loss_and_grads(model, batch):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt_oss"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "qwen2", "qwen3", "llama4_text"])
 def test_a_packed_row_equals_its_samples_one_by_one(model_type):
     torch.use_deterministic_algorithms(False)
     rng = random.Random(0)
-    samples = [sample(rng, n) for n in (11, 23, 7)]  # GPT-OSS: 23 > its sliding window of 16
+    # 23 tokens: longer than GPT-OSS's sliding window and Llama 4's attention chunk (16 each), and
+    # the second sample starts mid-chunk, so a chunk boundary counted from the row would show.
+    samples = [sample(rng, n) for n in (11, 23, 7)]
     # In float64, so the only difference left is summation order (~1e-16 relative on any CPU): a
     # leak of attention across samples changes the loss and gradients at the 1e-3 level.
     model = tiny_causal_lm(model_type, float64=True)
@@ -43,6 +45,14 @@ def test_a_packed_row_equals_its_samples_one_by_one(model_type):
         loss, grads = loss_and_grads(model, collate([s]))
         separate_loss += loss
         separate_grads = grads if separate_grads is None else {n: separate_grads[n] + g for n, g in grads.items()}
+    # Llama 4 casts q/k to float32 for its rotary embedding and q/k norm even in a float64 model:
+    # there a 1e-16 difference can flip a float32 rounding, so its bound is float32's resolution.
+    # Measured there: 7e-8 of each gradient's largest entry; a leak across samples moves them by 1.8x.
+    if model_type == "llama4_text":
+        assert torch.allclose(packed_loss, separate_loss, rtol=1e-7)
+        for name, grad in separate_grads.items():
+            assert (packed_grads[name] - grad).abs().max() <= 1e-6 * grad.abs().max(), name
+        return
     assert torch.allclose(packed_loss, separate_loss, rtol=1e-10)
     for name, grad in separate_grads.items():
         assert torch.allclose(packed_grads[name], grad, rtol=1e-9, atol=1e-12), name

@@ -20,7 +20,8 @@ from training.typed import build, one_of, ranged
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
                      "datasets.train_data", "datasets.split", "datasets.messages_key", "datasets.max_len",
-                     "datasets.packing", "datasets.train_val_split_ratio", "model_config.peft_config")
+                     "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking",
+                     "model_config.peft_config")
 
 
 def get_path(obj: Any, path: str) -> Any:
@@ -82,6 +83,7 @@ class DatasetConfig:
     packing: bool = False
     num_workers: int = ranged(0, ge=0)
     train_val_split_ratio: float = ranged(1.0, gt=0, le=1)  # share of rows trained on; the rest validate
+    enable_thinking: bool | None = None  # passed to the chat template if set (Qwen3: false trains without reasoning)
 
 
 @dataclass

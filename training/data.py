@@ -42,7 +42,7 @@ def _source_identity(path: str) -> str:
 
 def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
-                       cfg.train_val_split_ratio, seed, data_format, _source_identity(tokenizer_name), _FORMAT])
+                       cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -145,20 +145,48 @@ def check_messages(messages) -> None:
         raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")
 
 
-def tokenize_chat(messages: list[dict], tokenizer, max_len: int) -> dict:
-    """input_ids of the whole conversation; labels equal to input_ids on assistant turns and
-    IGNORE_INDEX elsewhere, found by rendering the chat template up to each turn."""
+def turn_end_token(tokenizer, **template_kwargs) -> int | None:
+    """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>, <|eot|>,
+    the end-of-sentence token, ...), read off a rendered probe; None if nothing follows the answer."""
+    probe = "Probe answer."
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Probe?"}, {"role": "assistant", "content": probe}],
+                                         tokenize=False, **template_kwargs)
+    tail = tokenizer(text[text.rindex(probe) + len(probe):], add_special_tokens=False)["input_ids"]
+    return tail[0] if tail else None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def tokenize_chat(messages: list[dict], tokenizer, max_len: int, **template_kwargs) -> dict:
+    """input_ids of the whole conversation; labels equal to input_ids on each assistant answer
+    through the token that closes its turn, IGNORE_INDEX elsewhere. An answer starts where the
+    conversation before it, rendered with the generation prompt, stops matching the whole
+    conversation: so templates whose generation prompt opens a reasoning block (R1's "<think>",
+    Qwen3's empty one with enable_thinking=false) or that render earlier turns differently
+    (Qwen3 drops past reasoning) still label exactly the answer."""
 
     def render(turns, generation_prompt):
         return tokenizer.apply_chat_template(turns, tokenize=True, add_generation_prompt=generation_prompt,
-                                             return_dict=True)["input_ids"]
+                                             return_dict=True, **template_kwargs)["input_ids"]
 
     input_ids = render(messages, False)
     labels = [IGNORE_INDEX] * len(input_ids)
+    closing = turn_end_token(tokenizer, **template_kwargs)
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        start, end = len(render(messages[:i], True)), len(render(messages[: i + 1], False))
+        start = _common_prefix(render(messages[:i], True), input_ids)
+        if closing is not None and closing in input_ids[start:]:
+            end = input_ids.index(closing, start) + 1
+        else:
+            end = len(render(messages[: i + 1], False))
         labels[start:end] = input_ids[start:end]
     return {"input_ids": input_ids[:max_len], "labels": labels[:max_len]}
 
@@ -232,7 +260,8 @@ def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
 def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
     """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)."""
     check_messages(messages)
-    full = tokenize_chat(messages, tokenizer, 1 << 62)
+    template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
+    full = tokenize_chat(messages, tokenizer, 1 << 62, **template_kwargs)
     kept = {k: v[: cfg.max_len] for k, v in full.items()}
     return kept, _drop_reason(kept["labels"], full["labels"])
 

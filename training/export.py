@@ -137,11 +137,16 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, on_gpu: bool) -> li
         _write(out, model_tensors(model, merge_lora=lora), dtype, rank0, "model", model_files)
         written.append(out)
     if lora:
-        from training.lora import lora_config
+        from dataclasses import replace
 
+        from training.lora import adapter_layers, lora_config
+
+        # The modules that carry adapters, by name: what "all-linear" resolved to on this model.
+        targets = sorted({name.rsplit(".", 1)[-1] for name in adapter_layers(model)})
+        adapter_config = lora_config(replace(mc.peft_config, target_modules=targets), mc.model_name_or_path)
         adapter_dir = out.with_name(out.name + "_adapter")
         _write(adapter_dir, adapter_tensors(model), dtype, rank0, "adapter_model",
-               lambda d: lora_config(mc.peft_config, mc.model_name_or_path).save_pretrained(d))
+               lambda d: adapter_config.save_pretrained(d))
         written.append(adapter_dir)
     return written
 

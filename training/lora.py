@@ -21,10 +21,22 @@ def lora_config(cfg: PeftConfig, base_model: str | None = None):
                       task_type="CAUSAL_LM", base_model_name_or_path=base_model)
 
 
+def linear_module_names(model: torch.nn.Module) -> list[str]:
+    """What "all-linear" means here: the names of plain nn.Linear modules but the LM head. A
+    subclass with its own forward (Llama 4's router returns routing scores, not activations) is
+    left alone, as are fused expert weights (3-D parameters, not modules)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                   if type(m) is torch.nn.Linear and not name.endswith("lm_head")})
+
+
 def apply_lora(hf_model: torch.nn.Module, cfg: PeftConfig) -> torch.nn.Module:
     """The same transformers model with LoRA layers in its linear modules; only the adapters train."""
+    from dataclasses import replace
+
     from peft import get_peft_model
 
+    if cfg.target_modules == "all-linear":
+        cfg = replace(cfg, target_modules=linear_module_names(hf_model))
     with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for the user to do
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         return get_peft_model(hf_model, lora_config(cfg)).base_model.model
@@ -39,12 +51,15 @@ def adapter_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
 @contextmanager
 def adapters_disabled(model: torch.nn.Module):
-    """The base model's forward (the DPO reference for LoRA): no second copy of the weights."""
+    """The base model's forward (the DPO reference for LoRA): no second copy of the weights. Only
+    the flag the LoRA forward reads is flipped: peft's enable_adapters() also sets requires_grad,
+    which under FSDP2 reaches whichever copy is registered at that moment, so a layer left unsharded
+    after the reference's forward (the last one) would come back with frozen adapters."""
     layers = adapter_layers(model).values()
     for layer in layers:
-        layer.enable_adapters(False)
+        layer._disable_adapters = True
     try:
         yield
     finally:
         for layer in layers:
-            layer.enable_adapters(True)
+            layer._disable_adapters = False

@@ -1,4 +1,4 @@
-"""transformers causal LMs (Llama 3.x, GPT-OSS) sharded with FSDP2.
+"""transformers causal LMs (Llama 3.x and 4, Qwen2/2.5 and 3, GPT-OSS) sharded with FSDP2.
 
 Weights come from `model_name_or_path` (hub id or local directory) or, for tiny test models, from an
 inline architecture config with seeded random init. From a local directory of plain safetensors,
@@ -6,6 +6,8 @@ every rank reads only its own shards (DCP's HuggingFaceStorageReader into the sh
 process ever holds the full model. Otherwise (a hub id, or GPT-OSS's MXFP4 experts, which must be
 dequantized to train: transformers' Mxfp4Config(dequantize=True)) rank 0 materializes the model and
 the other ranks receive their shards from it, so the job holds one full copy instead of one per GPU.
+A vision+text checkpoint (Llama 4) trains its language model: transformers builds the causal LM
+from the text config, and the weights are read from under the checkpoint's `language_model.` prefix.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ def _safetensors_dir(cfg: ModelConfig) -> str | None:
     return str(path)
 
 
+STORED_PREFIXES = ("", "language_model.")  # where a checkpoint may keep the causal LM's weights
+
+
 def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     """Fill the sharded model's parameters from the safetensors files in `path`, each rank reading
     only the slices it owns (converted to the parameters' dtype). A tied LM head is filled through
@@ -80,13 +85,15 @@ def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     reader = dcp.HuggingFaceStorageReader(path)
     stored = reader.read_metadata().state_dict_metadata
     state = model.state_dict()
+    # A vision+text checkpoint (Llama 4) stores the language model under a prefix.
+    names = {k: next((p + k for p in STORED_PREFIXES if p + k in stored), None) for k in state}
     owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
-    filled = {owner.get(k) for k in state if k in stored}
-    missing = [k for k in state if k not in stored and owner.get(k, k) not in filled]
+    filled = {owner.get(k) for k, name in names.items() if name}
+    missing = [k for k, name in names.items() if not name and owner.get(k, k) not in filled]
     if missing:
         raise ConfigError(f"model_name_or_path={path!r} lacks weights the model needs ({', '.join(missing[:3])}"
                           f"{', ...' if len(missing) > 3 else ''}): is it a checkpoint of this architecture?")
-    dcp.load({k: t for k, t in state.items() if k in stored}, storage_reader=reader)
+    dcp.load({name: state[k] for k, name in names.items() if name}, storage_reader=reader)
 
 
 def _from_config(cfg: ModelConfig, init: bool) -> torch.nn.Module:

@@ -1,0 +1,44 @@
+"""The README's recipe table, built from the recipes on disk (tests/test_catalogue.py checks that the
+README holds exactly this table):
+
+    python scripts/catalogue.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from elastic_launcher.compose import compose, options, to_plain  # noqa: E402
+from elastic_launcher.memory import ModelShape  # noqa: E402
+from elastic_launcher.plan import make_plan  # noqa: E402
+
+HEADER = "| recipe | model | method | parameters | nodes | instance types |"
+
+
+def method(tc) -> str:
+    lora = tc.model_config.lora
+    if tc.training_args.trainer_type == "dpo":
+        return "DPO (LoRA)" if lora else "DPO (full)"
+    return "LoRA SFT" if lora else "full SFT"
+
+
+def row(recipe: str) -> str:
+    plan = make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true"])[0])["recipes"])
+    tc = plan.base.training_config
+    shape = plan.hardware.model_shape
+    params = f"{ModelShape.from_config(shape).params / 1e9:.1f}B" if shape else "tiny (CPU)"
+    model = tc.model_config.model_name_or_path or f"inline {tc.model_config.architecture['model_type']}"
+    nodes = ", ".join(str(s.nodes) for s in plan.sizes)
+    types = ", ".join(t.removeprefix("ml.") for t in plan.hardware.instance_types or [plan.instance.name])
+    return f"| `{recipe}` | {model} | {method(tc)} | {params} | {nodes} | {types} |"
+
+
+def table() -> str:
+    return "\n".join([HEADER, "|---|---|---|---|---|---|", *(row(r) for r in options("recipes"))])
+
+
+if __name__ == "__main__":
+    print(table())

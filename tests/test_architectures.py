@@ -1,0 +1,162 @@
+"""Every architecture in the catalogue, proven on its tiny twin (Qwen2, Qwen3, Llama 4; Llama and
+GPT-OSS have their own tests): an elastic rehearsal over the demo trace matches its fixed-size run,
+LoRA SFT and DPO resume at another size exactly, the exported model gives the trained model's
+logits, each family's chat template labels exactly the assistant's answer, and Llama 4 trains its
+text model out of a vision+text checkpoint."""
+
+import pytest
+import torch
+
+from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, render_configs, tiny_architecture, train)
+from training.data import IGNORE_INDEX, tokenize_chat
+
+pytestmark = pytest.mark.timeout(900)
+TWINS = ["qwen2", "qwen3", "llama4_text"]
+LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
+DPO = ["recipes.training_config.training_args.trainer_type=dpo", "recipes.training_config.datasets.packing=false",
+       f"recipes.training_config.datasets.train_data={ROOT / 'data' / 'dpo_tiny.jsonl'}"]
+STEPS = 6
+
+
+def assert_same_run(run_dir, fixed_dir):
+    got, want = losses(run_dir), losses(fixed_dir)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert abs(got[step] - want[step]) <= 1e-5 * abs(want[step]), (step, got[step], want[step])
+    assert committed_samples(run_dir) == committed_samples(fixed_dir)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_the_elastic_rehearsal_matches_the_fixed_run(twin, tmp_path):
+    from elastic_launcher.cli import main
+
+    steps = 32  # the demo trace's last event is at step 30
+    code = main([f"recipes={TINY_RECIPES[twin]}", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                 f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp_path / 'run'}",
+                 f"recipes.training_config.training_args.max_steps={steps}", "local.timeout=500",
+                 f"output_dir={tmp_path / 'out'}"])
+    assert code == 0
+    run_dir, fixed_dir = tmp_path / "run", tmp_path / "run" / "fixed"
+    got, want = losses(run_dir), losses(fixed_dir)
+    assert sorted(got) == list(range(1, steps + 1))
+    assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
+    assert committed_samples(run_dir) == committed_samples(fixed_dir)
+
+
+@pytest.mark.parametrize("method", ["lora_sft", "dpo"])
+@pytest.mark.parametrize("twin", TWINS)
+def test_lora_sft_and_dpo_resume_at_another_size_exactly(twin, method, tmp_path):
+    overrides = [LORA, f"recipes.training_config.training_args.max_steps={STEPS}",
+                 "recipes.training_config.logging.audit_samples=true", "recipes.training_config.checkpoint.save_steps=1000",
+                 *(DPO if method == "dpo" else [])]
+    configs = render_configs(tmp_path / "configs", *overrides, recipe=TINY_RECIPES[twin])
+    train(configs, tmp_path / "fixed", nodes=2)
+    train(configs, tmp_path / "run", nodes=2, stop_at_step=3)
+    train(configs, tmp_path / "run", nodes=1)
+    assert_same_run(tmp_path / "run", tmp_path / "fixed")
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_the_exported_model_gives_the_trained_models_logits(twin, tmp_path):
+    """The merged model transformers loads equals the base with the trained adapters that peft
+    injects (module names resolved from "all-linear": Llama 4's router and fused experts stay
+    frozen), and differs from the base: the adapters trained."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from training.config import load_job_config
+    from training.model import build_model
+
+    configs = render_configs(tmp_path / "configs", LORA, "recipes.training_config.training_args.max_steps=4",
+                             "recipes.training_config.training_args.save_hf_ckpt=true", recipe=TINY_RECIPES[twin])
+    train(configs, tmp_path / "run", nodes=2)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "hf")
+    assert merged.config.model_type == twin
+    mc = load_job_config(tmp_path / "run" / "job_config.yaml").training_config.model_config
+    base = build_model(mc, seed=42)
+    ids = torch.randint(0, merged.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        base_logits = base(input_ids=ids).logits
+        adapted = PeftModel.from_pretrained(base, tmp_path / "run" / "hf_adapter")
+        assert torch.allclose(merged(input_ids=ids).logits, adapted(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(merged(input_ids=ids).logits, base_logits, atol=1e-3)
+    trained = {n for n, p in adapted.named_parameters() if "lora_" in n}
+    assert not any(".experts." in n or ".router." in n for n in trained)
+
+
+CONVERSATION = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2 plus 3?"},
+                {"role": "assistant", "content": "2 plus 3 is 5."}, {"role": "user", "content": "And 4 plus 4?"},
+                {"role": "assistant", "content": "4 plus 4 is 8."}]
+
+
+@pytest.mark.parametrize("family, kwargs, closing", [
+    ("chatml_qwen2", {}, "<|im_end|>"), ("qwen3", {"enable_thinking": False}, "<|im_end|>"),
+    ("deepseek_r1_distill", {}, "<｜end▁of▁sentence｜>"), ("llama4", {}, "<|eot|>")])
+def test_labels_cover_exactly_each_answer_and_its_closing_token(family, kwargs, closing):
+    """Prompts stay masked under each family's template: the labelled spans are the two answers,
+    each with the token that ends its turn, even where the generation prompt opens a reasoning
+    block the answer does not have (Qwen3 without thinking, R1's "<think>")."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizers" / family)
+    out = tokenize_chat(CONVERSATION, tokenizer, 10_000, **kwargs)
+    spans, current = [], []
+    for token, label in zip(out["input_ids"], out["labels"]):
+        if label != IGNORE_INDEX:
+            assert label == token
+            current.append(token)
+        elif current:
+            spans.append(tokenizer.decode(current))
+            current = []
+    spans += [tokenizer.decode(current)] if current else []
+    assert spans == [f"2 plus 3 is 5.{closing}", f"4 plus 4 is 8.{closing}"]
+
+
+def test_r1_distill_template_drops_past_reasoning_and_qwen3_keeps_the_last():
+    """The templates' own handling of reasoning is kept: R1's drops it from an answer, Qwen3's keeps
+    the final answer's reasoning (and labels it: the model learns to reason)."""
+    from transformers import AutoTokenizer
+
+    answer = "<think>\nadd them\n</think>\n\n4 plus 4 is 8."
+    conversation = [*CONVERSATION[:-1], {"role": "assistant", "content": answer}]
+    labelled = {}
+    for family, kwargs in (("deepseek_r1_distill", {}), ("qwen3", {"enable_thinking": False})):
+        tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizers" / family)
+        out = tokenize_chat(conversation, tokenizer, 10_000, **kwargs)
+        labelled[family] = tokenizer.decode([t for t in out["labels"] if t != IGNORE_INDEX])
+    assert "add them" not in labelled["deepseek_r1_distill"] and "4 plus 4 is 8." in labelled["deepseek_r1_distill"]
+    assert "add them\n</think>\n\n4 plus 4 is 8." in labelled["qwen3"]
+
+
+def test_qwen3_recipes_train_without_thinking():
+    from elastic_launcher.compose import compose, options, to_plain
+
+    qwen3 = [r for r in options("recipes") if r.startswith("qwen/qwen3") or r == "qwen/tiny_qwen3_sft"]
+    assert len(qwen3) >= 19
+    for recipe in qwen3:
+        plain = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]
+        assert plain["training_config"]["datasets"]["enable_thinking"] is False, recipe
+
+
+def test_llama4_trains_the_text_model_out_of_a_vision_and_text_checkpoint(tmp_path, process_group):
+    """The shard-by-shard path reads the language model's weights from under `language_model.`
+    (the vision tower is left on disk) into the text model's own names."""
+    from safetensors.torch import load_file
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import Llama4Config, Llama4ForConditionalGeneration
+
+    from training.config import ModelConfig
+    from training.model import build_sharded_model
+
+    text = {k: v for k, v in tiny_architecture("llama4_text").items() if k != "model_type"}
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14, vision_output_dim=64, projector_input_dim=64, projector_output_dim=64)
+    torch.manual_seed(0)
+    Llama4ForConditionalGeneration(Llama4Config(text_config={**text, "vocab_size": 600}, vision_config=vision)
+                                   ).save_pretrained(tmp_path)
+    stored = load_file(tmp_path / "model.safetensors")
+    model = build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=1,
+                                mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False)
+    loaded = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    assert loaded and all(torch.equal(value, stored[f"language_model.{key}"]) for key, value in loaded.items())
+    assert type(model.config).__name__ == "Llama4TextConfig"

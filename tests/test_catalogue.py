@@ -1,0 +1,162 @@
+"""The recipe catalogue: every vendor elastic recipe (sagemaker-hyperpod-recipes, read into
+tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies;
+the memory estimate counts what transformers builds and meets its measured point; the dry run warns
+outside a recipe's instance types and where a size would not fit; the README's table is the
+recipes on disk."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import ROOT
+from elastic_launcher.compose import compose, options, to_plain
+from elastic_launcher.memory import ModelShape, estimate
+from elastic_launcher.plan import make_plan
+
+VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
+
+
+def plan_of(recipe, *overrides):
+    return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides])[0])
+                     ["recipes"])
+
+
+def twin_of(vendor: dict) -> str:
+    """Our recipe for the vendor's model and method (LoRA SFT or DPO)."""
+    found = []
+    for recipe in options("recipes"):
+        if not recipe.endswith(("_sft_lora", "_dpo")):
+            continue
+        plain = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["training_config"]
+        method = "dpo" if plain["training_args"]["trainer_type"] == "dpo" else "sft_lora"
+        if plain["model_config"]["model_name_or_path"] == vendor["model"] and method == vendor["method"]:
+            found.append(recipe)
+    assert len(found) == 1, (vendor["vendor_file"], found)
+    return found[0]
+
+
+@pytest.mark.parametrize("vendor", VENDOR, ids=[v["vendor_file"] for v in VENDOR])
+def test_every_vendor_recipe_has_a_twin_that_agrees(vendor):
+    plan = plan_of(twin_of(vendor))
+    tc = plan.base.training_config
+    peft = tc.model_config.peft_config
+    assert {"r": peft.r, "lora_alpha": peft.lora_alpha, "lora_dropout": peft.lora_dropout,
+            "target_modules": peft.target_modules} == vendor["lora"]
+    assert tc.datasets.max_len == vendor["algorithm_defaults"]["max_len"]
+    if vendor["method"] == "dpo":
+        assert (tc.training_args.beta, tc.training_args.loss_type) == (vendor["algorithm_defaults"]["beta"],
+                                                                      vendor["algorithm_defaults"]["loss_type"])
+    assert tc.training_args.max_epochs == vendor["algorithm_defaults"]["max_epochs"]
+    assert tc.training_args.lr_warmup_ratio == vendor["algorithm_defaults"]["lr_warmup_ratio"]
+    assert tc.training_args.merge_weights == vendor["recipe_overrides"].get("merge_weights", False)
+    assert [s.nodes for s in plan.sizes] == sorted(int(n) for n in vendor["scale_config"])
+    assert (plan.policy.min_nodes, plan.policy.max_nodes) == (vendor["elastic_policy"]["min_nodes"],
+                                                              vendor["elastic_policy"]["max_nodes"])
+    assert plan.policy.graceful_shutdown_timeout == vendor["elastic_policy"]["graceful_shutdown_timeout"]
+    assert sorted(plan.hardware.instance_types) == sorted(vendor["instance_types"])
+    for size in plan.sizes:
+        entry, args = vendor["scale_config"][str(size.nodes)], size.config.training_config.training_args
+        assert args.train_batch_size == entry["train_batch_size"], size.nodes
+        assert args.learning_rate == entry["learning_rate"], size.nodes
+        if "micro_train_batch_size" in entry:
+            assert args.micro_train_batch_size == entry["micro_train_batch_size"], size.nodes
+        if "uneven_batch" in entry:
+            ub = entry["uneven_batch"]
+            small, large = ub["small_local_batch_size"], ub["large_local_batch_size"]
+            n_small = ub["num_dp_groups_with_small_batch_size"]
+            assert size.batch.local_batches == (small,) * n_small + (large,) * (size.batch.dp_size - n_small)
+        assert size.memory.total_gib <= plan.instance.gpu_memory_gib, (size.nodes, size.memory)
+
+
+def test_every_model_has_full_sft_lora_sft_and_dpo():
+    models = {v["model"] for v in VENDOR}
+    assert len(models) == 23
+    by_model = {}
+    for recipe in options("recipes"):
+        plain = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["training_config"]
+        by_model.setdefault(plain["model_config"]["model_name_or_path"], set()).add(recipe.rsplit("_", 1)[-1]
+                                                                                     .replace("lora", "sft_lora"))
+    for model in models:
+        assert {"sft", "sft_lora", "dpo"} <= by_model.get(model, set()), model
+
+
+@pytest.mark.parametrize("recipe", [r for r in options("recipes") if r.endswith("_sft") and "tiny" not in r])
+def test_full_parameter_recipes_start_where_the_model_fits(recipe):
+    plan = plan_of(recipe)
+    assert all(s.memory.total_gib <= plan.instance.gpu_memory_gib for s in plan.sizes), recipe
+    assert plan.instance.name in plan.hardware.instance_types
+
+
+def shape_of(recipe):
+    return to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["model_shape"]
+
+
+@pytest.mark.parametrize("recipe", sorted({r for r in options("recipes") if r.endswith("_sft") and "tiny" not in r}))
+def test_the_parameter_count_is_what_transformers_builds(recipe):
+    """The estimate's parameter count from a recipe's model_shape equals the parameters of the
+    transformers model built from the same keys (on the meta device) within 0.5%: the terms it
+    leaves out are biases and norms."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = dict(shape_of(recipe))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(shape.pop("model_type"), **shape))
+    built = sum(p.numel() for p in model.parameters())
+    assert abs(ModelShape.from_config(shape_of(recipe)).params - built) <= 0.005 * built
+
+
+@pytest.mark.parametrize("recipe", ["llama/llama3_1_8b_sft", "qwen/qwen3_8b_sft", "llama/llama4_scout_17b_16e_sft",
+                                    "gpt_oss/gpt_oss_20b_sft"])
+def test_the_lora_count_is_what_peft_injects(recipe):
+    """Adapters on plain linear layers only: Llama 4's router and every fused expert stay frozen."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.config import PeftConfig
+    from training.lora import apply_lora
+
+    small = {**shape_of(recipe), "num_hidden_layers": 2}  # per-layer counts: two layers suffice
+    args = {k: v for k, v in small.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = apply_lora(AutoModelForCausalLM.from_config(AutoConfig.for_model(small["model_type"], **args)),
+                           PeftConfig(r=16))
+    injected = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert ModelShape.from_config(small).lora_params(16) == injected
+
+
+def test_the_estimate_meets_its_measured_point():
+    """Llama-3.2-1B shape, seq 4096, micro 2, no activation checkpointing, full fine-tuning on one
+    H100: 47.9 GiB measured (torch.cuda.max_memory_allocated)."""
+    shape = ModelShape.from_config(shape_of("llama/llama3_2_1b_sft"))
+    got = estimate(shape, 1, 2, 4096, lora_r=None, activation_checkpointing="none", loss_chunk_tokens=8192)
+    assert got.total_gib == pytest.approx(47.9, rel=0.02)
+    full = estimate(shape, 1, 2, 4096, lora_r=None, activation_checkpointing="full", loss_chunk_tokens=8192)
+    lora = estimate(shape, 1, 2, 4096, lora_r=16, activation_checkpointing="none", loss_chunk_tokens=8192)
+    # Checkpointing keeps one bf16 tensor per layer (the 128K-vocab logits of a loss chunk remain);
+    # LoRA keeps a bf16 base instead of fp32 weights, gradients and AdamW moments.
+    assert full.activations_gib < got.activations_gib / 2 and lora.state_gib < got.state_gib / 6
+
+
+def test_the_dry_run_warns_outside_the_instance_types_and_where_it_does_not_fit(launch):
+    code, out, err = launch("recipes=qwen/qwen3_8b_sft_lora", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.instance_type=ml.g6e.48xlarge")
+    assert code == 0
+    assert "warning: recipes.instance_type=ml.g6e.48xlarge is not one this recipe's scale configs were sized for" in out + err
+    code, out, err = launch("recipes=qwen/qwen3_8b_sft", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.training_config.model_config.activation_checkpointing=none",
+                            "recipes.training_config.training_args.micro_train_batch_size=8")
+    assert code == 0
+    assert "GiB/GPU" in out and " over " in out
+    assert "warning: estimated peak memory per GPU exceeds the 79.6 GiB of ml.p5.48xlarge (1 nodes" in out + err
+
+
+def test_the_readme_table_is_the_recipes_on_disk():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from catalogue import HEADER, table
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(HEADER)
+    end = readme.index("\n\n", start)
+    assert readme[start:end] == table(), "regenerate it with: python scripts/catalogue.py"
