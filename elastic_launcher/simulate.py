@@ -302,7 +302,7 @@ def _checkpoint_gb(plan: Plan) -> float:
     if params is None:
         raise ConfigError(f"simulate.checkpoint_gb is not set and the size of model {mc.model_name_or_path!r} is not "
                           f"known: set simulate.checkpoint_gb=<GB> (or simulate.costs=<rehearsal_report.json>)")
-    share = LORA_TRAINED_SHARE if mc.peft_config is not None else 1.0
+    share = LORA_TRAINED_SHARE if mc.lora else 1.0
     return params * share * BYTES_PER_TRAINED_PARAM / 1e9
 
 
