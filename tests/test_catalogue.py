@@ -4,6 +4,7 @@ the memory estimate counts what transformers builds and meets its measured point
 outside a recipe's instance types and where a size would not fit; the README's table is the
 recipes on disk."""
 
+import functools
 import json
 import sys
 
@@ -17,6 +18,12 @@ from elastic_launcher.plan import make_plan
 VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
 
 
+@functools.cache
+def composed(recipe: str) -> dict:
+    """The recipe as composed with no overrides (composed once per test session)."""
+    return to_plain(compose([f"recipes={recipe}"])[0])["recipes"]
+
+
 def plan_of(recipe, *overrides):
     return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides])[0])
                      ["recipes"])
@@ -28,7 +35,7 @@ def twin_of(vendor: dict) -> str:
     for recipe in options("recipes"):
         if not recipe.endswith(("_sft_lora", "_dpo")):
             continue
-        plain = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["training_config"]
+        plain = composed(recipe)["training_config"]
         method = "dpo" if plain["training_args"]["trainer_type"] == "dpo" else "sft_lora"
         if plain["model_config"]["model_name_or_path"] == vendor["model"] and method == vendor["method"]:
             found.append(recipe)
@@ -74,7 +81,7 @@ def test_every_model_has_full_sft_lora_sft_and_dpo():
     assert len(models) == 23
     by_model = {}
     for recipe in options("recipes"):
-        plain = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["training_config"]
+        plain = composed(recipe)["training_config"]
         by_model.setdefault(plain["model_config"]["model_name_or_path"], set()).add(recipe.rsplit("_", 1)[-1]
                                                                                      .replace("lora", "sft_lora"))
     for model in models:
@@ -89,7 +96,7 @@ def test_full_parameter_recipes_start_where_the_model_fits(recipe):
 
 
 def shape_of(recipe):
-    return to_plain(compose([f"recipes={recipe}"])[0])["recipes"]["model_shape"]
+    return composed(recipe)["model_shape"]
 
 
 @pytest.mark.parametrize("recipe", sorted({r for r in options("recipes") if r.endswith("_sft") and "tiny" not in r}))

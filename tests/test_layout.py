@@ -2,13 +2,14 @@
 training package never reaches up into the launcher."""
 
 import ast
+from pathlib import Path
 
 from conftest import ROOT
 
 PACKAGES = ("elastic_launcher", "training")
 
 
-def module_files() -> dict[str, "Path"]:
+def module_files() -> dict[str, Path]:
     """Module name -> file, subpackages included (a package's __init__ under the package's name)."""
     files = {}
     for pkg in PACKAGES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -147,7 +148,14 @@ def check_messages(messages) -> None:
 
 def turn_end_token(tokenizer, **template_kwargs) -> int | None:
     """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>, <|eot|>,
-    the end-of-sentence token, ...), read off a rendered probe; None if nothing follows the answer."""
+    the end-of-sentence token, ...), read off a rendered probe; None if nothing follows the answer.
+    Rendered once per tokenizer and template arguments, not once per row."""
+    return _turn_end_token(tokenizer, tuple(sorted(template_kwargs.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _turn_end_token(tokenizer, template_items: tuple) -> int | None:
+    template_kwargs = dict(template_items)
     probe = "Probe answer."
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Probe?"}, {"role": "assistant", "content": probe}],
                                          tokenize=False, **template_kwargs)

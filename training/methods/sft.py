@@ -27,11 +27,12 @@ class SFT(TrainingMethod):
         return loss_sum, torch.zeros(0, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
-        return {"loss": loss_sum / label_tokens}
+        return {"loss": loss_sum / label_tokens if label_tokens else None}
 
     def eval_sums(self, model, batch):
-        loss = model(**model_inputs(batch, self.device))
-        return torch.tensor([float(loss), float(batch["label_tokens"])], dtype=torch.float64, device=self.device)
+        loss = model(**model_inputs(batch, self.device))  # stays on the device: no host sync per batch
+        count = torch.tensor(float(batch["label_tokens"]), dtype=torch.float64, device=self.device)
+        return torch.stack([loss.double(), count])
 
     def eval_metrics(self, sums):
         total, count = sums
