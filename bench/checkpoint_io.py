@@ -37,7 +37,7 @@ def worker(directory: str) -> None:
 
     def fresh():
         model = CausalLM(build_model(ModelConfig(architecture=dict(ARCH)), seed=0), loss_chunk_tokens=0)
-        model = apply_fsdp(model, mesh, "fp32", on_gpu=False)
+        model = apply_fsdp(model, mesh, "fp32")
         return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     model, opt = fresh()

@@ -125,7 +125,7 @@ def test_dpo_loss_equals_an_independent_computation():
     from training.methods.dpo import PairScores, dpo_loss
 
     policy, reference = tiny_causal_lm(seed=0), tiny_causal_lm(seed=1)
-    policy.loss_chunk_tokens = 5  # several chunks per sequence
+    policy.lm_head.loss_chunk_tokens = 5  # several chunks per sequence
     rng = torch.Generator().manual_seed(0)
 
     def pair():

@@ -137,6 +137,30 @@ def _recompute_buffers(model: torch.nn.Module, device) -> None:
                 own[name].copy_(buffer.to(device))
 
 
+class LossHead(torch.nn.Linear):
+    """The LM head whose forward, given labels, is the token loss (`linear_cross_entropy`); without
+    labels it is the plain linear layer. The loss runs through the head's own forward so that the
+    head can be an FSDP unit of its own: FSDP gathers a unit's weight in its forward hooks."""
+
+    loss_chunk_tokens = 0
+
+    @classmethod
+    def replacing(cls, head: torch.nn.Linear, loss_chunk_tokens: int) -> "LossHead":
+        with torch.device("meta"):
+            loss_head = cls(head.in_features, head.out_features, bias=False)
+        loss_head.weight = head.weight  # the same Parameter: a tied embedding stays tied
+        loss_head.loss_chunk_tokens = loss_chunk_tokens
+        return loss_head
+
+    def forward(self, hidden, labels=None, per_sequence: bool = False):
+        if labels is None:
+            return super().forward(hidden)
+        if per_sequence:
+            return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
+                                                      self.loss_chunk_tokens) for i in range(len(hidden))])
+        return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens)
+
+
 class CausalLM(torch.nn.Module):
     """A transformers causal LM whose forward returns the summed token loss instead of logits.
 
@@ -146,9 +170,9 @@ class CausalLM(torch.nn.Module):
 
     def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
         super().__init__()
+        hf_model.lm_head = LossHead.replacing(hf_model.lm_head, loss_chunk_tokens)
         self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
         self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
-        self.loss_chunk_tokens = loss_chunk_tokens
 
     def forward(self, input_ids, position_ids, labels, per_sequence: bool = False) -> torch.Tensor:
         """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO)."""
@@ -156,10 +180,7 @@ class CausalLM(torch.nn.Module):
         embeds = self.model.embed_tokens(input_ids)
         hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=self._masks(embeds, position_ids),
                             use_cache=False).last_hidden_state
-        if per_sequence:
-            return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.lm_head.weight, labels[i : i + 1],
-                                                      self.loss_chunk_tokens) for i in range(len(hidden))])
-        return linear_cross_entropy(hidden, self.lm_head.weight, labels, self.loss_chunk_tokens)
+        return self.lm_head(hidden, labels, per_sequence)
 
     def _masks(self, embeds, position_ids) -> dict | None:
         """Per-layer-type masks for models with sliding-window layers (GPT-OSS), whose forward does not
@@ -249,12 +270,12 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
 
         hf_model = apply_lora(hf_model, cfg.peft_config)
     full = hf_model.state_dict() if real and not single else {}
-    if cfg.lora and on_gpu and cfg.mixed_precision == "bf16":
+    if cfg.lora and cfg.mixed_precision == "bf16":
         for p in hf_model.parameters():  # the frozen base computes in bf16 anyway: store it so, at half the memory
             if not p.requires_grad:
                 p.data = p.data.to(torch.bfloat16)
     _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
-    model = apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision, on_gpu)
+    model = apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if not real:
         model.to_empty(device=device)
@@ -281,14 +302,27 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(model.model.layers)
 
 
-def apply_fsdp(model: torch.nn.Module, mesh, mixed_precision: str, on_gpu: bool) -> torch.nn.Module:
-    """fully_shard each decoder layer, then the root (embeddings, final norm, LM head), as torchtitan
-    does. bf16 compute with fp32 gradient reduction on GPU; plain fp32 on CPU, where bf16 is slow.
+def mixed_precision_policy(mixed_precision: str) -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 gradient reduction (and fp32 master weights), or plain fp32. Gated on
+    the setting alone, so the CPU suite runs the GPU's policy where a recipe asks for it."""
+    if mixed_precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
+    """fully_shard the embeddings, each decoder layer and the LM head as units of their own, then
+    the root (final norm, rotary buffers), as torchtitan does: a unit is gathered only around its
+    own forward and backward, so no GPU holds the embeddings or the head whole for the whole step
+    (the root is never resharded between forward and backward). A tied embedding and head are one
+    weight used at both ends of the model: they stay in the root.
     A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
     per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
-    policy = MixedPrecisionPolicy()
-    if on_gpu and mixed_precision == "bf16":
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    policy = mixed_precision_policy(mixed_precision)
+    if model.lm_head.weight is not model.get_input_embeddings().weight:
+        fully_shard(model.get_input_embeddings(), mesh=mesh, mp_policy=policy)
+        # The head's backward comes right after its forward: keep it gathered in between.
+        fully_shard(model.lm_head, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     layers = decoder_layers(model)
     for i, layer in enumerate(layers):
         # The last layer's parameters are needed again right away by backward: keep them gathered.

@@ -38,6 +38,7 @@ from training.methods import load_method  # noqa: E402
 from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.model import build_sharded_model, checkpointed_weights, matmul_flops_per_token  # noqa: E402
+from training.optimizer import build_optimizer  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 from training.topology import Topology, start_process_group  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
@@ -221,10 +222,7 @@ class Trainer:
     def _build_model(self, resuming: bool) -> None:
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
-        trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
-        self.optimizer = torch.optim.AdamW(trainable, lr=ta.learning_rate,
-                                           betas=(ta.adam_beta1, ta.adam_beta2), weight_decay=ta.weight_decay,
-                                           foreach=True)
+        self.optimizer = build_optimizer(self.model, ta)
 
     def _loader(self):
         from torchdata.stateful_dataloader import StatefulDataLoader
