@@ -1,4 +1,10 @@
-"""Will it fit? The peak memory of one training process per GPU, estimated from the model's shape.
+"""Will it fit? The peak memory of one training process per GPU.
+
+Traced where it can be: `scripts/trace_memory.py` runs the trainer's own step on fake tensors
+(training/memory_trace.py) at each catalogue recipe's real shape and sizes and keeps the peaks in
+traced_memory.json beside this file, keyed by everything the peak depends on (`trace_inputs`). A
+size whose inputs were traced shows the traced peak plus the allowance for what the trace cannot
+see (`with_allowance`); any other falls back to the analytic estimate below.
 
 The launcher reads no model hub, so a recipe states its model's shape (`model_shape`: the
 transformers config keys that size memory) or builds the model from an inline `architecture`.
@@ -15,9 +21,20 @@ ACTIVATION_FACTOR is the one constant fitted to a measurement (see README, "Will
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 GIB = 2**30
+TRACES = Path(__file__).with_name("traced_memory.json")
+TRACE_FORMAT = 1  # bumped when the trainer's step changes what it holds: every kept trace is then stale
+# What the trace cannot see: the CUDA context and NCCL's communicator buffers (about 1 GiB each on
+# an 8-GPU H100 node), and the caching allocator's fragmentation (reserved above allocated).
+CONTEXT_AND_NCCL_GIB = 2.0
+FRAGMENTATION = 0.05
+FIT_SHARE = 0.9  # a size fits when its peak with the allowance is at most this share of the GPU
 CUDA_CONTEXT_GIB = 1.0
 # Fitted: Llama-3.2-1B shape, seq 4096, micro 2, no activation checkpointing, one H100, full
 # fine-tuning measured 47.9 GiB (torch.cuda.max_memory_allocated); the raw terms below give 39.9.
@@ -105,6 +122,45 @@ class MemoryEstimate:
     working_gib: float  # gathered layers and their unsharded gradients
     activations_gib: float
     total_gib: float
+    traced: bool = False  # from the trace of the trainer's step (else the analytic estimate)
+    phase: str = ""  # traced: where the peak falls
+
+
+def with_allowance(traced_gib: float) -> float:
+    """A traced peak with what the trace cannot see (see the constants above)."""
+    return traced_gib * (1 + FRAGMENTATION) + CONTEXT_AND_NCCL_GIB
+
+
+def trace_inputs(model_shape: dict, training_config, world_size: int, micro_batch: int, micro_steps: int) -> dict:
+    """Everything a traced peak depends on (training_config: a training.config.TrainingConfig)."""
+    mc, ta = training_config.model_config, training_config.training_args
+    return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": world_size,
+            "sharding": mc.sharding, "micro_batch": micro_batch, "micro_steps": micro_steps,
+            "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,
+            "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
+            "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
+            "loss_chunk_tokens": mc.loss_chunk_tokens}
+
+
+def trace_key(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def kept_traces() -> dict:
+    return json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+
+
+def traced(inputs: dict) -> MemoryEstimate | None:
+    """The kept trace of these inputs, with the allowance, or None if they were never traced."""
+    trace = kept_traces().get(trace_key(inputs))
+    if trace is None:
+        return None
+    split = trace["split_gib"]
+    return MemoryEstimate(state_gib=split["sharded state"] + split["optimizer"],
+                          working_gib=split["gathered parameters"] + split["gradients"],
+                          activations_gib=split["activations"] + split["temporaries"],
+                          total_gib=with_allowance(trace["peak_gib"]), traced=True, phase=trace["phase"])
 
 
 def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,

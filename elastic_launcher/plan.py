@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_launcher.instances import InstanceType, lookup
-from elastic_launcher.memory import MemoryEstimate, ModelShape, estimate
+from elastic_launcher.memory import MemoryEstimate, ModelShape, estimate, trace_inputs, traced
 from training.batching import BatchPlan, plan_batches
 from training.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.errors import ConfigError
@@ -278,7 +278,8 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         except ConfigError as e:
             raise ConfigError(f"at {nodes} nodes: {e}") from None
         sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None,
-                              _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch)))
+                              _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch,
+                                      batch.grad_accum_steps)))
 
     first = sizes[0]
     for path in RESUME_INVARIANTS:
@@ -307,11 +308,15 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
     return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
 
 
-def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_size: int, micro: int) -> MemoryEstimate | None:
+def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_size: int, micro: int,
+            grad_accum: int) -> MemoryEstimate | None:
     mc, tc = cfg.training_config.model_config, cfg.training_config
     config = hardware.model_shape or mc.architecture
     if not config or not instance.gpus:
         return None
+    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro,
+                                                             min(2, grad_accum)))):
+        return kept
     try:
         shape = ModelShape.from_config(config)
     except KeyError as e:

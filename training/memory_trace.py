@@ -230,7 +230,7 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from training.methods import load_method
-    from training.model import build_sharded_model
+    from training.model import sharded_skeleton
     from training.optimizer import build_optimizer
 
     started = time.perf_counter()
@@ -238,17 +238,20 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
     mc, ds, ta = cfg.training_config.model_config, cfg.training_config.datasets, cfg.training_config.training_args
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        mesh = init_device_mesh("cpu", (world_size,))
+        nodes = cfg.trainer.num_nodes
+        hsdp = mc.sharding == "hsdp" and nodes > 1 and world_size % nodes == 0  # as the trainer's mesh
+        mesh = init_device_mesh("cpu", (nodes, world_size // nodes) if hsdp else (world_size,))
         device = torch.device("cpu")
         method = load_method(ta, device)
         vocab = int(mc.architecture.get("vocab_size", 32000))
         micro = [method.collate(_rows(method.data_format, micro_batch, ds.max_len, vocab)) for _ in range(micro_steps)]
+        model = sharded_skeleton(mc, mesh, on_gpu=False)  # built on meta: peft cannot build under fake tensors
         with FakeTensorMode(allow_non_fake_inputs=True):
-            model = build_sharded_model(mc, ta.seed, mesh, on_gpu=False, resuming=True)
+            model.to_empty(device=device)  # this rank's own shards, as fake tensors
             optimizer = build_optimizer(model, ta)
             _initial_optimizer_state(optimizer)
-            method.prepare(model, lambda: build_sharded_model(mc, ta.seed, mesh, on_gpu=False,
-                                                              resuming=True).requires_grad_(False).eval())
+            method.prepare(model, lambda: sharded_skeleton(mc, mesh, on_gpu=False).to_empty(device=device)
+                           .requires_grad_(False).eval())
             mem = LiveMemory()
             with mem, _following_fsdp(mem):
                 for p in _held_parameters(model, method):

@@ -157,7 +157,8 @@ class LossHead(torch.nn.Linear):
             return super().forward(hidden)
         if per_sequence:
             return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
-                                                      self.loss_chunk_tokens) for i in range(len(hidden))])
+                                                      self.loss_chunk_tokens, keep_logits=False)
+                                 for i in range(len(hidden))])
         return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens)
 
 
@@ -216,16 +217,18 @@ def _fused_linear_cross_entropy():
     return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int) -> torch.Tensor:
+def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits: bool = True) -> torch.Tensor:
     """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
     time. Each chunk runs under activation checkpointing, so only one chunk's logits exist at once
     (forward and backward); the result and its gradients equal the full computation's, at the cost
     of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once.
+    A single chunk keeps its logits for backward unless `keep_logits` is False (a caller that scores
+    more rows before its backward, as DPO does row by row).
     On GPU with liger-kernel installed, its fused kernel does the same without the recompute."""
     h, y = hidden.flatten(0, 1), labels.flatten()
     if h.is_cuda and chunk_tokens > 0 and (fused := _fused_linear_cross_entropy()) is not None:
         return fused(weight, h, y)
-    if chunk_tokens <= 0 or h.shape[0] <= chunk_tokens:
+    if chunk_tokens <= 0 or (h.shape[0] <= chunk_tokens and keep_logits):
         return _cross_entropy_sum(h, weight, y)
     from torch.utils.checkpoint import checkpoint
 
@@ -246,6 +249,31 @@ def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: b
             layer.compile()
 
 
+def _with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """The model with its LoRA adapters, if any; under bf16 the frozen base is stored in bf16, the
+    dtype it computes in anyway: half the memory, and half the bytes rank 0 sends."""
+    if not cfg.lora:
+        return hf_model
+    from training.lora import apply_lora
+
+    hf_model = apply_lora(hf_model, cfg.peft_config)
+    if cfg.mixed_precision == "bf16":
+        for p in hf_model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+    return hf_model
+
+
+def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
+    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
+    return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
+
+
+def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
+    """The sharded model on the meta device: every module, parameter and FSDP unit, no memory."""
+    return _sharded(_with_adapters(_skeleton(cfg), cfg), cfg, mesh, on_gpu)
+
+
 def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool) -> CausalLM:
     """The FSDP2-sharded model.
     - Resuming: every rank builds a meta skeleton, shards it and allocates only its own shards
@@ -264,18 +292,12 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     # LoRA adapters are in no safetensors file: they need the rank-0 path's seeded initialization.
     shards_from = None if resuming or cfg.lora else _safetensors_dir(cfg)
     real = (rank0 or single) and not resuming and not shards_from
-    hf_model = build_model(cfg, seed) if real else _skeleton(cfg)
-    if cfg.lora:
-        from training.lora import apply_lora
-
-        hf_model = apply_lora(hf_model, cfg.peft_config)
-    full = hf_model.state_dict() if real and not single else {}
-    if cfg.lora and cfg.mixed_precision == "bf16":
-        for p in hf_model.parameters():  # the frozen base computes in bf16 anyway: store it so, at half the memory
-            if not p.requires_grad:
-                p.data = p.data.to(torch.bfloat16)
-    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
-    model = apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
+    if not real:
+        model = sharded_skeleton(cfg, mesh, on_gpu)
+    else:
+        hf_model = _with_adapters(build_model(cfg, seed), cfg)
+        full = hf_model.state_dict() if not single else {}
+        model = _sharded(hf_model, cfg, mesh, on_gpu)
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if not real:
         model.to_empty(device=device)
@@ -284,7 +306,8 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     if shards_from:
         _load_pretrained_shards(model, shards_from)
     elif not resuming and not single:
-        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(model, full if real else {},
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         for buffer in model.buffers():
             dist.broadcast(buffer, src=0)
     return model

@@ -1,0 +1,90 @@
+"""Trace the trainer's step on fake tensors for recipes at every allowed size, print the peak GiB
+per GPU by category, and keep the figures the dry run shows (elastic_launcher/traced_memory.json):
+
+    python scripts/trace_memory.py llama/llama3_1_8b_sft          # one recipe, printed
+    python scripts/trace_memory.py --all --keep --jobs 2          # the catalogue, kept
+    python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
+
+Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
+micro-batches when it accumulates gradients (the second starts with the first one's held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from elastic_launcher.compose import compose, options, to_plain  # noqa: E402
+from elastic_launcher.memory import TRACES, trace_inputs, trace_key, with_allowance  # noqa: E402
+from elastic_launcher.plan import make_plan  # noqa: E402
+
+
+def plan_of(recipe: str):
+    return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true"])[0])["recipes"])
+
+
+def sizes_to_trace(recipe: str) -> list[tuple[str, int, dict]]:
+    """(recipe, nodes, trace inputs) for every allowed size of a recipe with a model shape."""
+    plan = plan_of(recipe)
+    if not plan.hardware.model_shape or not plan.instance.gpus:
+        return []
+    return [(recipe, s.nodes, trace_inputs(plan.hardware.model_shape, s.config.training_config, s.devices,
+                                           s.batch.micro_batch, min(2, s.batch.grad_accum_steps))) for s in plan.sizes]
+
+
+def trace_one(job: tuple[str, int, dict]) -> dict:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from training.memory_trace import trace_step
+
+    recipe, nodes, inputs = job
+    size = next(s for s in plan_of(recipe).sizes if s.nodes == nodes)
+    step = trace_step(size.config, inputs["world_size"], inputs["micro_batch"], inputs["micro_steps"],
+                      inputs["model_shape"])
+    return {"recipe": recipe, "nodes": nodes, "world_size": inputs["world_size"], "peak_gib": step.peak_gib,
+            "split_gib": step.split_gib, "phase": step.phase, "seconds": step.seconds, "inputs": inputs}
+
+
+def show(trace: dict, gpu_gib: float) -> str:
+    with_it = with_allowance(trace["peak_gib"])
+    split = ", ".join(f"{k} {v:.1f}" for k, v in trace["split_gib"].items() if v >= 0.05)
+    return (f"{trace['recipe']:<40} {trace['nodes']:>3} nodes  {trace['peak_gib']:6.1f} GiB traced "
+            f"({with_it:5.1f} with allowance, {with_it / gpu_gib:4.0%} of {gpu_gib:g})  peak in {trace['phase']}: "
+            f"{split}  [{trace['seconds']:.0f} s]")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipes", nargs="*", help="recipe names, e.g. llama/llama3_1_8b_sft")
+    parser.add_argument("--all", action="store_true", help="every recipe with a model shape")
+    parser.add_argument("--stale", action="store_true", help="only sizes whose inputs have no kept trace")
+    parser.add_argument("--keep", action="store_true", help=f"write the traces to {TRACES.name}")
+    parser.add_argument("--jobs", type=int, default=1, help="traces run in parallel (one core each)")
+    args = parser.parse_args(argv)
+    recipes = [r for r in options("recipes") if "tiny" not in r] if args.all or args.stale else args.recipes
+    kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+    jobs = [job for r in recipes for job in sizes_to_trace(r)]
+    if args.stale:
+        jobs = [job for job in jobs if trace_key(job[2]) not in kept]
+    started = time.perf_counter()
+    gpu = {r: plan_of(r).instance.gpu_memory_gib for r in {job[0] for job in jobs}}
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for trace in pool.map(trace_one, jobs):
+            print(show(trace, gpu[trace["recipe"]]), flush=True)
+            kept[trace_key(trace["inputs"])] = trace
+            if args.keep:  # after every trace: an interrupted run keeps what it finished
+                TRACES.write_text(json.dumps({"traces": dict(sorted(kept.items(), key=lambda kv: (
+                    kv[1]["recipe"], kv[1]["nodes"])))}, indent=1) + "\n")
+    print(f"{len(jobs)} sizes traced in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
