@@ -6,7 +6,9 @@ per GPU by category, and keep the figures the dry run shows (elastic_launcher/tr
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
 
 Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
-micro-batches when it accumulates gradients (the second starts with the first one's held).
+micro-batches when it accumulates gradients (the second starts with the first one's held). Traces
+are kept by their inputs, so recipes of the same shape and settings share one (e.g. Llama 3.3 70B
+and R1-Distill-Llama-70B).
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     recipes = [r for r in options("recipes") if "tiny" not in r] if args.all or args.stale else args.recipes
     kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
-    jobs = [job for r in recipes for job in sizes_to_trace(r)]
+    jobs = list({trace_key(job[2]): job for r in recipes for job in sizes_to_trace(r)}.items())
     if args.stale:
-        jobs = [job for job in jobs if trace_key(job[2]) not in kept]
+        jobs = [(key, job) for key, job in jobs if key not in kept]
+    # Full-parameter SFT first: its first size must fit (the 90% rule), and its traces take longest.
+    jobs = [job for _, job in sorted(jobs, key=lambda kj: not kj[1][0].endswith("_sft"))]
     started = time.perf_counter()
     gpu = {r: plan_of(r).instance.gpu_memory_gib for r in {job[0] for job in jobs}}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:

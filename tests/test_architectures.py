@@ -7,7 +7,8 @@ text model out of a vision+text checkpoint."""
 import pytest
 import torch
 
-from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, render_configs, tiny_architecture, train)
+from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, render_configs, tiny_architecture, tiny_causal_lm,
+                      train)
 from training.data import IGNORE_INDEX, tokenize_chat
 
 pytestmark = pytest.mark.timeout(900)
@@ -160,3 +161,37 @@ def test_llama4_trains_the_text_model_out_of_a_vision_and_text_checkpoint(tmp_pa
     loaded = {k: v.full_tensor() for k, v in model.state_dict().items()}
     assert loaded and all(torch.equal(value, stored[f"language_model.{key}"]) for key, value in loaded.items())
     assert type(model.config).__name__ == "Llama4TextConfig"
+
+
+def test_llama4_routed_experts_equal_transformers_all_expert_forward():
+    """Each token through its chosen expert only gives transformers' loss and every gradient (float64),
+    and runs the FLOPs the MFU count assumes: 2 x tokens x (router + shared expert + top_k/E of the
+    experts) per MoE block in forward, not the E/top_k times more of transformers' dense form."""
+    import copy
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from training.moe import route_experts
+
+    dense = tiny_causal_lm("llama4_text", float64=True)
+    routed = route_experts(copy.deepcopy(dense))
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(24).expand(2, -1)
+    losses = []
+    for model in (dense, routed):
+        loss = model(ids, positions, ids)
+        loss.backward()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-12, atol=0)
+    for (name, want), (_, got) in zip(dense.named_parameters(), routed.named_parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+    moe = next(m for m in routed.modules() if type(m).__name__ == "Llama4TextMoe")
+    hidden = torch.randn(48, moe.hidden_dim, dtype=torch.float64)
+    with FlopCounterMode(display=False) as counter:
+        moe(hidden)
+    experts = sum(p.numel() for p in moe.experts.parameters())
+    active = moe.router.weight.numel() + sum(p.numel() for p in moe.shared_expert.parameters()) + \
+        experts * moe.top_k // moe.num_experts
+    assert counter.get_total_flops() == 2 * 48 * active

@@ -115,6 +115,9 @@ def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
 
 
 def _prepare(model: torch.nn.Module) -> torch.nn.Module:
+    from training.moe import route_experts
+
+    route_experts(model)  # Llama 4: each token through its chosen experts only
     model.tie_weights()  # no_init_weights also skips tying (e.g. Llama 3.2's embeddings and LM head)
     model.config.use_cache = False
     return model

@@ -1,0 +1,109 @@
+"""The memory trace of the trainer's step (training/memory_trace.py), held against what can be
+counted exactly, and the FSDP units it exposed. Each trace runs in a process of its own: it starts
+a fake process group of the traced world size."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+WORLD = 4
+# Embeddings and head dominate this shape (2 x 8.2M parameters against 4 x 0.8M in the layers).
+SHAPE = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32000, "tie_word_embeddings": False}
+LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
+
+TRACE = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from dataclasses import asdict
+from elastic_launcher.compose import compose, to_plain
+from elastic_launcher.plan import make_plan
+from training.memory_trace import trace_step
+from training.model import build_model, CausalLM
+shape, world, overrides = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                                   "recipes.training_config.model_config.mixed_precision=bf16", *overrides])[0])["recipes"])
+cfg = plan.sizes[0].config
+step = trace_step(cfg, world, micro_batch=2, micro_steps=1, model_shape=shape)
+from dataclasses import replace
+mc = replace(cfg.training_config.model_config, architecture=shape, model_name_or_path=None)
+model = build_model(mc, seed=0)
+if mc.lora:
+    from training.lora import apply_lora
+    model = apply_lora(model, mc.peft_config)
+trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+print(json.dumps({"step": asdict(step), "trainable": trainable, "frozen": frozen}))
+"""
+
+
+def trace(*overrides, shape=SHAPE, world=WORLD) -> dict:
+    done = subprocess.run([sys.executable, "-c", TRACE, json.dumps(shape), str(world), *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / 2**30
+
+
+def test_the_trace_counts_full_training_state_exactly():
+    """fp32 master weights (4 bytes a parameter) and AdamW's two moments (8) over the world size:
+    every dimension here divides by 4, so FSDP pads nothing and the count is exact."""
+    got = trace()
+    split, params = got["step"]["split_gib"], got["trainable"]
+    assert got["frozen"] == 0
+    assert split["sharded state"] == pytest.approx(gib(4 * params / WORLD), abs=1e-3)
+    assert split["optimizer"] == pytest.approx(gib(8 * params / WORLD), abs=1e-3)
+    assert got["step"]["peak_gib"] == pytest.approx(sum(split.values()), abs=1e-2)
+
+
+def test_the_trace_counts_lora_state_exactly():
+    """Under LoRA in bf16 the frozen base is stored in bf16 (2 bytes), the adapters in fp32 with their
+    moments (4 + 8): the optimizer holds nothing for the base."""
+    got = trace(LORA)
+    split = got["step"]["split_gib"]
+    assert got["trainable"] < got["frozen"] / 20
+    assert split["sharded state"] == pytest.approx(gib((2 * got["frozen"] + 4 * got["trainable"]) / WORLD), abs=1e-3)
+    assert split["optimizer"] == pytest.approx(gib(8 * got["trainable"] / WORLD), abs=1e-3)
+
+
+def test_embeddings_and_head_are_never_gathered_together():
+    """Embeddings and LM head are FSDP units of their own, each gathered (and its gradient reduced)
+    only around its own forward and backward. At the step's peak FSDP's working set (gathered
+    parameters and gradients in flight) holds at most one of them: FSDP's all-gather holds a unit
+    twice while it copies it out, so under 3x one in bf16. In the root unit both stayed gathered
+    from the first forward, and their gradients unreduced until the end of backward (6x here)."""
+    got = trace()
+    split, embedding_bf16 = got["step"]["split_gib"], 2 * SHAPE["vocab_size"] * SHAPE["hidden_size"]
+    assert split["gathered parameters"] + split["gradients"] < gib(3 * embedding_bf16)
+
+
+def test_fsdp_units_of_a_tied_and_an_untied_model(process_group):
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+
+    from conftest import tiny_causal_lm
+    from training.model import apply_fsdp
+
+    mesh = init_device_mesh("cpu", (1,))
+    untied = apply_fsdp(tiny_causal_lm(), mesh, "bf16")
+    assert isinstance(untied.model.embed_tokens, FSDPModule) and isinstance(untied.lm_head, FSDPModule)
+    tied = tiny_causal_lm()
+    tied.lm_head.weight = tied.model.embed_tokens.weight
+    tied = apply_fsdp(tied, mesh, "bf16")  # one weight used at both ends: it stays in the root
+    assert not isinstance(tied.model.embed_tokens, FSDPModule) and not isinstance(tied.lm_head, FSDPModule)
+    # bf16 compute on CPU too: the policy follows the setting, not the device.
+    seen = []
+    untied.model.layers[0].register_forward_hook(lambda module, args, out: seen.append(args[0].dtype))
+    ids = torch.randint(0, 97, (1, 8))
+    loss = untied(ids, torch.arange(8).unsqueeze(0), ids)
+    loss.backward()
+    assert seen == [torch.bfloat16] and untied.lm_head.weight.grad.dtype == torch.float32
