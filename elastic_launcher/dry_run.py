@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from elastic_launcher.memory import CONTEXT_AND_NCCL_GIB, FIT_SHARE, FRAGMENTATION
 from elastic_launcher.plan import Plan
 from elastic_launcher.render import Rendered, dump_yaml, render
 
@@ -46,11 +47,13 @@ def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:
 
 
 def _memory_cell(plan: Plan, size) -> str:
-    """Estimated peak GiB per GPU against the instance's, marked where it does not fit."""
+    """Peak GiB per GPU against the instance's (`~`: estimated, not traced), marked where it is over
+    the share a job may plan on (FIT_SHARE) or over the GPU."""
     if size.memory is None:
         return "-"
     used, has = size.memory.total_gib, plan.instance.gpu_memory_gib
-    return f"{used:.0f}/{has:.0f}" + (" over" if used > has else "")
+    mark = " over" if used > has else " tight" if used > FIT_SHARE * has else ""
+    return f"{'' if size.memory.traced else '~'}{used:.0f}/{has:.0f}{mark}"
 
 
 def plan_table(plan: Plan) -> str:
@@ -94,7 +97,9 @@ def summary(plan: Plan, target: str) -> str:
     lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
              f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if any(s.memory for s in plan.sizes):
-        lines.append("GiB/GPU: estimated peak memory per GPU / the instance's (elastic_launcher/memory.py)")
+        lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
+                     f"{CONTEXT_AND_NCCL_GIB:g} GiB and {FRAGMENTATION:.0%} for CUDA, NCCL and fragmentation (~: "
+                     f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (README: Will it fit?)")
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")

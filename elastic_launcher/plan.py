@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_launcher.instances import InstanceType, lookup
-from elastic_launcher.memory import MemoryEstimate, ModelShape, estimate, trace_inputs, traced
+from elastic_launcher.memory import FIT_SHARE, MemoryEstimate, ModelShape, estimate, trace_inputs, traced
 from training.batching import BatchPlan, plan_batches
 from training.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.errors import ConfigError
@@ -335,10 +335,10 @@ def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[S
         warnings.append(f"recipes.instance_type={instance.name} is not one this recipe's scale configs were sized for "
                         f"({', '.join(hardware.instance_types)}): pick one of them, or a scale-config set for "
                         f"{instance.name} with scale_configs@recipes.scale_config=<name> (README: instance types)")
-    over = [s for s in sizes if s.memory and s.memory.total_gib > instance.gpu_memory_gib]
-    if over:
-        listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in over)
-        warnings.append(f"estimated peak memory per GPU exceeds the {instance.gpu_memory_gib:g} GiB of {instance.name} "
-                        f"({listed}): lower micro_train_batch_size at those sizes, use activation_checkpointing=full, "
-                        f"or raise min_nodes")
+    tight = [s for s in sizes if s.memory and s.memory.total_gib > FIT_SHARE * instance.gpu_memory_gib]
+    if tight:
+        listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in tight)
+        warnings.append(f"peak memory per GPU is above {FIT_SHARE:.0%} of the {instance.gpu_memory_gib:g} GiB of "
+                        f"{instance.name} ({listed}): lower micro_train_batch_size at those sizes, use "
+                        f"activation_checkpointing=full, or raise min_nodes")
     return warnings

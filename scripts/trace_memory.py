@@ -48,8 +48,11 @@ def trace_one(job: tuple[str, int, dict]) -> dict:
 
     recipe, nodes, inputs = job
     size = next(s for s in plan_of(recipe).sizes if s.nodes == nodes)
-    step = trace_step(size.config, inputs["world_size"], inputs["micro_batch"], inputs["micro_steps"],
-                      inputs["model_shape"])
+    try:
+        step = trace_step(size.config, inputs["world_size"], inputs["micro_batch"], inputs["micro_steps"],
+                          inputs["model_shape"])
+    except Exception as e:  # one size that cannot be traced stops no other
+        return {"recipe": recipe, "nodes": nodes, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     return {"recipe": recipe, "nodes": nodes, "world_size": inputs["world_size"], "peak_gib": step.peak_gib,
             "split_gib": step.split_gib, "phase": step.phase, "seconds": step.seconds, "inputs": inputs}
 
@@ -77,17 +80,22 @@ def main(argv=None) -> int:
         jobs = [(key, job) for key, job in jobs if key not in kept]
     # Full-parameter SFT first: its first size must fit (the 90% rule), and its traces take longest.
     jobs = [job for _, job in sorted(jobs, key=lambda kj: not kj[1][0].endswith("_sft"))]
-    started = time.perf_counter()
+    started, failed = time.perf_counter(), 0
     gpu = {r: plan_of(r).instance.gpu_memory_gib for r in {job[0] for job in jobs}}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for trace in pool.map(trace_one, jobs):
+            if "error" in trace:
+                failed += 1
+                print(f"{trace['recipe']} at {trace['nodes']} nodes: not traced: {trace['error']}", flush=True)
+                continue
             print(show(trace, gpu[trace["recipe"]]), flush=True)
             kept[trace_key(trace["inputs"])] = trace
             if args.keep:  # after every trace: an interrupted run keeps what it finished
                 TRACES.write_text(json.dumps({"traces": dict(sorted(kept.items(), key=lambda kv: (
                     kv[1]["recipe"], kv[1]["nodes"])))}, indent=1) + "\n")
-    print(f"{len(jobs)} sizes traced in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)")
-    return 0
+    print(f"{len(jobs) - failed} sizes traced in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)"
+          + (f"; {failed} failed" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

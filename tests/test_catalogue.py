@@ -1,8 +1,9 @@
 """The recipe catalogue: every vendor elastic recipe (sagemaker-hyperpod-recipes, read into
 tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies;
-the memory estimate counts what transformers builds and meets its measured point; the dry run warns
-outside a recipe's instance types and where a size would not fit; the README's table is the
-recipes on disk."""
+every recipe at every allowed size has a kept memory trace, fits within 90% of its GPU and lists
+only instance types where it fits; the analytic fallback counts what transformers builds; the dry
+run warns outside a recipe's instance types and where a size would not fit; the README's table is
+the recipes on disk."""
 
 import functools
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from elastic_launcher.compose import compose, options, to_plain
-from elastic_launcher.memory import ModelShape, estimate
+from elastic_launcher.memory import FIT_SHARE, ModelShape, estimate
 from elastic_launcher.plan import make_plan
 
 VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
@@ -73,7 +74,6 @@ def test_every_vendor_recipe_has_a_twin_that_agrees(vendor):
             small, large = ub["small_local_batch_size"], ub["large_local_batch_size"]
             n_small = ub["num_dp_groups_with_small_batch_size"]
             assert size.batch.local_batches == (small,) * n_small + (large,) * (size.batch.dp_size - n_small)
-        assert size.memory.total_gib <= plan.instance.gpu_memory_gib, (size.nodes, size.memory)
 
 
 def test_every_model_has_full_sft_lora_sft_and_dpo():
@@ -88,11 +88,32 @@ def test_every_model_has_full_sft_lora_sft_and_dpo():
         assert {"sft", "sft_lora", "dpo"} <= by_model.get(model, set()), model
 
 
-@pytest.mark.parametrize("recipe", [r for r in options("recipes") if r.endswith("_sft") and "tiny" not in r])
-def test_full_parameter_recipes_start_where_the_model_fits(recipe):
+CATALOGUE = [r for r in options("recipes") if "tiny" not in r]
+
+
+def fits(memory, instance) -> bool:
+    return memory.total_gib <= FIT_SHARE * instance.gpu_memory_gib
+
+
+@pytest.mark.parametrize("recipe", CATALOGUE)
+def test_every_size_is_traced_and_fits_within_90_percent(recipe):
+    """The dry run's GiB/GPU is the trace of the trainer's step (plus the allowance) at every allowed
+    size, and that is at most 90% of the GPU: a changed recipe without a fresh trace fails here."""
     plan = plan_of(recipe)
-    assert all(s.memory.total_gib <= plan.instance.gpu_memory_gib for s in plan.sizes), recipe
+    for size in plan.sizes:
+        assert size.memory.traced, (f"{recipe} at {size.nodes} nodes has no kept trace: run "
+                                    f"python scripts/trace_memory.py --stale --keep")
+        assert fits(size.memory, plan.instance), (recipe, size.nodes, size.memory.total_gib)
     assert plan.instance.name in plan.hardware.instance_types
+
+
+@pytest.mark.parametrize("recipe", CATALOGUE)
+def test_instance_types_are_those_where_the_model_fits(recipe):
+    """Each listed instance type fits the model at some allowed size (the same world sizes: 8 GPUs a
+    node, so the same traces against that type's GPU memory)."""
+    for instance_type in plan_of(recipe).hardware.instance_types:
+        plan = plan_of(recipe, f"recipes.instance_type={instance_type}")
+        assert any(fits(s.memory, plan.instance) for s in plan.sizes if s.memory.traced), (recipe, instance_type)
 
 
 def shape_of(recipe):
@@ -156,7 +177,8 @@ def test_the_dry_run_warns_outside_the_instance_types_and_where_it_does_not_fit(
                             "recipes.training_config.training_args.micro_train_batch_size=8")
     assert code == 0
     assert "GiB/GPU" in out and " over " in out
-    assert "warning: estimated peak memory per GPU exceeds the 79.6 GiB of ml.p5.48xlarge (1 nodes" in out + err
+    assert "warning: peak memory per GPU is above 90% of the 79.6 GiB of ml.p5.48xlarge (1 nodes" in out + err
+    assert "~" in out  # a changed micro-batch and checkpointing were never traced: estimated, and said so
 
 
 def test_the_readme_table_is_the_recipes_on_disk():

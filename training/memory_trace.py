@@ -209,14 +209,33 @@ def _rows(data_format: str, micro_batch: int, seq_len: int, vocab: int) -> list[
     return [{"input_ids": ids, "labels": ids, "sample_ids": [n], "lengths": [seq_len]} for n in range(micro_batch)]
 
 
+def _kernel_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention holding what the GPU's flash and flex kernels hold (the output and its log-sum-exp,
+    never T x T scores): the CPU's flash kernel. Masks, sliding windows and GPT-OSS's sinks change
+    values, not memory."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                                           enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_kernel_attention() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register("memory_trace", _kernel_attention)
+    AttentionMaskInterface.register("memory_trace", lambda *args, **kwargs: None)  # causal in the kernel
+    return "memory_trace"
+
+
 def _traceable(cfg: JobConfig, model_shape: dict | None) -> JobConfig:
-    """The job's config with its model built from `model_shape` (no hub), SDPA attention and no
-    compilation: the same parameters, activations and FSDP units, at no cost to trace."""
+    """The job's config with its model built from `model_shape` (no hub), the kernel-like attention
+    and no compilation: the same parameters, activations and FSDP units, at no cost to trace."""
     mc = cfg.training_config.model_config
     architecture = dict(model_shape or mc.architecture or {})
     if not architecture:
         raise ValueError("the memory trace needs the model's shape: recipes.model_shape or an inline architecture")
-    mc = replace(mc, architecture=architecture, model_name_or_path=None, attn_implementation="sdpa", compile=False)
+    mc = replace(mc, architecture=architecture, model_name_or_path=None,
+                 attn_implementation=_register_kernel_attention(), compile=False)
     return replace(cfg, training_config=replace(cfg.training_config, model_config=mc))
 
 
