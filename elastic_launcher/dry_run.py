@@ -100,6 +100,8 @@ def summary(plan: Plan, target: str) -> str:
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
                      f"{CONTEXT_AND_NCCL_GIB:g} GiB and {FRAGMENTATION:.0%} for CUDA, NCCL and fragmentation (~: "
                      f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (README: Will it fit?)")
+        if any(s.memory and not s.memory.traced for s in plan.sizes):
+            lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")

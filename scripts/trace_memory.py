@@ -2,7 +2,8 @@
 per GPU by category, and keep the figures the dry run shows (elastic_launcher/traced_memory.json):
 
     python scripts/trace_memory.py llama/llama3_1_8b_sft          # one recipe, printed
-    python scripts/trace_memory.py --all --keep --jobs 2          # the catalogue, kept
+    python scripts/trace_memory.py qwen/qwen3_8b_sft recipes.training_config.training_args.micro_train_batch_size=4 --keep
+    python scripts/trace_memory.py --keep --jobs 2                # the whole catalogue, kept
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
 
 Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
@@ -27,27 +28,44 @@ from elastic_launcher.memory import TRACES, trace_inputs, trace_key, with_allowa
 from elastic_launcher.plan import make_plan  # noqa: E402
 
 
-def plan_of(recipe: str):
-    return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true"])[0])["recipes"])
+def plan_of(recipe: str, overrides: tuple[str, ...] = ()):
+    return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true",
+                                       *overrides])[0])["recipes"])
 
 
-def sizes_to_trace(recipe: str) -> list[tuple[str, int, dict]]:
-    """(recipe, nodes, trace inputs) for every allowed size of a recipe with a model shape."""
-    plan = plan_of(recipe)
+def size_below(recipe: str, overrides: tuple[str, ...] = ()):
+    """(overrides, size) of the largest scale-config size below a full-parameter recipe's min_nodes,
+    or None: the size that must not fit if the recipe starts where the model first fits."""
+    plan = plan_of(recipe, overrides)
+    mc = plan.base.training_config.model_config
+    if plan.base.training_config.training_args.trainer_type != "sft" or mc.lora or plan.policy.min_nodes == 1:
+        return None
+    below = (*overrides, "recipes.elastic_policy.min_nodes=1")
+    smaller = [s for s in plan_of(recipe, below).sizes if s.nodes < plan.policy.min_nodes]
+    return (below, smaller[-1]) if smaller else None
+
+
+def sizes_to_trace(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[str, tuple, int, dict]]:
+    """(recipe, overrides, nodes, trace inputs) for every allowed size of a recipe with a model shape
+    and, for full-parameter SFT, the size just below its first."""
+    plan = plan_of(recipe, overrides)
     if not plan.hardware.model_shape or not plan.instance.gpus:
         return []
-    return [(recipe, s.nodes, trace_inputs(plan.hardware.model_shape, s.config.training_config, s.devices,
-                                           s.batch.micro_batch, min(2, s.batch.grad_accum_steps))) for s in plan.sizes]
+    sizes = [(overrides, s) for s in plan.sizes]
+    if below := size_below(recipe, overrides):
+        sizes.insert(0, below)
+    return [(recipe, o, s.nodes, trace_inputs(plan.hardware.model_shape, s.config.training_config, s.devices,
+                                              s.batch.micro_batch, min(2, s.batch.grad_accum_steps))) for o, s in sizes]
 
 
-def trace_one(job: tuple[str, int, dict]) -> dict:
+def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
     from training.memory_trace import trace_step
 
-    recipe, nodes, inputs = job
-    size = next(s for s in plan_of(recipe).sizes if s.nodes == nodes)
+    recipe, overrides, nodes, inputs = job
+    size = next(s for s in plan_of(recipe, overrides).sizes if s.nodes == nodes)
     try:
         step = trace_step(size.config, inputs["world_size"], inputs["micro_batch"], inputs["micro_steps"],
                           inputs["model_shape"])
@@ -67,21 +85,23 @@ def show(trace: dict, gpu_gib: float) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipes", nargs="*", help="recipe names, e.g. llama/llama3_1_8b_sft")
-    parser.add_argument("--all", action="store_true", help="every recipe with a model shape")
+    parser.add_argument("recipes", nargs="*", help="recipe names (none: the catalogue), e.g. llama/llama3_1_8b_sft, and "
+                        "overrides as the launcher takes them (recipes.<key>=<value>), applied to each")
     parser.add_argument("--stale", action="store_true", help="only sizes whose inputs have no kept trace")
     parser.add_argument("--keep", action="store_true", help=f"write the traces to {TRACES.name}")
     parser.add_argument("--jobs", type=int, default=1, help="traces run in parallel (one core each)")
     args = parser.parse_args(argv)
-    recipes = [r for r in options("recipes") if "tiny" not in r] if args.all or args.stale else args.recipes
+    overrides = tuple(a for a in args.recipes if "=" in a)
+    named = [a for a in args.recipes if "=" not in a]
+    recipes = named or [r for r in options("recipes") if "tiny" not in r]
     kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
-    jobs = list({trace_key(job[2]): job for r in recipes for job in sizes_to_trace(r)}.items())
+    jobs = list({trace_key(job[3]): job for r in recipes for job in sizes_to_trace(r, overrides)}.items())
     if args.stale:
         jobs = [(key, job) for key, job in jobs if key not in kept]
     # Full-parameter SFT first: its first size must fit (the 90% rule), and its traces take longest.
     jobs = [job for _, job in sorted(jobs, key=lambda kj: not kj[1][0].endswith("_sft"))]
     started, failed = time.perf_counter(), 0
-    gpu = {r: plan_of(r).instance.gpu_memory_gib for r in {job[0] for job in jobs}}
+    gpu = {r: plan_of(r, overrides).instance.gpu_memory_gib for r in {job[0] for job in jobs}}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for trace in pool.map(trace_one, jobs):
             if "error" in trace:

@@ -116,6 +116,33 @@ def test_instance_types_are_those_where_the_model_fits(recipe):
         assert any(fits(s.memory, plan.instance) for s in plan.sizes if s.memory.traced), (recipe, instance_type)
 
 
+FULL_SFT = [r for r in CATALOGUE if r.endswith("_sft")]
+
+
+@pytest.mark.parametrize("recipe", FULL_SFT)
+def test_full_parameter_recipes_start_where_the_model_first_fits(recipe):
+    """The first size fits (above) and the scale config's size just below it does not, by its kept
+    trace (scripts/trace_memory.py traces that size too)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from trace_memory import size_below
+
+    below = size_below(recipe)
+    if below is None:
+        assert plan_of(recipe).policy.min_nodes == 1
+        return
+    overrides, size = below
+    plan = plan_of(recipe, *overrides)
+    memory = next(s.memory for s in plan.sizes if s.nodes == size.nodes)
+    assert memory.traced and not fits(memory, plan.instance), (recipe, size.nodes, memory.total_gib)
+
+
+@pytest.mark.parametrize("recipe", FULL_SFT)
+def test_full_parameter_recipes_of_32b_and_up_train_at_1e_5(recipe):
+    plan = plan_of(recipe)
+    if ModelShape.from_config(plan.hardware.model_shape).params >= 32e9:
+        assert plan.base.training_config.training_args.learning_rate == 1e-5, recipe
+
+
 def shape_of(recipe):
     return composed(recipe)["model_shape"]
 

@@ -65,7 +65,7 @@ class ModelConfig:
     activation_checkpointing: str = one_of("none", "selective", "full")  # selective: every other layer
     compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
     sharding: str = one_of("fsdp", "hsdp")  # hsdp: shard within a node, replicate across nodes
-    loss_chunk_tokens: int = ranged(8192, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
+    loss_chunk_tokens: int = ranged(1024, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
     peft_config: PeftConfig | None = None  # None: full-parameter training
 
     @property

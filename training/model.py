@@ -212,12 +212,17 @@ def _cross_entropy_sum(hidden, weight, labels):
 @functools.cache
 def _fused_linear_cross_entropy():
     """liger-kernel's fused linear cross entropy (Triton, GPU only) when installed: it computes the
-    loss and its gradients a block of logits at a time in forward, with no recompute in backward."""
+    loss and its gradients a block of logits at a time in forward, with no recompute in backward,
+    summing the LM head's gradient in fp32 (in bf16 it would lose the small chunks' contributions)."""
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-    except ImportError:
+    except ImportError as e:
+        import sys
+
+        print(f"warning: liger-kernel is not importable ({e}): the LM-head loss runs chunked instead "
+              f"(model_config.loss_chunk_tokens), recomputing the head's matmul in backward", file=sys.stderr)
         return None
-    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
+    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum", accum_dtype=torch.float32)
 
 
 def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits: bool = True) -> torch.Tensor:
@@ -227,9 +232,11 @@ def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits:
     of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once.
     A single chunk keeps its logits for backward unless `keep_logits` is False (a caller that scores
     more rows before its backward, as DPO does row by row).
-    On GPU with liger-kernel installed, its fused kernel does the same without the recompute."""
+    On GPU with liger-kernel installed, its fused kernel does the same without the recompute, where
+    logits are kept: it holds the head's gradient from forward to backward, once per call, so a
+    caller scoring row by row stays on the chunked path."""
     h, y = hidden.flatten(0, 1), labels.flatten()
-    if h.is_cuda and chunk_tokens > 0 and (fused := _fused_linear_cross_entropy()) is not None:
+    if h.is_cuda and chunk_tokens > 0 and keep_logits and (fused := _fused_linear_cross_entropy()) is not None:
         return fused(weight, h, y)
     if chunk_tokens <= 0 or (h.shape[0] <= chunk_tokens and keep_logits):
         return _cross_entropy_sum(h, weight, y)
