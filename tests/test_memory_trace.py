@@ -107,3 +107,44 @@ def test_fsdp_units_of_a_tied_and_an_untied_model(process_group):
     loss = untied(ids, torch.arange(8).unsqueeze(0), ids)
     loss.backward()
     assert seen == [torch.bfloat16] and untied.lm_head.weight.grad.dtype == torch.float32
+
+
+REDUCES = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from conftest import tiny_causal_lm
+from training.data import collate
+from training.methods.sft import SFT
+from training.model import apply_fsdp
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))  # HSDP: 2 nodes x 2 GPUs
+model = apply_fsdp(tiny_causal_lm(), mesh, "fp32")
+calls = {"all_reduce": 0, "reduce_scatter": 0}
+for name in calls:
+    original = getattr(dist, name + ("" if name == "all_reduce" else "_tensor"))
+    def counted(*args, _original=original, _name=name, **kwargs):
+        calls[_name] += 1
+        return _original(*args, **kwargs)
+    setattr(dist, name + ("" if name == "all_reduce" else "_tensor"), counted)
+rows = [{"input_ids": list(range(1, 9)), "labels": list(range(1, 9)), "sample_ids": [i], "lengths": [8]} for i in range(2)]
+micro_batches = [collate(rows) for _ in range(int(sys.argv[1]))]
+SFT(None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
+print(json.dumps(calls))
+"""
+
+
+def test_hsdp_reduces_across_nodes_once_per_step():
+    """Gradient accumulation under HSDP: the in-node reduce-scatter runs after every micro-batch's
+    backward, the all-reduce across nodes only after the last (one per FSDP unit per step)."""
+    counts = []
+    for micro_steps in (1, 3):
+        done = subprocess.run([sys.executable, "-c", REDUCES, str(micro_steps)], cwd=ROOT / "tests", capture_output=True,
+                              text=True, timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        counts.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    one, three = counts
+    assert one["all_reduce"] > 0 and three["all_reduce"] == one["all_reduce"]
+    assert three["reduce_scatter"] == 3 * one["reduce_scatter"]

@@ -259,7 +259,8 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
     try:
         nodes = cfg.trainer.num_nodes
         hsdp = mc.sharding == "hsdp" and nodes > 1 and world_size % nodes == 0  # as the trainer's mesh
-        mesh = init_device_mesh("cpu", (nodes, world_size // nodes) if hsdp else (world_size,))
+        mesh = (init_device_mesh("cpu", (nodes, world_size // nodes), mesh_dim_names=("replicate", "shard")) if hsdp
+                else init_device_mesh("cpu", (world_size,)))
         device = torch.device("cpu")
         method = load_method(ta, device)
         vocab = int(mc.architecture.get("vocab_size", 32000))

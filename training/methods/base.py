@@ -12,6 +12,16 @@ def model_inputs(micro: dict, device) -> dict:
     return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
 
 
+def reducing_on_the_last(model, micro_batches: list[dict]):
+    """The step's micro-batches, with HSDP's all-reduce across nodes on the last one's backward only:
+    the replicas' gradients cross the network once per step, not once per micro-batch. FSDP's
+    reduce-scatter within the shard group still runs per micro-batch: skipping it would hold every
+    layer's unsharded gradient until the last backward."""
+    for i, micro in enumerate(micro_batches):
+        model.set_requires_all_reduce(i == len(micro_batches) - 1)
+        yield micro
+
+
 class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from training.data import IGNORE_INDEX, collate_pairs
 from training.lora import adapter_layers, adapters_disabled
-from training.methods.base import TrainingMethod, model_inputs
+from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 
 
 @dataclass
@@ -85,7 +85,7 @@ class DPO(TrainingMethod):
     def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
         scale = world_size / global_batch
         loss_sum, stats = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
-        for micro in micro_batches:
+        for micro in reducing_on_the_last(model, micro_batches):
             policy, scores = self.pair_scores(model, micro)
             losses, chosen, rejected = dpo_loss(scores, self.args.beta, self.args.loss_type)
             ((losses.sum() + 0 * policy.sum()) * scale).backward()  # an empty micro-batch still joins FSDP's collectives

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from training.data import collate
-from training.methods.base import TrainingMethod, model_inputs
+from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 
 
 class SFT(TrainingMethod):
@@ -20,7 +20,7 @@ class SFT(TrainingMethod):
         # FSDP's gradient averaging divides by: the gradient of the global mean at any size or split.
         scale = world_size / label_tokens.clamp(min=1).float()  # a step without label tokens contributes nothing
         loss_sum = torch.zeros((), device=self.device)
-        for micro in micro_batches:
+        for micro in reducing_on_the_last(model, micro_batches):
             loss = model(**model_inputs(micro, self.device))
             (loss * scale).backward()
             loss_sum += loss.detach()
