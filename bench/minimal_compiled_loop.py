@@ -18,8 +18,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from training.metrics import peak_flops, peak_memory_gib  # noqa: E402
-from training.model import matmul_flops_per_token  # noqa: E402
+from training.metrics import peak_flops, peak_memory  # noqa: E402
+from training.model import attention_flops, matmul_flops_per_token  # noqa: E402
 
 WARMUP = 5
 
@@ -62,8 +62,10 @@ def main(config_path: str, steps: int) -> None:
     tokens_per_s = (steps - WARMUP) * accum * micro * seq * world / (marks[-1] - marks[WARMUP - 1])
     peak = peak_flops(device)
     if dist.get_rank() == 0:
-        mfu = matmul_flops_per_token(model, seq) * tokens_per_s / world / peak if peak else None
-        print("RESULT " + json.dumps({"tokens_per_s": tokens_per_s, "mfu": mfu, "peak_gib": peak_memory_gib(device),
+        flops_per_token = matmul_flops_per_token(model) + attention_flops(model, seq)  # seq^2 / seq tokens
+        mfu = flops_per_token * tokens_per_s / world / peak if peak else None
+        print("RESULT " + json.dumps({"tokens_per_s": tokens_per_s, "mfu": mfu,
+                                      "peak_gib": peak_memory(device)["peak_memory_gib"],
                                       "fill": 1.0}), flush=True)
     dist.barrier()
 

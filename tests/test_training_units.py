@@ -136,3 +136,35 @@ def test_unknown_messages_column_is_a_clear_error(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"conversation": []}\n')
     with pytest.raises(ConfigError, match="messages_key='messages' is not a column.*conversation"):
         build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl")), tiny_tokenizer())
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_mfu_count_is_the_flops_that_run(lora):
+    """The MFU numerator (weight matmuls and attention, training.model) equals what torch's
+    FlopCounterMode counts over a forward and backward: LoRA's frozen base at 4 FLOPs per parameter
+    and token (no weight gradient), attention over each row's own length."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from conftest import tiny_architecture
+    from training.config import PeftConfig
+    from training.lora import apply_lora
+    from training.model import CausalLM, attention_flops, matmul_flops_per_token
+
+    arch = tiny_architecture("llama")
+    arch.pop("model_type")
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", vocab_size=97, **arch), attn_implementation="eager")
+    if lora:
+        hf = apply_lora(hf, PeftConfig(r=4, lora_dropout=0.0))
+        # As under activation checkpointing: the first layer's input takes a gradient, so its frozen
+        # weights cost an input gradient too.
+        hf.get_input_embeddings().register_forward_hook(lambda module, args, out: out.requires_grad_(True))
+    model = CausalLM(hf, loss_chunk_tokens=0)
+    rows = [{"input_ids": list(range(1, n + 1)), "labels": list(range(1, n + 1)), "sample_ids": [n], "lengths": [n]}
+            for n in (12, 12)]
+    batch = collate(rows)
+    with FlopCounterMode(display=False) as counter:
+        model(batch["input_ids"], batch["position_ids"], batch["labels"]).backward()
+    counted = matmul_flops_per_token(model) * batch["tokens"] + attention_flops(model, batch["squared_lengths"])
+    assert counter.get_total_flops() == counted

@@ -392,7 +392,8 @@ def collate(rows: list[dict]) -> dict:
     reaches a real token, and SDPA/flash keep their fast kernels. Each row may hold several packed
     samples (`lengths`): position ids restart at every sample, which transformers turns into
     per-sample (document) attention, and labels are shifted within each sample (labels[t] is the
-    target of position t), so no sample learns from its neighbour. Token counts are computed here,
+    target of position t), so no sample learns from its neighbour. Token counts (and the samples'
+    squared lengths, for attention's FLOPs) are computed here,
     on the host, so the training step needs no device-to-host sync for them. An empty micro-batch
     (a rank with fewer samples than micro-steps) becomes one masked token: it keeps collectives
     aligned and adds nothing."""
@@ -417,7 +418,9 @@ def collate(rows: list[dict]) -> dict:
     sample_ids = [sid for r in rows for sid in r["sample_ids"]]
     return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
             "label_tokens": int((labels != IGNORE_INDEX).sum()) if sample_ids else 0,
-            "tokens": real_tokens if sample_ids else 0}
+            "tokens": real_tokens if sample_ids else 0,
+            # Attention's cost: each sample attends within itself (training.model.attention_flops).
+            "squared_lengths": sum(n * n for r in rows for n in r["lengths"]) if sample_ids else 0}
 
 
 def collate_pairs(rows: list[dict]) -> dict:

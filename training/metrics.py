@@ -25,10 +25,19 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
-def peak_memory_gib(device: torch.device) -> float:
+def peak_memory(device: torch.device) -> dict:
+    """Peak memory since the last `reset_peak_memory` (the logging window): allocated by tensors and
+    reserved by the caching allocator (what the GPU really gives up), in GiB. On CPU the process's
+    peak RSS, which has no reset."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (process peak RSS)
+        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+                "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30}
+    return {"peak_memory_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB -> GiB
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 class MetricsLogger:

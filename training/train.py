@@ -35,9 +35,10 @@ from training.errors import ConfigError, report  # noqa: E402
 from training.data import describe_drops, load_or_build  # noqa: E402
 from training.elastic import ElasticStop  # noqa: E402
 from training.methods import load_method  # noqa: E402
-from training.metrics import MetricsLogger, peak_flops, peak_memory_gib  # noqa: E402
+from training.metrics import MetricsLogger, peak_flops, peak_memory, reset_peak_memory  # noqa: E402
 from training.export import export_hf  # noqa: E402
-from training.model import build_sharded_model, checkpointed_weights, matmul_flops_per_token  # noqa: E402
+from training.model import (attention_flops, build_sharded_model, checkpointed_weights,  # noqa: E402
+                            matmul_flops_per_token)
 from training.optimizer import build_optimizer  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
 from training.topology import Topology, start_process_group  # noqa: E402
@@ -73,8 +74,9 @@ def schedule_change(state: TrainState, args: TrainingArgs) -> str:
 
 
 def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
-    """[label tokens, input tokens] of the step over every rank, from the host-side counts collate made."""
-    counts = torch.tensor([sum(m["label_tokens"] for m in micro_batches), sum(m["tokens"] for m in micro_batches)],
+    """[label tokens, input tokens, samples' squared lengths] of the step over every rank, from the
+    host-side counts collate made."""
+    counts = torch.tensor([sum(m[k] for m in micro_batches) for k in ("label_tokens", "tokens", "squared_lengths")],
                           dtype=torch.float64, device=device)
     dist.all_reduce(counts)
     return counts
@@ -189,7 +191,7 @@ class Trainer:
         agent_restart_point = self.agent.restart_point()
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
         self._build_model(resuming)
-        self.flops_per_token = matmul_flops_per_token(self.model, tc.datasets.max_len)
+        self.flops_per_token = matmul_flops_per_token(self.model)
         self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
         fp = fingerprint(self.cfg, len(self.dataset))
         state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
@@ -252,7 +254,7 @@ class Trainer:
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        tokens = global_token_counts(micro_batches, self.device)  # [label tokens, input tokens] of every rank
+        tokens = global_token_counts(micro_batches, self.device)  # [label, input tokens, squared lengths]
         loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
                                                        self.plan.global_batch)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
@@ -282,19 +284,23 @@ class Trainer:
     def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
                      elapsed: float, extra: list[float]) -> dict:
         """The metrics record of the step just taken (its fields: training.records)."""
-        label_tokens, input_tokens = tokens
+        label_tokens, input_tokens, squared_lengths = tokens
         record = {"step": self.state.step, **self.method.step_metrics(loss_sum, extra, label_tokens, self.plan.global_batch),
                   "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
                   "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
-                  "peak_memory_gib": peak_memory_gib(self.device)}
+                  **peak_memory(self.device)}
         if skipped or not label_tokens:
             record["loss"] = None
         if skipped:
             record["skipped"] = True
         if self.peak_flops:
-            record["mfu"] = self.flops_per_token * record["tokens_per_s_per_device"] / self.peak_flops
+            flops = self.flops_per_token * input_tokens + attention_flops(self.model, squared_lengths)
+            if self.method.reference_forwards:  # DPO scores every sequence with its reference too
+                flops += self.method.reference_forwards * (matmul_flops_per_token(self.model, forward_only=True) *
+                                                           input_tokens + attention_flops(self.model, squared_lengths, True))
+            record["mfu"] = flops / elapsed / self.topo.world_size / self.peak_flops
         return record
 
     def evaluate(self) -> dict:
@@ -352,6 +358,7 @@ class Trainer:
                 self._audit(micro_batches)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
                 self.log.log(record)
+                reset_peak_memory(self.device)  # the next record's peak is its logging window's
             if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
                 self.log.log(self.evaluate())
             if self.checkpointer.pending and not writing:  # every rank's background write is done

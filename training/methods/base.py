@@ -24,6 +24,7 @@ def reducing_on_the_last(model, micro_batches: list[dict]):
 
 class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
+    reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
 
     def __init__(self, args, device: torch.device):
         self.args = args  # TrainingArgs: the method's own keys (beta, loss_type, ...) live there

@@ -59,6 +59,7 @@ def reward_stats(sums: list[float], pairs: float) -> dict:
 
 class DPO(TrainingMethod):
     data_format = "pairs"
+    reference_forwards = 1
     reference: torch.nn.Module | None = None  # full-parameter training's frozen copy
 
     def prepare(self, model, frozen_copy):
