@@ -216,3 +216,14 @@ def test_the_readme_table_is_the_recipes_on_disk():
     start = readme.index(HEADER)
     end = readme.index("\n\n", start)
     assert readme[start:end] == table(), "regenerate it with: python scripts/catalogue.py"
+
+
+def test_the_dry_run_warns_when_a_stop_save_cannot_end_within_the_graceful_timeout(launch):
+    """Llama 3.3 70B's weights and moments (12 bytes a parameter) over its first size's nodes, at the
+    assumed 1 GB/s per node, take minutes: more than a 60-second graceful timeout."""
+    code, out, err = launch("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.elastic_policy.graceful_shutdown_timeout=60")
+    assert code == 0
+    assert "more than elastic_policy.graceful_shutdown_timeout=60: raise the timeout or min_nodes" in out + err
+    code, out, err = launch("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true")
+    assert "graceful_shutdown_timeout" not in out + err

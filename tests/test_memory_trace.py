@@ -148,3 +148,28 @@ def test_hsdp_reduces_across_nodes_once_per_step():
     one, three = counts
     assert one["all_reduce"] > 0 and three["all_reduce"] == one["all_reduce"]
     assert three["reduce_scatter"] == 3 * one["reduce_scatter"]
+
+
+def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
+    """DPO scores its rows one by one (per-sequence log-probabilities). A row shorter than a loss
+    chunk still runs under checkpointing, so its logits are not kept for backward while the next
+    rows are scored: eight 4096-token rows over a 128K vocabulary hold about one row's logits and
+    their gradient at a time (each 2 GiB in fp32), not eight rows' (the unchunked fallback's 16+
+    GiB). Traced on fake tensors: nothing is allocated."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from training.memory_trace import LiveMemory
+    from training.model import LossHead
+
+    rows, tokens, hidden, vocab = 8, 4096, 1024, 128256
+    with FakeTensorMode():
+        head = LossHead.replacing(torch.nn.Linear(hidden, vocab, bias=False), loss_chunk_tokens=8192)
+        head.weight = torch.nn.Parameter(torch.empty(vocab, hidden))
+        states = torch.empty(rows, tokens, hidden, requires_grad=True)
+        labels = torch.zeros(rows, tokens, dtype=torch.long)
+        mem = LiveMemory()
+        with mem:
+            head(states, labels, per_sequence=True).sum().backward()
+    row_logits_fp32 = tokens * vocab * 4
+    assert mem.peak < 4 * row_logits_fp32

@@ -168,3 +168,17 @@ def test_the_mfu_count_is_the_flops_that_run(lora):
         model(batch["input_ids"], batch["position_ids"], batch["labels"]).backward()
     counted = matmul_flops_per_token(model) * batch["tokens"] + attention_flops(model, batch["squared_lengths"])
     assert counter.get_total_flops() == counted
+
+
+def test_collectives_outlast_a_checkpoint_write(monkeypatch):
+    """A slow rank's checkpoint timeout fires before its peers' collective timeout, so the error
+    names the checkpoint; a timeout set below that is refused in one line."""
+    from training.topology import PG_TIMEOUT_ENV, collective_timeout
+
+    monkeypatch.delenv(PG_TIMEOUT_ENV, raising=False)
+    assert collective_timeout() == 1800 and collective_timeout(1800) == 2100
+    monkeypatch.setenv(PG_TIMEOUT_ENV, "1800")
+    with pytest.raises(ConfigError, match=f"{PG_TIMEOUT_ENV}=1800 must exceed checkpoint.save_timeout=1800"):
+        collective_timeout(1800)
+    monkeypatch.setenv(PG_TIMEOUT_ENV, "3600")
+    assert collective_timeout(1800) == 3600

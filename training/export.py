@@ -116,12 +116,13 @@ def _write(out: Path, tensors: Iterator[tuple[str, torch.Tensor]], dtype, rank0:
     dist.barrier()
 
 
-def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, on_gpu: bool) -> list[Path]:
-    """Write the Hugging Face directories of the trained model; returns the directories written."""
+def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
+    """Write the Hugging Face directories of the trained model (in the dtype it computed in); returns
+    the directories written."""
     from transformers import AutoTokenizer, GenerationConfig
 
     mc, ta = cfg.training_config.model_config, cfg.training_config.training_args
-    dtype = torch.bfloat16 if on_gpu and mc.mixed_precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if mc.mixed_precision == "bf16" else torch.float32
     lora = mc.lora
     config = model.config
 
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
         model = build_sharded_model(mc, cfg.training_config.training_args.seed,
                                     init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda", resuming=True)
         load_weights(checkpoint, model, checkpointed_weights(mc), fingerprint(cfg), topo.rank, topo.world_size)
-        for path in export_hf(model, cfg, out, topo.rank == 0, device.type == "cuda"):
+        for path in export_hf(model, cfg, out, topo.rank == 0):
             if topo.rank == 0:
                 print(f"wrote {path}", flush=True)
     except (ConfigError, CheckpointError) as e:

@@ -36,10 +36,28 @@ class Topology:
         return cls(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), world, nodes)
 
 
-def start_process_group(topo: Topology):
+PG_TIMEOUT_ENV = "ELASTIC_PG_TIMEOUT_S"
+
+
+def collective_timeout(save_timeout: float | None = None) -> float:
+    """Seconds a collective may wait (ELASTIC_PG_TIMEOUT_S, default 30 minutes). It must outlast a
+    checkpoint write (`save_timeout`) by a margin: the ranks that finished their write wait in a
+    collective for the slow one, whose own timeout must fire first and name the checkpoint."""
+    from training.errors import ConfigError
+
+    margin = 300.0
+    default = max(1800.0, (save_timeout or 0) + margin)
+    timeout = float(os.environ.get(PG_TIMEOUT_ENV, default))
+    if save_timeout is not None and timeout < save_timeout + margin:
+        raise ConfigError(f"{PG_TIMEOUT_ENV}={timeout:g} must exceed checkpoint.save_timeout={save_timeout:g} by "
+                          f"{margin:g}s, or a slow checkpoint write fails as a collective timeout: raise it or unset it")
+    return timeout
+
+
+def start_process_group(topo: Topology, timeout_s: float | None = None):
     """This process's device (its local GPU, else the CPU) with the default process group started:
-    NCCL for GPU tensors beside gloo for CPU ones, gloo alone on CPU. ELASTIC_PG_TIMEOUT_S bounds a
-    collective that never completes (default 30 minutes)."""
+    NCCL for GPU tensors beside gloo for CPU ones, gloo alone on CPU. `timeout_s` (default:
+    `collective_timeout()`) bounds a collective that never completes."""
     from datetime import timedelta
 
     import torch
@@ -49,7 +67,7 @@ def start_process_group(topo: Topology):
     device = torch.device("cuda", topo.local_rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
-    timeout = timedelta(seconds=float(os.environ.get("ELASTIC_PG_TIMEOUT_S", 1800)))
+    timeout = timedelta(seconds=timeout_s or collective_timeout())
     dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", timeout=timeout,
                             device_id=device if on_gpu else None)
     return device

@@ -41,7 +41,7 @@ from training.model import (attention_flops, build_sharded_model, checkpointed_w
                             matmul_flops_per_token)
 from training.optimizer import build_optimizer  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
-from training.topology import Topology, start_process_group  # noqa: E402
+from training.topology import Topology, collective_timeout, start_process_group  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -122,7 +122,7 @@ class Trainer:
         self.stop_at_step = args.stop_at_step
         self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
-        self.device = start_process_group(self.topo)
+        self.device = start_process_group(self.topo, collective_timeout(tc.checkpoint.save_timeout))
         self.on_gpu = self.device.type == "cuda"
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
@@ -380,7 +380,7 @@ class Trainer:
         self._log_saved()
         if ta.save_hf_ckpt and self.state.step == ta.max_steps:
             started = time.perf_counter()
-            written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0, self.on_gpu)
+            written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0)
             self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
                            seconds=round(time.perf_counter() - started, 3))
         self.log.event(event="exit", step=self.state.step)
