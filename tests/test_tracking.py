@@ -97,3 +97,32 @@ def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
     params = runs[0].data.params
     assert params["training_config.training_args.max_steps"] == str(STEPS)
     assert params["training_config.model_config.architecture.model_type"] == "llama"
+
+
+def test_a_file_store_tracks_and_the_run_status_follows_the_job(tmp_path, capfd):
+    """The README's `file:` example works with the pinned MLflow (its file store is opt-in), a stop
+    leaves the run KILLED, a restart sets it RUNNING again and the end FINISHED; nothing prints a
+    thread's traceback."""
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from training.tracking import Tracker
+
+    uri = f"file:{tmp_path / 'mlruns'}"
+    settings = SimpleNamespace(tracking_uri=uri, experiment="tiny", run_name=None)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = Tracker(settings, run_dir, True, {"a": 1}, launch="1")
+    first.log({"step": 1, "loss": 2.5, "time": 1.0})
+    first.close("KILLED")
+    client = MlflowClient(tracking_uri=uri)
+    run_id = (run_dir / "mlflow_run_id").read_text()
+    assert client.get_run(run_id).info.status == "KILLED"
+    second = Tracker(settings, run_dir, True, {"a": 1}, launch="2")
+    second.log({"step": 2, "loss": 2.0, "time": 2.0})
+    wait_for(lambda: client.get_run(run_id).info.status == "RUNNING", timeout=30)
+    second.close("FINISHED")
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(run_id, "loss")] == [2.5, 2.0]
+    assert "Traceback" not in capfd.readouterr().err

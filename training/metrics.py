@@ -84,9 +84,10 @@ class MetricsLogger:
         if self.enabled:
             self._write(fields)
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
+        """Close the files; the tracker sets the run's `status` (FINISHED, KILLED after a stop, FAILED)."""
         if self.tracker is not None:
-            self.tracker.close()
+            self.tracker.close(status)
         for f in (self._metrics, self._samples):
             if f:
                 f.close()

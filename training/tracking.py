@@ -12,6 +12,8 @@ order and retries, and a restart first logs what `metrics.jsonl` holds beyond th
 step, so a step lost in an outage reaches MLflow exactly once when the server is back.
 Works with any MLflow tracking URI: a local `file:` store, an `http(s)://` server, or a SageMaker
 managed MLflow tracking server ARN (`arn:aws:sagemaker:...`, through the `sagemaker-mlflow` plugin).
+The run's status follows the job: RUNNING while a launch trains, KILLED after a stop (a resize or
+a restart sets it RUNNING again), FINISHED at the end, FAILED after an error.
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ class Tracker:
             raise ConfigError(f"training_config.logging.mlflow.tracking_uri={settings.tracking_uri!r} but mlflow is not "
                               f"installed: pip install mlflow-skinny (the training image has it), or unset it") from None
         self.settings, self.run_dir, self.config, self.launch = settings, Path(run_dir), config, launch
-        self._warned, self._closing = False, False
+        self._warned, self._closing, self._status = False, False, "FINISHED"
+        if settings.tracking_uri.startswith("file:"):  # MLflow 3 keeps its file store only on request
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._send_forever, name="mlflow", daemon=True)
@@ -74,10 +78,11 @@ class Tracker:
         if self._queue is not None:
             self._queue.put(dict(record))
 
-    def close(self) -> None:
-        """Send what is queued, waiting at most FLUSH_AT_EXIT_S (what is left is in metrics.jsonl and
-        the next start sends it)."""
+    def close(self, status: str = "FINISHED") -> None:
+        """Send what is queued and set the run's status (FINISHED, KILLED or FAILED), waiting at most
+        FLUSH_AT_EXIT_S (what is left is in metrics.jsonl and the next start sends it)."""
         if self._queue is not None:
+            self._status = status
             self._queue.put(None)
             self._thread.join(FLUSH_AT_EXIT_S)
 
@@ -107,8 +112,8 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=self.settings.tracking_uri)
-        self.run_id = self._retry(self._open_run)
+        self.client = self._retry(lambda: MlflowClient(tracking_uri=self.settings.tracking_uri))
+        self.run_id = self.client and self._retry(self._open_run)
         if self.run_id is None:
             return
         pending: list[dict] = self._retry(self._backlog) or []
@@ -127,13 +132,16 @@ class Tracker:
             if pending and self._retry(lambda: self._send(pending)) is not None:
                 pending = []
             if self._closing:
+                self._retry(lambda: self.client.set_terminated(self.run_id, self._status))
                 return
 
     def _open_run(self) -> str:
         """This training run's MLflow run: the one recorded beside the checkpoints, or a new one."""
         id_file = self.run_dir / RUN_ID_FILE
         if id_file.exists():
-            return id_file.read_text().strip()
+            run_id = id_file.read_text().strip()
+            self.client.update_run(run_id, status="RUNNING")  # a restart: the run goes on
+            return run_id
         name = self.settings.experiment
         experiment = self.client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)

@@ -349,7 +349,7 @@ class Trainer:
         self.model.train()
         if self.stop.enter_training(self._agree_stop):  # a rank was signalled as start-up ended
             self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
-            self.log.close()
+            self.log.close("KILLED")
             return self.stop.exit_code_after_stop()
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
@@ -373,7 +373,7 @@ class Trainer:
                 self._save(blocking=final)
             if stopping:
                 self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
-                self.log.close()
+                self.log.close("KILLED")
                 return self.stop.exit_code_after_stop()
         self.stop.enter_finishing()
         self.checkpointer.wait()
@@ -384,7 +384,7 @@ class Trainer:
             self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
                            seconds=round(time.perf_counter() - started, 3))
         self.log.event(event="exit", step=self.state.step)
-        self.log.close()
+        self.log.close("FINISHED" if self.state.step == ta.max_steps else "KILLED")  # --stop-at-step: more to come
         return 0
 
     def _agree_stop(self) -> bool:
@@ -396,8 +396,12 @@ class Trainer:
 def main(argv=None, stop: ElasticStop | None = None) -> int:
     args = parse_args(argv)
     stop = stop or ElasticStop()
+    trainer = None
     try:
         stop.chain_agent_handler()
-        return Trainer(args, stop).train()
+        trainer = Trainer(args, stop)
+        return trainer.train()
     except USER_ERRORS as e:
+        if trainer is not None:
+            trainer.log.close("FAILED")
         return report(e)
