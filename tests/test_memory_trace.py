@@ -173,3 +173,18 @@ def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
             head(states, labels, per_sequence=True).sum().backward()
     row_logits_fp32 = tokens * vocab * 4
     assert mem.peak < 4 * row_logits_fp32
+
+
+def test_fsdp_splits_each_parameter_where_it_pads_least():
+    """FSDP pads the split dimension to a multiple of the ranks: GPT-OSS-20B's 32 fused experts over
+    64 ranks would be held twice over on dimension 0, so they split along the hidden size instead;
+    an ordinary weight stays on dimension 0."""
+    import torch
+    from torch.distributed.tensor import Shard
+
+    from training.model import least_padding
+
+    placement = least_padding(64)
+    assert placement(torch.nn.Parameter(torch.empty(32, 2880, 5760, device="meta"))) == Shard(1)
+    assert placement(torch.nn.Parameter(torch.empty(4096, 4096, device="meta"))) == Shard(0)
+    assert placement(torch.nn.Parameter(torch.empty(4096, device="meta"))) == Shard(0)
