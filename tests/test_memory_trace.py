@@ -176,9 +176,10 @@ def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
 
 
 def test_fsdp_splits_each_parameter_where_it_pads_least():
-    """FSDP pads the split dimension to a multiple of the ranks: GPT-OSS-20B's 32 fused experts over
-    64 ranks would be held twice over on dimension 0, so they split along the hidden size instead;
-    an ordinary weight stays on dimension 0."""
+    """FSDP pads dimension 0 to a multiple of the ranks (and splits no other dimension unevenly):
+    GPT-OSS-20B's 32 fused experts over 64 ranks would be held twice over on dimension 0, so they
+    split along the hidden size instead; an ordinary weight, or one no other dimension divides,
+    stays on dimension 0."""
     import torch
     from torch.distributed.tensor import Shard
 
@@ -188,3 +189,4 @@ def test_fsdp_splits_each_parameter_where_it_pads_least():
     assert placement(torch.nn.Parameter(torch.empty(32, 2880, 5760, device="meta"))) == Shard(1)
     assert placement(torch.nn.Parameter(torch.empty(4096, 4096, device="meta"))) == Shard(0)
     assert placement(torch.nn.Parameter(torch.empty(4096, device="meta"))) == Shard(0)
+    assert least_padding(3)(torch.nn.Parameter(torch.empty(64, 128, device="meta"))) == Shard(0)

@@ -344,16 +344,16 @@ def mixed_precision_policy(mixed_precision: str) -> MixedPrecisionPolicy:
 
 
 def least_padding(shards: int):
-    """FSDP's placement for each parameter: the dimension whose split over `shards` pads the least
-    (dimension 0 on a tie). FSDP pads the sharded dimension to a multiple of the shard count: on
-    dimension 0 a tensor of 32 or 128 fused experts (GPT-OSS, Llama 4's 16) over 64 ranks would be
-    held at 2-4x its size."""
+    """FSDP's placement for each parameter: dimension 0, unless it would be padded and another
+    dimension splits evenly over `shards` (FSDP pads only dimension 0). A tensor of 32 or 128 fused
+    experts (GPT-OSS; Llama 4 has 16) over 64 ranks would be held at 2-4x its size on dimension 0."""
     from torch.distributed.tensor import Shard
 
     def placement(param: torch.nn.Parameter):
-        def padded(dim: int) -> int:
-            return -(-param.shape[dim] // shards) * shards * param.numel() // max(1, param.shape[dim])
-        return Shard(min(range(param.dim()), key=lambda d: (padded(d), d)) if param.dim() else 0)
+        if param.dim() == 0 or param.shape[0] % shards == 0:
+            return Shard(0)
+        even = [d for d in range(1, param.dim()) if param.shape[d] % shards == 0]
+        return Shard(even[0]) if even else Shard(0)
     return placement
 
 
@@ -363,7 +363,7 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     own forward and backward, so no GPU holds the embeddings or the head whole for the whole step
     (the root is never resharded between forward and backward). A tied embedding and head are one
     weight used at both ends of the model: they stay in the root. Each parameter is split along
-    the dimension that pads least (`least_padding`).
+    a dimension that needs no padding where one does (`least_padding`).
     A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
     per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mixed_precision_policy(mixed_precision),
