@@ -210,13 +210,16 @@ def test_pretrained_weights_reach_every_rank(tmp_path):
         assert abs(one[step] - two[step]) <= 1e-5 * one[step], (step, one[step], two[step])
 
 
-def test_resize_2_3_1_in_bf16_follows_the_fixed_size_run(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_resize_2_3_1_in_bf16_follows_the_fixed_size_run(tmp_path, lora):
     """The GPU's precision on CPU: bf16 compute with fp32 master weights and fp32 gradient reduction
-    (MixedPrecisionPolicy follows the setting, not the device). A resize changes which rows share a
-    matmul and the order gradients are summed in, so bf16 results differ in their last bits: the
-    losses follow the fixed-size run within BF16_LOSS_REL of it, while no sample is repeated or
-    skipped, exactly."""
-    bf16 = [*TINY, "recipes.training_config.model_config.mixed_precision=bf16"]
+    (MixedPrecisionPolicy follows the setting, not the device), and under LoRA the frozen base
+    stored in bf16. A resize changes which rows share a matmul and the order gradients are summed
+    in, so bf16 results differ in their last bits: the losses follow the fixed-size run within
+    BF16_LOSS_REL of it, while no sample is repeated or skipped, exactly."""
+    bf16 = [*TINY, "recipes.training_config.model_config.mixed_precision=bf16",
+            *(["recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"]
+              if lora else [])]
     configs = render_configs(tmp_path / "configs", *bf16)
     train(configs, tmp_path / "fixed", nodes=2)
     run_dir = tmp_path / "run"
