@@ -44,5 +44,6 @@ def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Jo
                           "e.g. cluster.image=<account>.dkr.ecr.<region>.amazonaws.com/train:latest")
     # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
     typed = TypedKeys.from_overrides(list(overrides))
-    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed)
+    plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed,
+                     write_gb_per_s=settings.simulate.write_gb_per_s)
     return Job(settings, recipe_name, recipe, plan, typed)

@@ -245,9 +245,10 @@ def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
 
 
 def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False,
-              typed: TypedKeys = TypedKeys()) -> Plan:
+              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None) -> Plan:
     """Validate a resolved recipe and plan every node count its elastic policy allows (with
-    `every_size`, every count in [min_nodes, max_nodes])."""
+    `every_size`, every count in [min_nodes, max_nodes]); with the checkpoint `write_gb_per_s`, warn
+    where a stop's save outlasts the graceful timeout."""
     recipe = dict(recipe)
     policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
     hardware = build(Hardware, {key: recipe.pop(key, None) for key in ("instance_types", "model_shape")}, "recipes")
@@ -303,7 +304,8 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
             warnings.append(f"recipes.scale_config.n{nodes} sets learning_rate={lr:g}, {lr / recipe_lr:.3g}x the "
                             f"recipe's {recipe_lr:g}: a LoRA learning rate in full-parameter training (or the reverse)? "
                             f"remove it from the entry to use the recipe's")
-    warnings += _hardware_warnings(hardware, instance, sizes) + _stop_save_warnings(policy, hardware, sizes)
+    warnings += _hardware_warnings(hardware, instance, sizes) + _stop_save_warnings(policy, hardware, sizes,
+                                                                                    write_gb_per_s)
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
     return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
 
@@ -329,25 +331,21 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_si
                     sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
 
 
-# A node's sustained write speed to the shared checkpoint volume, for the stop-save check only.
-ASSUMED_WRITE_GB_PER_S_PER_NODE = 1.0
-
-
-def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan]) -> list[str]:
-    """A stop is a blocking save of the weights and AdamW's moments (12 bytes per trained parameter,
-    spread over the nodes) that must end within the graceful timeout, or the pod is killed mid-save."""
-    if not hardware.model_shape or not policy.use_graceful_shutdown:
+def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan],
+                        write_gb_per_s: float | None) -> list[str]:
+    """A stop is a blocking save of the weights and AdamW's moments (12 bytes per trained parameter)
+    that must end within the graceful timeout, or the pod is killed mid-save; at the checkpoint
+    write bandwidth the simulator also assumes (simulate.write_gb_per_s, all nodes together)."""
+    if not (hardware.model_shape and policy.use_graceful_shutdown and write_gb_per_s):
         return []
-    first = sizes[0]
-    mc = first.config.training_config.model_config
+    mc = sizes[0].config.training_config.model_config
     shape = ModelShape.from_config(hardware.model_shape)
-    trained = shape.lora_params(mc.peft_config.r) if mc.lora else shape.params
-    seconds = 12 * trained / first.nodes / (ASSUMED_WRITE_GB_PER_S_PER_NODE * 1e9)
-    if seconds <= policy.graceful_shutdown_timeout:
+    gb = 12 * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
+    if gb / write_gb_per_s <= policy.graceful_shutdown_timeout:
         return []
-    return [f"a stop at {first.nodes} nodes saves {12 * trained / first.nodes / 1e9:.0f} GB per node: ~{seconds:.0f} s at "
-            f"{ASSUMED_WRITE_GB_PER_S_PER_NODE:g} GB/s per node, more than elastic_policy.graceful_shutdown_timeout="
-            f"{policy.graceful_shutdown_timeout}: raise the timeout or min_nodes, or the pod is killed mid-save"]
+    return [f"a stop saves {gb:,.0f} GB: ~{gb / write_gb_per_s:.0f} s at simulate.write_gb_per_s={write_gb_per_s:g}, "
+            f"more than elastic_policy.graceful_shutdown_timeout={policy.graceful_shutdown_timeout}: raise the "
+            f"timeout, or the pod is killed mid-save"]
 
 
 def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[SizePlan]) -> list[str]:

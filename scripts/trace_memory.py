@@ -5,6 +5,7 @@ per GPU by category, and keep the figures the dry run shows (elastic_launcher/tr
     python scripts/trace_memory.py qwen/qwen3_8b_sft recipes.training_config.training_args.micro_train_batch_size=4 --keep
     python scripts/trace_memory.py --keep --jobs 2                # the whole catalogue, kept
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
+    python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as the README's table
 
 Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
 micro-batches when it accumulates gradients (the second starts with the first one's held). Traces
@@ -54,8 +55,12 @@ def sizes_to_trace(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[s
     sizes = [(overrides, s) for s in plan.sizes]
     if below := size_below(recipe, overrides):
         sizes.insert(0, below)
-    return [(recipe, o, s.nodes, trace_inputs(plan.hardware.model_shape, s.config.training_config, s.devices,
-                                              s.batch.micro_batch, min(2, s.batch.grad_accum_steps))) for o, s in sizes]
+    return [(recipe, o, s.nodes, inputs_of(plan, s)) for o, s in sizes]
+
+
+def inputs_of(plan, size) -> dict:
+    return trace_inputs(plan.hardware.model_shape, size.config.training_config, size.devices, size.batch.micro_batch,
+                        min(2, size.batch.grad_accum_steps))
 
 
 def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
@@ -83,6 +88,29 @@ def show(trace: dict, gpu_gib: float) -> str:
             f"{split}  [{trace['seconds']:.0f} s]")
 
 
+def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
+    """Traced peak, the dry run's GiB/GPU (the trace with the allowance) and the analytic fallback's,
+    for the first and last allowed size of each recipe."""
+    from elastic_launcher.memory import ModelShape, estimate, kept_traces, traced
+
+    rows = ["| recipe | nodes | traced GiB | dry run GiB/GPU | fallback estimate | peak in |", "|---|---|---|---|---|---|"]
+    for recipe in recipes:
+        plan = plan_of(recipe, overrides)
+        for size in (plan.sizes[0], plan.sizes[-1]):
+            inputs = inputs_of(plan, size)
+            kept = traced(inputs)
+            mc, tc = size.config.training_config.model_config, size.config.training_config
+            fallback = estimate(ModelShape.from_config(plan.hardware.model_shape), size.devices, size.batch.micro_batch,
+                                tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
+                                activation_checkpointing=mc.activation_checkpointing,
+                                loss_chunk_tokens=mc.loss_chunk_tokens,
+                                sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+            trace = kept_traces()[trace_key(inputs)]
+            rows.append(f"| `{recipe}` | {size.nodes} | {trace['peak_gib']:.1f} | {kept.total_gib:.1f} / "
+                        f"{plan.instance.gpu_memory_gib:g} | {fallback.total_gib:.1f} | {trace['phase']} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="*", help="recipe names (none: the catalogue), e.g. llama/llama3_1_8b_sft, and "
@@ -90,10 +118,15 @@ def main(argv=None) -> int:
     parser.add_argument("--stale", action="store_true", help="only sizes whose inputs have no kept trace")
     parser.add_argument("--keep", action="store_true", help=f"write the traces to {TRACES.name}")
     parser.add_argument("--jobs", type=int, default=1, help="traces run in parallel (one core each)")
+    parser.add_argument("--table", action="store_true", help="print the kept figures of the recipes' sizes "
+                        "as a Markdown table (no tracing)")
     args = parser.parse_args(argv)
     overrides = tuple(a for a in args.recipes if "=" in a)
     named = [a for a in args.recipes if "=" not in a]
     recipes = named or [r for r in options("recipes") if "tiny" not in r]
+    if args.table:
+        print(table(named, overrides))
+        return 0
     kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
     jobs = list({trace_key(job[3]): job for r in recipes for job in sizes_to_trace(r, overrides)}.items())
     if args.stale:
