@@ -6,6 +6,7 @@ per GPU by category, and keep the figures the dry run shows (elastic_launcher/tr
     python scripts/trace_memory.py --keep --jobs 2                # the whole catalogue, kept
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
     python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as the README's table
+    python scripts/trace_memory.py --prune                        # drop kept traces no catalogue size uses
 
 Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
 micro-batches when it accumulates gradients (the second starts with the first one's held). Traces
@@ -41,7 +42,7 @@ def size_below(recipe: str, overrides: tuple[str, ...] = ()):
     mc = plan.base.training_config.model_config
     if plan.base.training_config.training_args.trainer_type != "sft" or mc.lora or plan.policy.min_nodes == 1:
         return None
-    below = (*overrides, "recipes.elastic_policy.min_nodes=1")
+    below = (*overrides, "recipes.elastic_policy.min_nodes=1", "recipes.elastic_policy.replica_discrete_values=null")
     smaller = [s for s in plan_of(recipe, below).sizes if s.nodes < plan.policy.min_nodes]
     return (below, smaller[-1]) if smaller else None
 
@@ -111,6 +112,11 @@ def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
     return "\n".join(rows)
 
 
+def write(traces: dict) -> None:
+    ordered = dict(sorted(traces.items(), key=lambda kv: (kv[1]["recipe"], kv[1]["nodes"])))
+    TRACES.write_text(json.dumps({"traces": ordered}, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="*", help="recipe names (none: the catalogue), e.g. llama/llama3_1_8b_sft, and "
@@ -118,6 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--stale", action="store_true", help="only sizes whose inputs have no kept trace")
     parser.add_argument("--keep", action="store_true", help=f"write the traces to {TRACES.name}")
     parser.add_argument("--jobs", type=int, default=1, help="traces run in parallel (one core each)")
+    parser.add_argument("--prune", action="store_true", help="drop the kept traces no recipe size uses (no tracing)")
     parser.add_argument("--table", action="store_true", help="print the kept figures of the recipes' sizes "
                         "as a Markdown table (no tracing)")
     args = parser.parse_args(argv)
@@ -128,6 +135,11 @@ def main(argv=None) -> int:
         print(table(named, overrides))
         return 0
     kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+    if args.prune:
+        used = {trace_key(job[3]) for r in recipes for job in sizes_to_trace(r, overrides)}
+        write(kept_only := {k: v for k, v in kept.items() if k in used})
+        print(f"kept {len(kept_only)} traces, dropped {len(kept) - len(kept_only)}")
+        return 0
     jobs = list({trace_key(job[3]): job for r in recipes for job in sizes_to_trace(r, overrides)}.items())
     if args.stale:
         jobs = [(key, job) for key, job in jobs if key not in kept]
@@ -144,8 +156,7 @@ def main(argv=None) -> int:
             print(show(trace, gpu[trace["recipe"]]), flush=True)
             kept[trace_key(trace["inputs"])] = trace
             if args.keep:  # after every trace: an interrupted run keeps what it finished
-                TRACES.write_text(json.dumps({"traces": dict(sorted(kept.items(), key=lambda kv: (
-                    kv[1]["recipe"], kv[1]["nodes"])))}, indent=1) + "\n")
+                write(kept)
     print(f"{len(jobs) - failed} sizes traced in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)"
           + (f"; {failed} failed" if failed else ""))
     return 1 if failed else 0
