@@ -71,8 +71,8 @@ def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
     from training.memory_trace import trace_step
 
     recipe, overrides, nodes, inputs = job
-    size = next(s for s in plan_of(recipe, overrides).sizes if s.nodes == nodes)
     try:
+        size = next(s for s in plan_of(recipe, overrides).sizes if s.nodes == nodes)
         step = trace_step(size.config, inputs["world_size"], inputs["micro_batch"], inputs["micro_steps"],
                           inputs["model_shape"])
     except Exception as e:  # one size that cannot be traced stops no other
