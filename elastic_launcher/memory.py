@@ -164,15 +164,21 @@ def traced(inputs: dict) -> MemoryEstimate | None:
 def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
              activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1) -> MemoryEstimate:
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
+    # FSDP pads fused experts it cannot split evenly (training.model.least_padding) to the rank count.
+    padding = 0.0
+    for dims, share in (((shape.hidden_size, 2 * shape.intermediate_size), 2), ((shape.intermediate_size, shape.hidden_size), 1)):
+        if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
+            rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
+            padding += rows * shape.num_hidden_layers * shape.experts * share * shape.hidden_size * shape.intermediate_size
     if lora_r is None:
-        state = 16 * shape.params
+        state = 16 * (shape.params + padding)
         layer_grad = 6 * shape.layer_params
     else:
         adapters = shape.lora_params(lora_r)
-        state = 2 * shape.params + 16 * adapters
+        state = 2 * (shape.params + padding) + 16 * adapters
         layer_grad = 6 * adapters // shape.num_hidden_layers
     head = 0 if shape.tie_word_embeddings else 2 * shape.vocab_size * shape.hidden_size
-    working = 2 * 2 * shape.layer_params + head + layer_grad
+    working = 2 * 2 * (shape.layer_params + padding / shape.num_hidden_layers) + head + layer_grad
     tokens = micro_batch * seq_len * sequences_per_sample
     per_layer = shape.layer_activation_bytes(tokens)
     boundary = tokens * shape.hidden_size * 2  # a checkpointed layer keeps only its bf16 input
