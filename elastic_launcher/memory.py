@@ -129,9 +129,12 @@ def with_allowance(traced_gib: float) -> float:
     return traced_gib * (1 + FRAGMENTATION) + CONTEXT_AND_NCCL_GIB
 
 
-def trace_inputs(model_shape: dict, training_config, world_size: int, micro_batch: int, micro_steps: int) -> dict:
-    """Everything a traced peak depends on (training_config: a training.config.TrainingConfig)."""
+def trace_inputs(model_shape: dict, training_config, world_size: int, micro_batch: int, grad_accum: int) -> dict:
+    """Everything a traced peak depends on (training_config: a training.config.TrainingConfig). A
+    size that accumulates gradients is traced over two micro-batches (the second starts with the
+    first one's gradients held): more add nothing to the peak."""
     mc, ta = training_config.model_config, training_config.training_args
+    micro_steps = min(2, grad_accum)
     return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": world_size,
             "sharding": mc.sharding, "micro_batch": micro_batch, "micro_steps": micro_steps,
             "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,

@@ -316,8 +316,7 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_si
     config = hardware.model_shape or mc.architecture
     if not config or not instance.gpus:
         return None
-    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro,
-                                                             min(2, grad_accum)))):
+    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro, grad_accum))):
         return kept
     try:
         shape = ModelShape.from_config(config)

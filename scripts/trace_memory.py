@@ -61,7 +61,7 @@ def sizes_to_trace(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[s
 
 def inputs_of(plan, size) -> dict:
     return trace_inputs(plan.hardware.model_shape, size.config.training_config, size.devices, size.batch.micro_batch,
-                        min(2, size.batch.grad_accum_steps))
+                        size.batch.grad_accum_steps)
 
 
 def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
