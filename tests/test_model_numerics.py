@@ -8,6 +8,7 @@ import torch
 
 from conftest import tiny_causal_lm
 from training.data import IGNORE_INDEX, collate, pack
+from training.methods.base import model_inputs
 from training.model import linear_cross_entropy
 
 
@@ -24,7 +25,7 @@ def packed_row(samples):
 
 def loss_and_grads(model, batch):
     model.zero_grad()
-    loss = model(batch["input_ids"], batch["position_ids"], batch["labels"])
+    loss = model(**model_inputs(batch, "cpu"))  # packed rows: their document ids keep samples apart
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

@@ -387,46 +387,53 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
     return train, val, json.loads((target / _STATS).read_text())
 
 
-def collate(rows: list[dict]) -> dict:
+def collate(rows: list[dict], width_multiple: int = 1) -> dict:
     """Right-pad a micro-batch, with no attention mask: attention is causal, so right padding never
-    reaches a real token, and SDPA/flash keep their fast kernels. Each row may hold several packed
-    samples (`lengths`): position ids restart at every sample, which transformers turns into
-    per-sample (document) attention, and labels are shifted within each sample (labels[t] is the
-    target of position t), so no sample learns from its neighbour. Token counts (and the samples'
-    squared lengths, for attention's FLOPs) are computed here,
-    on the host, so the training step needs no device-to-host sync for them. An empty micro-batch
-    (a rank with fewer samples than micro-steps) becomes one masked token: it keeps collectives
-    aligned and adds nothing."""
+    reaches a real token, and SDPA/flex keep their fast kernels. Rows are padded to a multiple of
+    `width_multiple` (the trainer's: the packed row length, so every packed micro-batch has one shape
+    and a compiled layer never sees another). Each row may hold several packed samples (`lengths`):
+    position ids restart at every sample, `document_ids` say which sample each token belongs to (the
+    per-sample attention mask: training.masks), and labels are shifted within each sample (labels[t]
+    is the target of position t), so no sample learns from its neighbour. Token counts (and the
+    samples' squared lengths, for attention's FLOPs) are computed here, on the host, so the training
+    step needs no device-to-host sync for them. An empty micro-batch (a rank with fewer samples than
+    micro-steps) becomes one masked token: it keeps collectives aligned and adds nothing."""
     if not rows:
         rows = [{"input_ids": [0], "labels": [IGNORE_INDEX], "sample_ids": [], "lengths": [1]}]
-    width = max(len(r["input_ids"]) for r in rows)
+    longest = max(len(r["input_ids"]) for r in rows)
+    width = -(-longest // width_multiple) * width_multiple
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     position_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    document_ids = torch.zeros(len(rows), width, dtype=torch.long)
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
     real_tokens = 0
     for i, r in enumerate(rows):
         n = len(r["input_ids"])
         input_ids[i, :n] = torch.tensor(r["input_ids"])
         start = 0
-        for length in r["lengths"]:
+        for document, length in enumerate(r["lengths"]):
             position_ids[i, start : start + length] = torch.arange(length)
+            document_ids[i, start : start + length] = document
             labels[i, start : start + length - 1] = torch.tensor(r["labels"][start + 1 : start + length])
             start += length
         # Padding continues the last sample's positions: one causal block, never a token's context.
         position_ids[i, n:] = torch.arange(position_ids[i, n - 1] + 1, position_ids[i, n - 1] + 1 + width - n)
+        document_ids[i, n:] = len(r["lengths"]) - 1
         real_tokens += n
     sample_ids = [sid for r in rows for sid in r["sample_ids"]]
+    packed = any(len(r["lengths"]) > 1 for r in rows)
     return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
+            **({"document_ids": document_ids} if packed else {}),
             "label_tokens": int((labels != IGNORE_INDEX).sum()) if sample_ids else 0,
             "tokens": real_tokens if sample_ids else 0,
             # Attention's cost: each sample attends within itself (training.model.attention_flops).
             "squared_lengths": sum(n * n for r in rows for n in r["lengths"]) if sample_ids else 0}
 
 
-def collate_pairs(rows: list[dict]) -> dict:
+def collate_pairs(rows: list[dict], width_multiple: int = 1) -> dict:
     """A DPO micro-batch: the chosen sequences of its pairs, then the rejected ones, as one padded
     batch (`pairs` says where the halves meet; 0 for an empty micro-batch's dummy row)."""
     sequences = [{"input_ids": r[f"{side}_input_ids"], "labels": r[f"{side}_labels"],
                   "sample_ids": r["sample_ids"] if side == "chosen" else [], "lengths": [len(r[f"{side}_input_ids"])]}
                  for side in ("chosen", "rejected") for r in rows]
-    return {**collate(sequences), "pairs": len(rows)}
+    return {**collate(sequences, width_multiple), "pairs": len(rows)}

@@ -178,26 +178,15 @@ class CausalLM(torch.nn.Module):
         self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
         self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
 
-    def forward(self, input_ids, position_ids, labels, per_sequence: bool = False) -> torch.Tensor:
-        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO)."""
-        # No KV cache: with one, transformers would not derive per-sample attention from position_ids.
+    def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False) -> torch.Tensor:
+        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO).
+        `document_ids` (packed rows: which sample each token belongs to) keep packed samples apart."""
+        from training.masks import attention_masks
+
         embeds = self.model.embed_tokens(input_ids)
-        hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=self._masks(embeds, position_ids),
-                            use_cache=False).last_hidden_state
+        hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, use_cache=False,
+                            attention_mask=attention_masks(self.config, embeds, position_ids, document_ids)).last_hidden_state
         return self.lm_head(hidden, labels, per_sequence)
-
-    def _masks(self, embeds, position_ids) -> dict | None:
-        """Per-layer-type masks for models with sliding-window layers (GPT-OSS), whose forward does not
-        pass position_ids to transformers' mask builders: built here with them, so packed samples
-        stay apart there too. None: the model derives its mask itself."""
-        if "sliding_attention" not in (getattr(self.config, "layer_types", None) or ()):
-            return None
-        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
-
-        kwargs = dict(config=self.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
-                      position_ids=position_ids)
-        return {"full_attention": create_causal_mask(**kwargs),
-                "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.embed_tokens
@@ -246,6 +235,9 @@ def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits:
                for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
 
 
+RECOMPILE_LIMIT = 8  # variants of the compiled decoder layer before the run fails (torch's default limit)
+
+
 def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: bool) -> None:
     """Activation checkpointing, then per-layer compilation, as torchtitan orders them (before FSDP).
     selective = every other decoder layer: half the recompute of `full` for half its memory savings."""
@@ -253,10 +245,34 @@ def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: b
         every = 2 if cfg.activation_checkpointing == "selective" else 1
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
                                               every_n_layers=every)
+        # With it transformers makes the embeddings' output require grad; non-reentrant checkpointing
+        # does not need that, and trained embeddings give it anyway. Under LoRA (frozen embeddings) it
+        # is kept: every layer's input then requires grad, so layer 0 compiles to the others' graph.
+        if not cfg.lora:
+            model.disable_input_require_grads()
     if compile_layers:
-        # Each decoder layer compiles in place (parameter names unchanged); all layers share one graph.
+        import torch._dynamo
+
+        # A run that outgrows its variants fails loudly instead of going on eager without a word.
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
         for layer in decoder_layers(model):
-            layer.compile()
+            _compile_for_training(layer)
+
+
+def _compile_for_training(layer: torch.nn.Module) -> None:
+    """Compile the layer's training pass (gradients on, train mode) in place, parameter names
+    unchanged; all layers share one graph. Passes without gradients (evaluation, DPO's reference
+    forward, with LoRA's adapters switched off) run eager: as compiled variants of their own they
+    would use up the recompile limit, and they are the cheap third of the work."""
+    compiled, eager = torch.compile(layer._call_impl), layer._call_impl
+
+    def call(*args, **kwargs):
+        if torch.is_grad_enabled() and layer.training:
+            return compiled(*args, **kwargs)
+        return eager(*args, **kwargs)
+
+    layer._compiled_call_impl = call  # where nn.Module.compile puts its compiled function
 
 
 def _with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:

@@ -132,7 +132,11 @@ class Trainer:
         tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
         self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
                                  launch_id=launch, tracker=tracker)
-        self.method = load_method(tc.training_args, self.device)
+        # Packed rows are padded to the packed length: one shape for every micro-batch (compiled layers
+        # never meet another). Unpacked rows keep their own length: compiled layers then take one graph
+        # with a dynamic length after the first change (torch's automatic dynamic shapes).
+        ds = tc.datasets
+        self.method = load_method(tc.training_args, self.device, ds.max_len if ds.packing else 1)
         self.dataset, self.validation = self._dataset()
         ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)

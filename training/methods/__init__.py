@@ -18,6 +18,6 @@ def method_names() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in ("__init__", "base")))
 
 
-def load_method(args, device):
-    """The method `args.trainer_type` names, set up with the run's TrainingArgs and device."""
-    return importlib.import_module(f"{__name__}.{args.trainer_type}").METHOD(args, device)
+def load_method(args, device, width_multiple: int = 1):
+    """The method `args.trainer_type` names, set up with the run's TrainingArgs, device and row width."""
+    return importlib.import_module(f"{__name__}.{args.trainer_type}").METHOD(args, device, width_multiple)

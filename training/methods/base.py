@@ -9,7 +9,8 @@ import torch
 
 def model_inputs(micro: dict, device) -> dict:
     """The tensors of a collated micro-batch that the model takes, on `device`."""
-    return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels")}
+    return {k: micro[k].to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels", "document_ids")
+            if k in micro}
 
 
 def reducing_on_the_last(model, micro_batches: list[dict]):
@@ -26,16 +27,18 @@ class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
 
-    def __init__(self, args, device: torch.device):
+    def __init__(self, args, device: torch.device, width_multiple: int = 1):
         self.args = args  # TrainingArgs: the method's own keys (beta, loss_type, ...) live there
         self.device = device
+        self.width_multiple = width_multiple  # rows are padded to a multiple of this (training.data.collate)
 
     def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module]) -> None:
         """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy
         of the initial model for a method that compares against one."""
 
     def collate(self, rows: list[dict]) -> dict:
-        """A padded micro-batch with host-side `label_tokens`, `tokens` and `sample_ids`."""
+        """A padded micro-batch (rows `width_multiple` wide) with host-side `label_tokens`, `tokens`
+        and `sample_ids`."""
         raise NotImplementedError
 
     def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,

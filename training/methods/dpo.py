@@ -81,7 +81,7 @@ class DPO(TrainingMethod):
         return policy, PairScores(policy[:n], policy[n:2 * n], ref[:n], ref[n:2 * n], tokens[:n], tokens[n:2 * n])
 
     def collate(self, rows):
-        return collate_pairs(rows)
+        return collate_pairs(rows, self.width_multiple)
 
     def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
         scale = world_size / global_batch

@@ -1,0 +1,48 @@
+"""Attention masks from the host-side document boundaries that `collate` already knows.
+
+transformers would otherwise detect packed documents from `position_ids` on every forward, with a
+device-to-host sync (`.all()`) each time, twice for models with two kinds of layers. Here the masks
+are built from `document_ids` (one id per packed sample, made on the host) with transformers' own
+mask builders and no position ids, so nothing is inferred and nothing syncs; rows that each hold one
+sample pass no ids and get the plain causal (sliding, chunked) mask, which SDPA may skip entirely.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MASK_BUILDERS = {  # a layer type (config.layer_types) -> the name of its mask builder in transformers
+    "full_attention": "create_causal_mask",
+    "sliding_attention": "create_sliding_window_causal_mask",
+    "chunked_attention": "create_chunked_causal_mask",
+}
+
+
+def _same_chunk(position_ids: torch.Tensor, chunk: int):
+    """Llama 4's chunked attention counted from each sample's start (its positions), not the row's."""
+    def mask(batch, head, q, kv):
+        return position_ids[batch, kv] // chunk == position_ids[batch, q] // chunk
+    return mask
+
+
+def _mask(config, kind: str, embeds, document_ids, position_ids):
+    from transformers import masking_utils
+
+    builder, extra = getattr(masking_utils, MASK_BUILDERS[kind]), None
+    if document_ids is not None:
+        extra = masking_utils.packed_sequence_mask_function(document_ids)
+        if kind == "chunked_attention":  # the builder would count chunks from the row's start
+            builder = masking_utils.create_causal_mask
+            extra = masking_utils.and_masks(extra, _same_chunk(position_ids, config.attention_chunk_size))
+    # A sliding window within one sample is the same counted by row or by position: no remapping.
+    return builder(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+                   position_ids=None, and_mask_function=extra)
+
+
+def attention_masks(config, embeds: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor | None):
+    """The attention mask for every layer type of the model: a dict by type for models whose forward
+    takes one (those with `layer_types`), else the one causal mask."""
+    layer_types = getattr(config, "layer_types", None)
+    masks = {kind: _mask(config, kind, embeds, document_ids, position_ids)
+             for kind in sorted(set(layer_types or ["full_attention"]))}
+    return masks if layer_types else masks["full_attention"]
