@@ -30,7 +30,7 @@ from pathlib import Path
 
 GIB = 2**30
 TRACES = Path(__file__).with_name("traced_memory.json")
-TRACE_FORMAT = 2  # bumped when the trainer's step changes what it holds: every kept trace is then stale
+TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
 # What the trace cannot see: the CUDA context and NCCL's communicator buffers (about 1 GiB each on
 # an 8-GPU H100 node), and the caching allocator's fragmentation (reserved above allocated).
 CONTEXT_AND_NCCL_GIB = 2.0

@@ -120,3 +120,88 @@ def test_packing_fills_rows_and_is_deterministic():
     fill = sum(lengths) / (len(rows) * 4096)
     assert fill >= 0.95, fill
     assert pack(lengths, 4096) == rows
+
+
+def catalogue_head_counts() -> set[tuple[int, int]]:
+    """(attention heads, K/V heads) of every model in the recipe catalogue."""
+    from elastic_launcher.compose import compose, options, to_plain
+
+    counts = set()
+    for recipe in options("recipes"):
+        shape = to_plain(compose([f"recipes={recipe}"])[0])["recipes"].get("model_shape")
+        if shape:
+            counts.add((shape["num_attention_heads"], shape.get("num_key_value_heads") or shape["num_attention_heads"]))
+    return counts
+
+
+def test_flex_attention_keeps_kv_heads_for_every_catalogue_head_count(monkeypatch):
+    """Grouped-query attention without copying K/V to every query head, equal to flex on K/V copied
+    to every head (what transformers' flex path does where the head count is not a power of two),
+    in float64."""
+    import training.attention as attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    counts = catalogue_head_counts()
+    assert {(28, 4), (40, 8), (12, 2), (64, 8)} <= counts  # the non-powers of two are among them
+    seen_kv_heads = []
+    flex = attention.flex_attention
+    monkeypatch.setattr(attention, "flex_attention", lambda q, k, v, **kw: seen_kv_heads.append(k.shape[1]) or flex(q, k, v, **kw))
+    torch.manual_seed(0)
+    tokens, head_dim = 20, 8
+    causal = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, tokens, tokens, device="cpu")
+    module = torch.nn.Module().eval()
+    for heads, kv_heads in sorted(counts):
+        q = torch.randn(1, heads, tokens, head_dim, dtype=torch.float64)
+        k, v = (torch.randn(1, kv_heads, tokens, head_dim, dtype=torch.float64) for _ in range(2))
+        ours, _ = attention.flex_attention_forward(module, q, k, v, causal, scaling=head_dim ** -0.5)
+        copied = flex_attention(q, repeat_kv(k, heads // kv_heads), repeat_kv(v, heads // kv_heads),
+                                block_mask=causal, scale=head_dim ** -0.5).transpose(1, 2)
+        assert torch.allclose(ours, copied, rtol=1e-12, atol=1e-14), (heads, kv_heads)
+    assert seen_kv_heads == [kv for _, kv in sorted(counts)]
+
+
+def test_gpt_oss_sinks_are_applied_in_fp32():
+    """GPT-OSS's attention sinks under flex attention with bf16 inputs lose no more than one bf16
+    rounding of the output beyond what flex itself loses (transformers rounds the log-sum-exp to
+    bf16 first: at |lse| ~ 18 that is 2-3 roundings more). Against GPT-OSS's own eager attention
+    in float64."""
+    import types
+
+    from torch.nn.attention.flex_attention import create_block_mask
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    from training.attention import flex_attention_forward
+
+    torch.manual_seed(0)
+    heads, kv_heads, tokens, head_dim = 8, 2, 64, 32
+    q = torch.randn(2, heads, tokens, head_dim, dtype=torch.float64) * 2
+    k = torch.randn(2, kv_heads, tokens, head_dim, dtype=torch.float64) * 2
+    v = torch.randn(2, kv_heads, tokens, head_dim, dtype=torch.float64)
+    causal = create_block_mask(lambda b, h, qi, kv: kv <= qi, None, None, tokens, tokens, device="cpu")
+    dense = torch.full((tokens, tokens), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+
+    def error(sinks):
+        module = types.SimpleNamespace(num_key_value_groups=heads // kv_heads, training=False, sinks=sinks)
+        exact, _ = eager_attention_forward(module, q, k, v, dense, scaling=head_dim ** -0.5, dropout=0.0)
+        got, _ = flex_attention_forward(module, q.bfloat16(), k.bfloat16(), v.bfloat16(), causal,
+                                        scaling=head_dim ** -0.5, s_aux=sinks.bfloat16())
+        return float((got.double() - exact).abs().max() / exact.abs().max())
+
+    flex_alone = error(torch.full((heads,), -1e4, dtype=torch.float64))  # sinks that take nothing
+    assert error(torch.randn(heads, dtype=torch.float64) * 2 + 4) <= flex_alone + 2**-8
+
+
+def test_a_gpt_oss_forward_with_flex_attention_equals_eager():
+    """The trainer's flex attention inside the model (sliding and full layers, sinks, block masks
+    from document ids): the same loss as GPT-OSS's eager attention, packed rows included, in float64."""
+    from training.attention import use_trainer_flex_attention
+
+    use_trainer_flex_attention()
+    rng = random.Random(5)
+    batch = collate([packed_row([sample(rng, n) for n in (11, 23, 7)]), sample(rng, 30)])
+    eager = tiny_causal_lm("gpt_oss", float64=True)
+    flex = tiny_causal_lm("gpt_oss", float64=True)
+    flex.config._attn_implementation = "flex_attention"
+    with torch.no_grad():
+        assert torch.allclose(flex(**model_inputs(batch, "cpu")), eager(**model_inputs(batch, "cpu")), rtol=1e-12)

@@ -182,3 +182,82 @@ def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_we
     assert "step-00000004" in err and "trying the previous one" in err
     assert (run_dir / "checkpoints" / f"step-00000004{CORRUPT_SUFFIX}").is_dir()
     assert losses(run_dir) == pytest.approx(first_losses, rel=1e-6)  # the same run again, not garbage weights
+
+
+HOST_READS = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from training.elastic import ElasticStop
+from training.train import Trainer, parse_args
+
+# What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
+READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
+
+
+class HostReads(TorchDispatchMode):
+    count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        HostReads.count += func in READS
+        return func(*args, **(kwargs or {}))
+
+
+tolist = torch.Tensor.tolist
+def counted_tolist(self):
+    HostReads.count += 1
+    return tolist(self)
+torch.Tensor.tolist = counted_tolist
+
+trainer = Trainer(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop())
+before_update = []
+hook = trainer.optimizer.register_step_pre_hook(lambda *args: before_update.append(HostReads.count))
+loader, steps = trainer._loader(), lambda: [next(loader) for _ in range(trainer.plan.grad_accum_steps)]
+trainer.model.train()
+for _ in range(3):
+    micro_batches = steps()  # collated on the host (by the loader's workers in a real run)
+    HostReads.count = 0
+    with HostReads():
+        trainer.train_step(micro_batches)
+hook.remove()
+
+# A step whose gradient is not finite changes neither the weights nor the optimizer's state.
+trained = [p for p in trainer.model.parameters() if p.requires_grad]
+full = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t  # the step count is a plain tensor
+snapshot = lambda: [full(t).clone() for p in trained for t in (p, *trainer.optimizer.state[p].values())]
+before = snapshot()
+forward_backward = trainer.method.forward_backward
+def poisoned(*args):
+    result = forward_backward(*args)
+    trained[0].grad.fill_(float("nan"))
+    return result
+trainer.method.forward_backward = poisoned
+record, _, _ = trainer.train_step(steps())
+trainer.method.forward_backward = forward_backward
+unchanged = all(torch.equal(a, b) for a, b in zip(before, snapshot()))
+record, _, _ = trainer.train_step(steps())
+moved = not all(torch.equal(a, b) for a, b in zip(before, snapshot()))
+print(json.dumps({"before_update": before_update, "skipped_unchanged": unchanged, "next_moves": moved,
+                  "skipped_steps": trainer.state.skipped_steps}))
+"""
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    ("llama/tiny_llama_sft", ["recipes.training_config.datasets.packing=true"]),
+    ("llama/tiny_llama_dpo", []),
+], ids=["sft-packed", "lora-dpo"])
+def test_a_step_reads_nothing_from_the_device_before_the_update_and_skips_a_non_finite_one(tmp_path, recipe,
+                                                                                          overrides):
+    """Nothing in a step waits for the device before the optimizer step is queued (no .item(),
+    bool(), torch.equal or .tolist(): packed attention masks come from host-side document ids, the
+    non-finite verdict skips the update on the device), and a skipped step leaves weights and
+    optimizer state exactly as they were."""
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_skipped_steps=1",
+                             *overrides, recipe=recipe)
+    out = subprocess.run([sys.executable, "-c", HOST_READS, str(configs), str(tmp_path / "run")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result == {"before_update": [0] * 3, "skipped_unchanged": True, "next_moves": True, "skipped_steps": 1}

@@ -4,7 +4,9 @@ transformers would otherwise detect packed documents from `position_ids` on ever
 device-to-host sync (`.all()`) each time, twice for models with two kinds of layers. Here the masks
 are built from `document_ids` (one id per packed sample, made on the host) with transformers' own
 mask builders and no position ids, so nothing is inferred and nothing syncs; rows that each hold one
-sample pass no ids and get the plain causal (sliding, chunked) mask, which SDPA may skip entirely.
+sample pass no ids and get the plain causal (sliding, chunked) mask. A mask is always built and
+passed (never None, which would send transformers back to detecting): flex attention, the recipes'
+choice, takes it as a sparse block mask; SDPA gets it dense and leaves its is_causal fast path.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _mask(config, kind: str, embeds, document_ids, position_ids):
             extra = masking_utils.and_masks(extra, _same_chunk(position_ids, config.attention_chunk_size))
     # A sliding window within one sample is the same counted by row or by position: no remapping.
     return builder(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
-                   position_ids=None, and_mask_function=extra)
+                   position_ids=None, and_mask_function=extra, allow_is_causal_skip=False)
 
 
 def attention_masks(config, embeds: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor | None):

@@ -42,6 +42,10 @@ def _hf_config(cfg: ModelConfig):
 
 
 def _attention(cfg: ModelConfig) -> dict:
+    if cfg.attn_implementation == "flex_attention":
+        from training.attention import use_trainer_flex_attention
+
+        use_trainer_flex_attention()  # GQA without K/V copies, GPT-OSS's sinks in fp32
     return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
 
 

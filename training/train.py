@@ -253,8 +253,10 @@ class Trainer:
 
     def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
         """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
-        still writing). A non-finite loss or gradient norm never reaches the optimizer; one
-        all-reduce carries the loss, the finiteness verdict, the stop agreement and async-save progress."""
+        still writing). A non-finite loss or gradient norm never reaches the weights; one all-reduce
+        carries the loss, the finiteness verdict, the stop agreement and async-save progress. The
+        host reads it only after the optimizer step is queued: the verdict skips the update on the
+        device (fused AdamW's `found_inf`), so nothing waits for the GPU before the step."""
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
@@ -267,18 +269,17 @@ class Trainer:
         flags = torch.tensor([self.stop.requested, self.checkpointer.writing], dtype=torch.float64, device=self.device)
         stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags, extra.double()])
         dist.all_reduce(stats)
+        self.optimizer.found_inf = (stats[1] > 0).float()  # some rank's loss or the gradient is not finite
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         loss_sum, nonfinite, stop, writing, *extra = stats.tolist()
         if nonfinite:
-            self.optimizer.zero_grad(set_to_none=True)
             self.state.skipped_steps += 1
             if self.state.skipped_steps > ta.max_skipped_steps:
                 raise NumericsError(
                     f"non-finite loss or gradient norm at step {self.state.step + 1} (loss sum {loss_sum}, grad norm "
                     f"{float(grad_norm)}): stopped before the update, the newest checkpoint is unchanged; lower the "
                     f"learning rate, check the data, or allow skips with training_args.max_skipped_steps")
-        else:
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         self.state.consumed_samples += self.plan.global_batch
         record = self._step_record(loss_sum, bool(nonfinite), lr, float(grad_norm), tokens.tolist(),
