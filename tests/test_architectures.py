@@ -157,7 +157,7 @@ def test_llama4_trains_the_text_model_out_of_a_vision_and_text_checkpoint(tmp_pa
                                    ).save_pretrained(tmp_path)
     stored = load_file(tmp_path / "model.safetensors")
     model = build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=1,
-                                mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False)
+                                mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False, source=str(tmp_path))
     loaded = {k: v.full_tensor() for k, v in model.state_dict().items()}
     assert loaded and all(torch.equal(value, stored[f"language_model.{key}"]) for key, value in loaded.items())
     assert type(model.config).__name__ == "Llama4TextConfig"

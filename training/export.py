@@ -154,6 +154,7 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
 
 def main(argv=None) -> int:
     """Export one complete checkpoint (under torchrun or as a single process)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from training.checkpoint import CheckpointError, fingerprint, load_weights
@@ -161,6 +162,7 @@ def main(argv=None) -> int:
     from training.config import load_job_config
     from training.errors import ConfigError, report
     from training.model import build_sharded_model, checkpointed_weights
+    from training.snapshot import local_snapshot
     from training.topology import Topology, start_process_group
 
     parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
@@ -192,8 +194,12 @@ def main(argv=None) -> int:
         device = start_process_group(topo)
         mc = cfg.training_config.model_config
         mc.compile = False
+        # A LoRA checkpoint holds the adapters only: the base is read from the model's files.
+        source = None if mc.architecture else local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(),
+                                                             topo.rank, topo.local_rank, topo.world_size)
         model = build_sharded_model(mc, cfg.training_config.training_args.seed,
-                                    init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda", resuming=True)
+                                    init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda",
+                                    resuming=True, source=source)
         load_weights(checkpoint, model, checkpointed_weights(mc), fingerprint(cfg), topo.rank, topo.world_size)
         for path in export_hf(model, cfg, out, topo.rank == 0):
             if topo.rank == 0:

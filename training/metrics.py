@@ -32,7 +32,12 @@ def peak_memory(device: torch.device) -> dict:
     if device.type == "cuda":
         return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30,
                 "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30}
-    return {"peak_memory_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB -> GiB
+    return {"peak_memory_gib": host_peak_bytes() / 2**30}
+
+
+def host_peak_bytes() -> int:
+    """The process's peak resident host memory so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def reset_peak_memory(device: torch.device) -> None:

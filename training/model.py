@@ -1,13 +1,14 @@
 """transformers causal LMs (Llama 3.x and 4, Qwen2/2.5 and 3, GPT-OSS) sharded with FSDP2.
 
-Weights come from `model_name_or_path` (hub id or local directory) or, for tiny test models, from an
-inline architecture config with seeded random init. From a local directory of plain safetensors,
-every rank reads only its own shards (DCP's HuggingFaceStorageReader into the sharded skeleton): no
-process ever holds the full model. Otherwise (a hub id, or GPT-OSS's MXFP4 experts, which must be
-dequantized to train: transformers' Mxfp4Config(dequantize=True)) rank 0 materializes the model and
-the other ranks receive their shards from it, so the job holds one full copy instead of one per GPU.
-A vision+text checkpoint (Llama 4) trains its language model: transformers builds the causal LM
-from the text config, and the weights are read from under the checkpoint's `language_model.` prefix.
+Weights come from the model's files (`model_name_or_path`: a local directory, or a hub id whose
+snapshot each node fetches once: training.snapshot) or, for tiny test models, from an inline
+architecture config with seeded random init. From files, every rank builds the model's skeleton on
+the meta device, shards it, allocates only its own shards and reads them from the safetensors files
+(DCP's HuggingFaceStorageReader; GPT-OSS's MXFP4 experts dequantized for the experts the rank
+holds): no process ever holds the full model, on the first start or any restart. Under LoRA the
+frozen base is allocated in bf16 before it is read. A vision+text checkpoint (Llama 4) trains its
+language model: transformers builds the causal LM from the text config, and the weights are read
+from under the checkpoint's `language_model.` prefix.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from training.errors import ConfigError
 from training.data import IGNORE_INDEX
 
 
-def _hf_config(cfg: ModelConfig):
-    """The transformers config of the model, without quantization (training needs real weights)."""
+def _hf_config(cfg: ModelConfig, source: str | None = None):
+    """The transformers config of the model, without quantization (training needs real weights).
+    `source`: the local directory of the model's files (default: model_name_or_path)."""
     from transformers import AutoConfig
 
     if cfg.architecture:
@@ -35,7 +37,7 @@ def _hf_config(cfg: ModelConfig):
         return AutoConfig.for_model(model_type, **arch)
     if not cfg.model_name_or_path:
         raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
-    config = AutoConfig.from_pretrained(cfg.model_name_or_path)
+    config = AutoConfig.from_pretrained(source or cfg.model_name_or_path)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     return config
@@ -49,73 +51,111 @@ def _attention(cfg: ModelConfig) -> dict:
     return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
 
 
-def _from_pretrained(cfg: ModelConfig) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    kwargs = _attention(cfg)
-    quant = getattr(AutoConfig.from_pretrained(cfg.model_name_or_path), "quantization_config", None) or {}
-    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
-    if str(method) in ("mxfp4", "QuantizationMethod.MXFP4"):
-        from transformers import Mxfp4Config
-
-        kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
-    return AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path, dtype=torch.float32, **kwargs)
-
-
-def _safetensors_dir(cfg: ModelConfig) -> str | None:
-    """The local directory of an unquantized safetensors checkpoint, from which each rank can read
-    its own shards; None when the weights need the rank-0 path."""
-    import json
-    from pathlib import Path
-
-    if cfg.architecture or not cfg.model_name_or_path or not Path(cfg.model_name_or_path).is_dir():
-        return None
-    path = Path(cfg.model_name_or_path)
-    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
-    if config.get("quantization_config") or not any(path.glob("*.safetensors")):
-        return None
-    return str(path)
-
-
 STORED_PREFIXES = ("", "language_model.")  # where a checkpoint may keep the causal LM's weights
+MXFP4_PARTS = ("_blocks", "_scales")  # GPT-OSS stores an expert weight `w` as w_blocks and w_scales
+
+
+def _local_part(param: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
+    """The tensor this rank holds of `param` and where it sits in the full parameter."""
+    if not hasattr(param, "device_mesh"):
+        return param, tuple(slice(0, n) for n in param.shape)
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return param.to_local(), tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
+def _stored_name(key: str, stored) -> str | None:
+    plain = key.replace(".base_layer.", ".")  # LoRA wraps a linear layer's weight as base_layer.weight
+    for name in (p + plain for p in STORED_PREFIXES):
+        if name in stored or all(name + part in stored for part in MXFP4_PARTS):
+            return name
+    return None
+
+
+def _load_mxfp4(local: torch.Tensor, where: tuple[slice, ...], name: str, files: dict[str, str]) -> None:
+    """Fill this rank's part of a GPT-OSS expert weight from its MXFP4 blocks and scales, reading
+    and dequantizing (transformers' own function) only the experts the part spans."""
+    from safetensors import safe_open
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    if local.numel() == 0:
+        return
+
+    def read(part: str) -> torch.Tensor:
+        with safe_open(files[name + part], "pt") as f:
+            return f.get_slice(name + part)[where[0]]  # [experts, out, in/32, ...] of this rank's experts
+    values = convert_moe_packed_tensors(*(read(part) for part in MXFP4_PARTS), dtype=torch.float32)
+    local.copy_(values[(slice(None), *where[1:])])  # [experts, in, out], as the model holds it
 
 
 def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
-    """Fill the sharded model's parameters from the safetensors files in `path`, each rank reading
-    only the slices it owns (converted to the parameters' dtype). A tied LM head is filled through
-    its embedding; any other weight missing from the files is an error, not a silent random init."""
-    import torch.distributed.checkpoint as dcp
+    """Fill the sharded model's weights from the safetensors files in `path`, each rank reading only
+    the slices it owns (converted to the parameters' dtype). A tied LM head is filled through its
+    embedding; LoRA adapters are in no file (init_adapters); any other weight missing from the files
+    is an error, not a silent random init."""
+    from pathlib import Path
 
-    reader = dcp.HuggingFaceStorageReader(path)
-    stored = reader.read_metadata().state_dict_metadata
-    state = model.state_dict()
-    # A vision+text checkpoint (Llama 4) stores the language model under a prefix.
-    names = {k: next((p + k for p in STORED_PREFIXES if p + k in stored), None) for k in state}
+    import torch.distributed.checkpoint as dcp
+    from safetensors import safe_open
+
+    files = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            files.update(dict.fromkeys(f.keys(), str(file)))
+    state = {k: v for k, v in model.state_dict().items() if ".lora_" not in k}
+    names = {k: _stored_name(k, files) for k in state}
     owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
     filled = {owner.get(k) for k, name in names.items() if name}
     missing = [k for k, name in names.items() if not name and owner.get(k, k) not in filled]
     if missing:
         raise ConfigError(f"model_name_or_path={path!r} lacks weights the model needs ({', '.join(missing[:3])}"
                           f"{', ...' if len(missing) > 3 else ''}): is it a checkpoint of this architecture?")
-    dcp.load({name: state[k] for k, name in names.items() if name}, storage_reader=reader)
+    plain = {name: state[k] for k, name in names.items() if name in files}
+    dcp.load(plain, storage_reader=dcp.HuggingFaceStorageReader(path))
+    with torch.no_grad():
+        for k, name in names.items():
+            if name and name not in files:
+                _load_mxfp4(*_local_part(state[k]), name, files)
 
 
-def _from_config(cfg: ModelConfig, init: bool) -> torch.nn.Module:
+def init_adapters(model: torch.nn.Module, seed: int) -> None:
+    """LoRA's initialization as peft makes it (A: uniform Kaiming, B: zero), each A drawn from a
+    generator seeded by the seed and its name, and each rank writing only its own part: the same
+    adapters at every size and from files or from rank 0, with no full model anywhere."""
+    import math
+    import zlib
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_A." not in name and ".lora_B." not in name:
+                continue
+            full = torch.zeros(param.shape)
+            if ".lora_A." in name:
+                generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                torch.nn.init.kaiming_uniform_(full, a=math.sqrt(5), generator=generator)
+            local, where = _local_part(param)
+            local.copy_(full[where])
+
+
+def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> torch.nn.Module:
     from contextlib import nullcontext
 
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
     with nullcontext() if init else no_init_weights():
-        return AutoModelForCausalLM.from_config(_hf_config(cfg), dtype=torch.float32, **_attention(cfg))
+        return AutoModelForCausalLM.from_config(_hf_config(cfg, source), dtype=torch.float32, **_attention(cfg))
 
 
 def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
-    """The model on CPU in fp32 (FSDP's sharded master weights stay fp32; bf16 is a compute dtype)."""
+    """The model of an inline architecture, seeded random init, on CPU in fp32 (FSDP's sharded
+    master weights stay fp32; bf16 is a compute dtype)."""
+    if not cfg.architecture:
+        raise ConfigError("build_model builds inline architectures; a model's files load shard by shard "
+                          "(build_sharded_model)")
     torch.manual_seed(seed)
-    if cfg.architecture:
-        return _prepare(_from_config(cfg, init=True))
-    return _prepare(_from_pretrained(cfg))
+    return _prepare(_from_config(cfg, init=True))
 
 
 def _prepare(model: torch.nn.Module) -> torch.nn.Module:
@@ -127,10 +167,10 @@ def _prepare(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _skeleton(cfg: ModelConfig) -> torch.nn.Module:
+def _skeleton(cfg: ModelConfig, source: str | None = None) -> torch.nn.Module:
     """The same modules as build_model, with parameters and buffers on the meta device (no memory)."""
     with torch.device("meta"):
-        return _prepare(_from_config(cfg, init=False))
+        return _prepare(_from_config(cfg, init=False, source=source))
 
 
 def _recompute_buffers(model: torch.nn.Module, device) -> None:
@@ -299,47 +339,45 @@ def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) ->
     return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
 
 
-def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
+def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = None) -> CausalLM:
     """The sharded model on the meta device: every module, parameter and FSDP unit, no memory."""
-    return _sharded(_with_adapters(_skeleton(cfg), cfg), cfg, mesh, on_gpu)
+    return _sharded(_with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
 
 
-def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool) -> CausalLM:
-    """The FSDP2-sharded model.
-    - Resuming: every rank builds a meta skeleton, shards it and allocates only its own shards
-      (`to_empty`); the checkpoint fills the weights and the buffers are recomputed. No rank holds a
-      full copy.
-    - First start from a local safetensors directory: as resuming, with the weights read shard by
-      shard from the files.
-    - Otherwise: rank 0 builds the model for real (pretrained weights, or seeded init); the others
-      build a meta skeleton and receive their shards and buffers from rank 0 after sharding."""
+def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool,
+                        source: str | None = None) -> CausalLM:
+    """The FSDP2-sharded model, its weights from one of three places:
+    - a full-parameter checkpoint (`resuming`, not LoRA): the skeleton's shards are allocated and
+      the checkpoint fills them (by the caller); the buffers are recomputed;
+    - the model's files (`source`, a local directory): every rank reads its own shards from them;
+    - an inline architecture (test models): rank 0 builds the model with seeded init and the other
+      ranks receive their shards from it.
+    LoRA checkpoints hold only the adapters: the base always comes from the files (or rank 0), and
+    the adapters start from init_adapters until the checkpoint fills them."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    if cfg.lora:
-        resuming = False  # LoRA checkpoints hold only the adapters: the base always comes from the source
-    # LoRA adapters are in no safetensors file: they need the rank-0 path's seeded initialization.
-    shards_from = None if resuming or cfg.lora else _safetensors_dir(cfg)
-    real = (rank0 or single) and not resuming and not shards_from
-    if not real:
-        model = sharded_skeleton(cfg, mesh, on_gpu)
-    else:
+    base_in_checkpoint = resuming and not cfg.lora
+    from_rank0 = source is None and not base_in_checkpoint
+    device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    if from_rank0 and (rank0 or single):
         hf_model = _with_adapters(build_model(cfg, seed), cfg)
         full = hf_model.state_dict() if not single else {}
         model = _sharded(hf_model, cfg, mesh, on_gpu)
-    device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    if not real:
+    else:
+        model = sharded_skeleton(cfg, mesh, on_gpu, source)
         model.to_empty(device=device)
-    if resuming or shards_from:
         _recompute_buffers(model, device)
-    if shards_from:
-        _load_pretrained_shards(model, shards_from)
-    elif not resuming and not single:
-        set_model_state_dict(model, full if real else {},
+        if source is not None and not base_in_checkpoint:
+            _load_pretrained_shards(model, source)
+    if from_rank0 and not single:
+        set_model_state_dict(model, full if rank0 else {},
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         for buffer in model.buffers():
             dist.broadcast(buffer, src=0)
+    if cfg.lora:
+        init_adapters(model, seed)
     return model
 
 

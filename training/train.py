@@ -35,12 +35,14 @@ from training.errors import ConfigError, report  # noqa: E402
 from training.data import describe_drops, load_or_build  # noqa: E402
 from training.elastic import ElasticStop  # noqa: E402
 from training.methods import load_method  # noqa: E402
-from training.metrics import MetricsLogger, peak_flops, peak_memory, reset_peak_memory  # noqa: E402
+from training.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
+                              reset_peak_memory)
 from training.export import export_hf  # noqa: E402
 from training.model import (attention_flops, build_sharded_model, checkpointed_weights,  # noqa: E402
                             matmul_flops_per_token)
 from training.optimizer import build_optimizer  # noqa: E402
 from training.sampler import GlobalBatchSampler  # noqa: E402
+from training.snapshot import local_snapshot  # noqa: E402
 from training.topology import Topology, collective_timeout, start_process_group  # noqa: E402
 from training.tracking import Tracker  # noqa: E402
 
@@ -125,8 +127,13 @@ class Trainer:
         self.device = start_process_group(self.topo, collective_timeout(tc.checkpoint.save_timeout))
         self.on_gpu = self.device.type == "cuda"
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
-        stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
-        self.mesh = self._mesh(tc.model_config.sharding)
+        store = dist.distributed_c10d._get_default_store()
+        stop.attach_store(store, self.topo.rank, self.topo.world_size)
+        mc = tc.model_config
+        # The model's files on this node (None: an inline architecture), before the first collective.
+        self.source = None if mc.architecture else local_snapshot(
+            mc.model_name_or_path, store, self.topo.rank, self.topo.local_rank, self.topo.world_size)
+        self.mesh = self._mesh(mc.sharding)
         self.rank0 = self.topo.rank == 0
         launch = f"{int(PROCESS_START * 1000)}"
         tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
@@ -166,7 +173,7 @@ class Trainer:
 
         mc, ds_cfg = self.cfg.training_config.model_config, self.cfg.training_config.datasets
         tokenizer_name = mc.tokenizer_name_or_path or mc.model_name_or_path
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+        tokenizer = AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or self.source or mc.model_name_or_path)
         ta = self.cfg.training_config.training_args
         train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
                                                  builder=self.topo.local_rank == 0, data_format=self.method.data_format,
@@ -223,12 +230,21 @@ class Trainer:
         if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
             print(f"warning: {why}", file=sys.stderr, flush=True)
         self.method.prepare(self.model, lambda: build_sharded_model(
-            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False).requires_grad_(False).eval())
+            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
+        ).requires_grad_(False).eval())
 
     def _build_model(self, resuming: bool) -> None:
+        """The sharded model and its optimizer; logs how long the build took and how far it raised
+        each rank's peak host memory (no rank should hold more than its own shards)."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
-        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming)
+        started, peak = time.perf_counter(), host_peak_bytes()
+        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming, self.source)
         self.optimizer = build_optimizer(self.model, ta)
+        grown = [None] * self.topo.world_size
+        dist.all_gather_object(grown, host_peak_bytes() - peak)
+        self.log.event(event="model", seconds=round(time.perf_counter() - started, 3),
+                       weights="checkpoint" if resuming and not tc.model_config.lora else
+                       "files" if self.source else "rank 0", host_peak_growth_gib=[round(b / 2**30, 3) for b in grown])
 
     def _loader(self):
         from torchdata.stateful_dataloader import StatefulDataLoader
