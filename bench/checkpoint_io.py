@@ -28,9 +28,9 @@ def worker(directory: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from training.checkpoint import Checkpointer, TrainState, bytes_on_disk
-    from training.config import ModelConfig
-    from training.model import CausalLM, apply_fsdp, build_model
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import CausalLM, apply_fsdp, build_model
+    from training.state.checkpoint import Checkpointer, TrainState, bytes_on_disk
 
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elastic_launcher.cli import main as launcher  # noqa: E402
-from elastic_launcher.local import LocalJob  # noqa: E402
-from training.records import read_records  # noqa: E402
+from elastic_launcher.local.run import LocalJob  # noqa: E402
+from training.contract.records import read_records  # noqa: E402
 
 
 def time_to_first_step(configs: Path, run_dir: Path, nproc: int, cache: Path | None) -> float:

@@ -11,7 +11,7 @@ import tempfile
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
 
 from bench.common import python, time_process  # noqa: E402
-from elastic_launcher.compose import options  # noqa: E402
+from elastic_launcher.config.compose import options  # noqa: E402
 
 GOAL_SECONDS = 0.5
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import python, raw_disk_mb_per_s, time_process  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
-from training.records import read_records  # noqa: E402
+from training.contract.records import read_records  # noqa: E402
 
 ARCH = "recipes.training_config.model_config.architecture"
 MODEL = [f"{ARCH}.hidden_size=512", f"{ARCH}.intermediate_size=1376", f"{ARCH}.num_hidden_layers=8",

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
-from elastic_launcher.local import LocalJob  # noqa: E402
+from elastic_launcher.local.run import LocalJob  # noqa: E402
+from training.contract.records import read_records  # noqa: E402
 from training.data import SPLITS  # noqa: E402
-from training.records import read_records  # noqa: E402
 
 MODEL = ["recipes.training_config.model_config.architecture.hidden_size=256",
          "recipes.training_config.model_config.architecture.intermediate_size=688",

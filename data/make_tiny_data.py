@@ -8,8 +8,9 @@ pairs on the same questions, a right answer chosen over a wrong one, laid out as
 binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. tiny_tokenizer/: a 512-token
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
 tiny_tokenizers/<family>/: the same vocabulary with a model family's special tokens and chat
-template (chat_templates/<family>.jinja, the published template's conversation logic without its
-tool calling), so the tiny twins mask prompts the way the real models' templates render them.
+template (tiny_tokenizers/<family>/chat_template.jinja, the one copy of it: the published template's
+conversation logic without its tool calling, read back when the tokenizer is regenerated), so the
+tiny twins mask prompts the way the real models' templates render them.
 """
 
 import json
@@ -92,10 +93,11 @@ def family_tokenizers() -> None:
     from transformers import AutoTokenizer
 
     for family, (bos, eos, specials, added) in FAMILIES.items():
+        template = (HERE / "tiny_tokenizers" / family / "chat_template.jinja").read_text()
         tok = AutoTokenizer.from_pretrained(HERE / "tiny_tokenizer")
         tok.add_special_tokens({"bos_token": bos, "eos_token": eos, "additional_special_tokens": specials})
         tok.add_tokens(added)
-        tok.chat_template = (HERE / "chat_templates" / f"{family}.jinja").read_text()
+        tok.chat_template = template
         tok.save_pretrained(HERE / "tiny_tokenizers" / family)
 
 

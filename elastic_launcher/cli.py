@@ -6,11 +6,11 @@ import sys
 
 from omegaconf import OmegaConf
 
-from elastic_launcher.compose import compose, options
+from elastic_launcher.config.compose import compose, options
+from elastic_launcher.config.settings import ACTIONS, TARGETS
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
-from elastic_launcher.settings import ACTIONS, TARGETS
-from training.errors import ConfigError
+from training.contract.errors import ConfigError
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
@@ -25,7 +25,7 @@ grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
   recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5
   action={actions}
   target={targets}
-  cluster.image=<image> cluster.namespace=<ns> cluster.queue_name=<kueue queue> ...   (see launcher.yaml)
+  cluster.image=<image> cluster.namespace=<ns> cluster.queue_name=<kueue queue> ...   (see elastic_launcher/config/settings.py)
 
   --cfg job      print the composed config and exit (--resolve: with interpolations resolved)
   HYDRA_FULL_ERROR=1 shows the full traceback of an error.
@@ -33,7 +33,7 @@ grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
 
 
 def dry_run(job: Job) -> int:
-    from elastic_launcher.dry_run import summary, write_job
+    from elastic_launcher.render.dry_run import summary, write_job
 
     out = write_job(job)
     print(summary(job.plan, job.settings.target))
@@ -52,20 +52,20 @@ def run_action(job: Job) -> int:
     if action == "dry_run":
         return dry_run(job)
     if action in ("submit", "server_dry_run", "status", "logs", "list", "delete"):
-        from elastic_launcher import cluster
+        from elastic_launcher.cluster import actions
 
-        return cluster.run(job)
+        return actions.run(job)
     if action == "simulate":
-        from elastic_launcher import simulate
+        from elastic_launcher.simulate import simulator
 
-        return simulate.run(job)
+        return simulator.run(job)
     if action == "rehearse":
-        from elastic_launcher import rehearse
+        from elastic_launcher.local import rehearse
 
         return rehearse.run(job)
-    from elastic_launcher import local
+    from elastic_launcher.local import run
 
-    return local.run(job)
+    return run.run(job)
 
 
 def main(argv: list[str] | None = None) -> int:

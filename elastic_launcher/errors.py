@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.errors import ConfigError, report  # noqa: F401 - one way to print a user error, shared with the trainer
+from training.contract.errors import ConfigError, report  # noqa: F401 - one way to print a user error, shared with the trainer
 
 
 class LauncherError(Exception):

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from elastic_launcher.compose import to_plain
-from elastic_launcher.plan import Plan, TypedKeys, make_plan
-from elastic_launcher.settings import ACTIONS, TARGETS, LauncherSettings
-from training.errors import ConfigError
-from training.typed import build
+from elastic_launcher.config.compose import to_plain
+from elastic_launcher.config.settings import ACTIONS, TARGETS, LauncherSettings
+from elastic_launcher.planning.plan import Plan, TypedKeys, make_plan
+from training.contract.errors import ConfigError
+from training.contract.typed import build
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from elastic_launcher.compose import compose, options, to_plain  # noqa: E402
-from elastic_launcher.memory import ModelShape  # noqa: E402
-from elastic_launcher.plan import make_plan  # noqa: E402
+from elastic_launcher.config.compose import compose, options, to_plain  # noqa: E402
+from elastic_launcher.planning.memory import ModelShape  # noqa: E402
+from elastic_launcher.planning.plan import make_plan  # noqa: E402
 
 HEADER = "| recipe | model | method | parameters | nodes | instance types |"
 

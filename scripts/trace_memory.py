@@ -1,5 +1,5 @@
 """Trace the trainer's step on fake tensors for recipes at every allowed size, print the peak GiB
-per GPU by category, and keep the figures the dry run shows (elastic_launcher/traced_memory.json):
+per GPU by category, and keep the figures the dry run shows (elastic_launcher/planning/traced_memory.json):
 
     python scripts/trace_memory.py llama/llama3_1_8b_sft          # one recipe, printed
     python scripts/trace_memory.py qwen/qwen3_8b_sft recipes.training_config.training_args.micro_train_batch_size=4 --keep
@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from elastic_launcher.compose import compose, options, to_plain  # noqa: E402
-from elastic_launcher.memory import TRACES, trace_inputs, trace_key, with_allowance  # noqa: E402
-from elastic_launcher.plan import make_plan  # noqa: E402
+from elastic_launcher.config.compose import compose, options, to_plain  # noqa: E402
+from elastic_launcher.planning.memory import TRACES, trace_inputs, trace_key, with_allowance  # noqa: E402
+from elastic_launcher.planning.plan import make_plan  # noqa: E402
 
 
 def plan_of(recipe: str, overrides: tuple[str, ...] = ()):
@@ -68,7 +68,7 @@ def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from training.memory_trace import trace_step
+    from training.model.memory_trace import trace_step
 
     recipe, overrides, nodes, inputs = job
     try:
@@ -92,7 +92,7 @@ def show(trace: dict, gpu_gib: float) -> str:
 def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
     """Traced peak, the dry run's GiB/GPU (the trace with the allowance) and the analytic fallback's,
     for the first and last allowed size of each recipe."""
-    from elastic_launcher.memory import ModelShape, estimate, kept_traces, traced
+    from elastic_launcher.planning.memory import ModelShape, estimate, kept_traces, traced
 
     rows = ["| recipe | nodes | traced GiB | dry run GiB/GPU | fallback estimate | peak in |", "|---|---|---|---|---|---|"]
     for recipe in recipes:

@@ -48,7 +48,7 @@ def render_configs(out_dir: Path, *overrides, recipe="llama/tiny_llama_sft") -> 
 
 
 def local_job(config_dir: Path, run_dir: Path, python: str = sys.executable):
-    from elastic_launcher.local import LocalJob
+    from elastic_launcher.local.run import LocalJob
 
     return LocalJob(Path(config_dir), Path(run_dir), nproc_per_node=1, python=python)
 
@@ -68,20 +68,20 @@ def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240, python=sys
 
 
 def records(run_dir, name="metrics.jsonl"):
-    from training.records import read_records
+    from training.contract.records import read_records
 
     return read_records(run_dir, name)
 
 
 def losses(run_dir) -> dict[int, float]:
     """Loss per step; a step recomputed after a crash counts with its last (committed) value."""
-    from training.records import committed
+    from training.contract.records import committed
 
     return committed(Path(run_dir), "metrics.jsonl", "loss")
 
 
 def committed_samples(run_dir) -> dict[int, list[int]]:
-    from training.records import committed
+    from training.contract.records import committed
 
     return committed(Path(run_dir), "samples.jsonl", "sample_ids")
 
@@ -116,7 +116,7 @@ TINY_RECIPES = {"llama": "llama/tiny_llama_sft", "gpt_oss": "gpt_oss/tiny_gpt_os
 
 def tiny_architecture(model_type: str) -> dict:
     """The inline transformers config of the tiny twin of `model_type`, as its recipe composes it."""
-    from elastic_launcher.compose import compose, to_plain
+    from elastic_launcher.config.compose import compose, to_plain
 
     recipe = to_plain(compose([f"recipes={TINY_RECIPES[model_type]}"])[0])["recipes"]
     return dict(recipe["training_config"]["model_config"]["architecture"])
@@ -128,7 +128,7 @@ def tiny_causal_lm(model_type="llama", seed=0, float64=False):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from training.model import CausalLM
+    from training.model.causal_lm import CausalLM
 
     arch = tiny_architecture(model_type)
     arch.pop("model_type", None)

@@ -65,8 +65,8 @@ def test_the_exported_model_gives_the_trained_models_logits(twin, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from training.config import load_job_config
-    from training.model import build_model
+    from training.contract.config import load_job_config
+    from training.model.causal_lm import build_model
 
     configs = render_configs(tmp_path / "configs", LORA, "recipes.training_config.training_args.max_steps=4",
                              "recipes.training_config.training_args.save_hf_ckpt=true", recipe=TINY_RECIPES[twin])
@@ -130,7 +130,7 @@ def test_r1_distill_template_drops_past_reasoning_and_qwen3_keeps_the_last():
 
 
 def test_qwen3_recipes_train_without_thinking():
-    from elastic_launcher.compose import compose, options, to_plain
+    from elastic_launcher.config.compose import compose, options, to_plain
 
     qwen3 = [r for r in options("recipes") if r.startswith("qwen/qwen3") or r == "qwen/tiny_qwen3_sft"]
     assert len(qwen3) >= 19
@@ -146,8 +146,8 @@ def test_llama4_trains_the_text_model_out_of_a_vision_and_text_checkpoint(tmp_pa
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import Llama4Config, Llama4ForConditionalGeneration
 
-    from training.config import ModelConfig
-    from training.model import build_sharded_model
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import build_sharded_model
 
     text = {k: v for k, v in tiny_architecture("llama4_text").items() if k != "model_type"}
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
@@ -172,7 +172,7 @@ def test_llama4_routed_experts_equal_transformers_all_expert_forward():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from training.moe import route_experts
+    from training.model.moe import route_experts
 
     dense = tiny_causal_lm("llama4_text", float64=True)
     routed = route_experts(copy.deepcopy(dense))

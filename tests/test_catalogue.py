@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from elastic_launcher.compose import compose, options, to_plain
-from elastic_launcher.memory import FIT_SHARE, ModelShape, estimate
-from elastic_launcher.plan import make_plan
+from elastic_launcher.config.compose import compose, options, to_plain
+from elastic_launcher.planning.memory import FIT_SHARE, ModelShape, estimate
+from elastic_launcher.planning.plan import make_plan
 
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%
 VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
@@ -113,7 +113,7 @@ def test_instance_types_are_those_where_the_model_fits(recipe):
     """Each listed instance type with the recipe's GPUs per node fits the model at some allowed size
     (the same world sizes, so the same traces, against that type's GPU memory). A 4-GPU type needs
     scale configs of its own (README: Instance types), traced with them."""
-    from elastic_launcher.instances import lookup
+    from elastic_launcher.planning.instances import lookup
 
     plan = plan_of(recipe)
     for instance_type in plan.hardware.instance_types:
@@ -176,8 +176,8 @@ def test_the_lora_count_is_what_peft_injects(recipe):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from training.config import PeftConfig
-    from training.lora import apply_lora
+    from training.contract.config import PeftConfig
+    from training.model.lora import apply_lora
 
     small = {**shape_of(recipe), "num_hidden_layers": 2}  # per-layer counts: two layers suffice
     args = {k: v for k, v in small.items() if k != "model_type"}

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import tiny_causal_lm
-from training.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
-                                 complete_checkpoints, step_dir)
+from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
+                                       complete_checkpoints, step_dir)
 
 
 def make(tmp_path, keep_last=3):
@@ -80,7 +80,7 @@ def test_too_little_disk_space_is_refused_before_writing(tmp_path, process_group
 def test_a_run_whose_next_save_cannot_fit_is_refused_at_start(tmp_path, process_group, monkeypatch, resuming):
     """Checked before the first step: the newest checkpoint's size (+5%) when relaunching, else the
     model and AdamW state estimated from the shards, against the free space."""
-    from training.checkpoint import bytes_on_disk
+    from training.state.checkpoint import bytes_on_disk
 
     save_steps(tmp_path / "measure", 4)
     actual = bytes_on_disk(step_dir(tmp_path / "measure", 4))

@@ -248,7 +248,7 @@ def test_status_before_any_progress_line_says_so(launch, running):
 
 
 def test_status_watch_refreshes_until_the_job_ends(launch, running, monkeypatch):
-    import elastic_launcher.observe as observe
+    import elastic_launcher.cluster.observe as observe
 
     job = running.store[(HP, "team-a", "watched")]
     calls = []

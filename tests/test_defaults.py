@@ -1,6 +1,7 @@
 """Every default has one definition. The recipe keys' defaults are the schema dataclasses, which
-Hydra composes under every recipe: the shared recipe may only state what differs. launcher.yaml is
-what a user reads and overrides for the launcher's own settings: it must state their defaults."""
+Hydra composes under every recipe: the shared recipe may only state what differs. The launcher's
+own settings are its dataclasses too: launcher.yaml holds only the defaults list. A fallback in code
+(a value the trainer takes when the launcher did not render one) is the same default."""
 
 import dataclasses
 
@@ -24,16 +25,31 @@ def differences(written: dict, defaults: dict) -> list:
             for key in sorted(set(written) | set(defaults)) if written.get(key, "<missing>") != defaults.get(key, "<missing>")]
 
 
-def test_launcher_yaml_states_the_settings_defaults():
-    from elastic_launcher.settings import LauncherSettings
+def test_the_launcher_settings_come_from_their_dataclasses_alone():
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.config.settings import LauncherSettings
 
-    written = yaml.safe_load((ROOT / "launcher.yaml").read_text())
-    written.pop("defaults")
-    assert not differences(flat(written), flat(dataclasses.asdict(LauncherSettings())))
+    assert list(yaml.safe_load((ROOT / "launcher.yaml").read_text())) == ["defaults"]
+    composed = to_plain(compose(["recipes=llama/tiny_llama_sft"])[0])
+    composed.pop("recipes")
+    assert not differences(flat(composed), flat(dataclasses.asdict(LauncherSettings())))
+
+
+def test_the_trainers_fallbacks_are_the_launchers_defaults(monkeypatch):
+    """Without the env var the launcher renders, a worker waits for its own stop signal as long as
+    the default policy's graceful timeout, the value the launcher renders for it."""
+    from elastic_launcher.planning.plan import ElasticPolicy
+    from training.contract.config_files import STOP_WAIT_ENV
+    from training.runtime.elastic import stop_wait_s
+
+    monkeypatch.delenv(STOP_WAIT_ENV, raising=False)
+    assert stop_wait_s() == ElasticPolicy().graceful_shutdown_timeout
+    monkeypatch.setenv(STOP_WAIT_ENV, "42")
+    assert stop_wait_s() == 42
 
 
 def test_the_shared_recipe_states_only_what_differs_from_the_schema():
-    from elastic_launcher.compose import schema_defaults
+    from elastic_launcher.config.compose import schema_defaults
 
     written = flat(yaml.safe_load((ROOT / "recipes" / "common" / "sft.yaml").read_text()))
     written.pop("defaults")
@@ -44,8 +60,8 @@ def test_the_shared_recipe_states_only_what_differs_from_the_schema():
 
 
 def test_a_recipe_key_left_unset_takes_the_schema_default():
-    from elastic_launcher.compose import compose, to_plain
-    from training.config import TrainingArgs
+    from elastic_launcher.config.compose import compose, to_plain
+    from training.contract.config import TrainingArgs
 
     plain = to_plain(compose(["recipes=llama/tiny_llama_sft"])[0])["recipes"]
     assert plain["training_config"]["training_args"]["adam_beta2"] == TrainingArgs().adam_beta2

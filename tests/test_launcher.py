@@ -4,11 +4,11 @@ import yaml
 import pytest
 
 from conftest import MAIN_COMMAND, ROOT, run_launcher_process
-from elastic_launcher.compose import options
+from elastic_launcher.config.compose import options
 from k8s_schema import hyperpod_sdk_model, validate_crd
-from elastic_launcher.plan import make_plan
-from training.config import load_job_config
-from training.config_files import select_config_file
+from elastic_launcher.planning.plan import make_plan
+from training.contract.config import load_job_config
+from training.contract.config_files import select_config_file
 
 RECIPES = options("recipes")
 
@@ -143,7 +143,7 @@ def test_upstream_scale_config_block_accepted(launch, tmp_path):
 
 
 def test_step_policy_sizes_without_entries_get_derived_batch_math():
-    from elastic_launcher.compose import compose, to_plain
+    from elastic_launcher.config.compose import compose, to_plain
 
     cfg = to_plain(compose(["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                             "recipes.elastic_policy.min_nodes=1", "recipes.elastic_policy.max_nodes=9",

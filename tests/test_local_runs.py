@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import MAIN_COMMAND, ROOT, losses, records, render_configs, train, wait_for
-from elastic_launcher.local import child_pids
+from elastic_launcher.local.run import child_pids
 
 pytestmark = pytest.mark.timeout(600)
 TINY = ["recipes=llama/tiny_llama_sft"]
@@ -33,7 +33,7 @@ def test_a_typed_override_holds_at_every_size_unless_an_entry_is_typed_too(launc
 def test_dry_run_local_run_and_rehearsal_plan_the_same_micro_batches(launch, tmp_path, monkeypatch):
     """One command line, one plan: a micro-batch typed on the command line holds at every size in
     the dry run's configs, the local run's and the rehearsal's (stopped as they launch torchrun)."""
-    from elastic_launcher.local import LocalJob
+    from elastic_launcher.local.run import LocalJob
 
     class Launched(Exception):
         pass
@@ -171,7 +171,7 @@ def test_a_resize_adopts_the_new_sizes_learning_rate(tmp_path):
 
 
 def test_hsdp_over_two_local_nodes_matches_fsdp(tmp_path):
-    from elastic_launcher.local import LocalJob
+    from elastic_launcher.local.run import LocalJob
 
     common = ["recipes.training_config.training_args.max_steps=4", "recipes.elastic_policy.max_nodes=4"]
     fsdp = render_configs(tmp_path / "fsdp", *common)

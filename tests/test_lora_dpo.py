@@ -9,7 +9,7 @@ import torch
 
 from conftest import (ROOT, committed_samples, losses, records, render_configs, run_launcher_process, tiny_causal_lm,
                       train)
-from training.checkpoint import bytes_on_disk, latest_checkpoint
+from training.state.checkpoint import bytes_on_disk, latest_checkpoint
 
 pytestmark = pytest.mark.timeout(600)
 STEPS = 8
@@ -62,7 +62,7 @@ def test_a_lora_checkpoint_holds_only_the_adapters(tmp_path):
 
 
 def _job(run_dir):
-    from training.config import load_job_config
+    from training.contract.config import load_job_config
 
     return load_job_config(run_dir / "job_config.yaml")
 
@@ -80,7 +80,7 @@ def test_local_lora_run_leaves_a_merged_model_and_an_adapter(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from training.model import build_model
+    from training.model.causal_lm import build_model
 
     run_dir = tmp_path / "run"
     done = run_launcher_process("recipes=llama/tiny_llama_sft_lora", "action=local", "recipes.trainer.num_nodes=2",
@@ -199,8 +199,8 @@ def test_preference_rows_in_both_common_layouts():
 
 def test_a_bad_preference_row_names_its_line(tmp_path):
     from conftest import tiny_tokenizer
-    from training.config import DatasetConfig
-    from training.errors import ConfigError
+    from training.contract.config import DatasetConfig
+    from training.contract.errors import ConfigError
     from training.data import build_dataset
 
     path = tmp_path / "prefs.jsonl"
@@ -219,8 +219,8 @@ def test_the_validation_split_is_seeded_and_leaves_the_rest_for_training():
 
 
 def test_epochs_and_warmup_ratio_resolve_to_the_same_steps_at_every_size():
-    from training.batching import resolve_schedule
-    from training.config import TrainingArgs
+    from training.contract.batching import resolve_schedule
+    from training.contract.config import TrainingArgs
 
     args = TrainingArgs(train_batch_size=8, max_epochs=2, lr_warmup_ratio=0.1, max_steps=5, warmup_steps=1)
     resolved = resolve_schedule(args, train_rows=100)

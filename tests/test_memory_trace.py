@@ -1,4 +1,4 @@
-"""The memory trace of the trainer's step (training/memory_trace.py), held against what can be
+"""The memory trace of the trainer's step (training/model/memory_trace.py), held against what can be
 counted exactly, and the FSDP units it exposed. Each trace runs in a process of its own: it starts
 a fake process group of the traced world size."""
 
@@ -21,10 +21,10 @@ TRACE = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 from dataclasses import asdict
-from elastic_launcher.compose import compose, to_plain
-from elastic_launcher.plan import make_plan
-from training.memory_trace import trace_step
-from training.model import build_model, CausalLM
+from elastic_launcher.config.compose import compose, to_plain
+from elastic_launcher.planning.plan import make_plan
+from training.model.memory_trace import trace_step
+from training.model.causal_lm import build_model, CausalLM
 shape, world, overrides = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
                                    "recipes.training_config.model_config.mixed_precision=bf16", *overrides])[0])["recipes"])
@@ -34,7 +34,7 @@ from dataclasses import replace
 mc = replace(cfg.training_config.model_config, architecture=shape, model_name_or_path=None)
 model = build_model(mc, seed=0)
 if mc.lora:
-    from training.lora import apply_lora
+    from training.model.lora import apply_lora
     model = apply_lora(model, mc.peft_config)
 trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
 frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
@@ -91,7 +91,7 @@ def test_fsdp_units_of_a_tied_and_an_untied_model(process_group):
     from torch.distributed.fsdp import FSDPModule
 
     from conftest import tiny_causal_lm
-    from training.model import apply_fsdp
+    from training.model.causal_lm import apply_fsdp
 
     mesh = init_device_mesh("cpu", (1,))
     untied = apply_fsdp(tiny_causal_lm(), mesh, "bf16")
@@ -118,7 +118,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from conftest import tiny_causal_lm
 from training.data import collate
 from training.methods.sft import SFT
-from training.model import apply_fsdp
+from training.model.causal_lm import apply_fsdp
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))  # HSDP: 2 nodes x 2 GPUs
 model = apply_fsdp(tiny_causal_lm(), mesh, "fp32")
@@ -159,8 +159,8 @@ def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from training.memory_trace import LiveMemory
-    from training.model import LossHead
+    from training.model.causal_lm import LossHead
+    from training.model.memory_trace import LiveMemory
 
     rows, tokens, hidden, vocab = 8, 4096, 1024, 128256
     with FakeTensorMode():
@@ -183,7 +183,7 @@ def test_fsdp_splits_each_parameter_where_it_pads_least():
     import torch
     from torch.distributed.tensor import Shard
 
-    from training.model import least_padding
+    from training.model.causal_lm import least_padding
 
     placement = least_padding(64)
     assert placement(torch.nn.Parameter(torch.empty(32, 2880, 5760, device="meta"))) == Shard(1)

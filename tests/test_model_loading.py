@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import losses, records, render_configs, train
-from training.config import ModelConfig
-from training.model import build_model
+from training.contract.config import ModelConfig
+from training.model.causal_lm import build_model
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -63,7 +63,7 @@ def test_mxfp4_experts_are_dequantized_for_training(tmp_path, process_group):
     3-process split is test_a_hub_snapshot_...); every other weight is read as stored."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from training.model import build_sharded_model
+    from training.model.causal_lm import build_sharded_model
 
     expected = write_mxfp4_checkpoint(tmp_path)
     stored = load_file(tmp_path / "model.safetensors")
@@ -85,7 +85,7 @@ def test_a_local_safetensors_checkpoint_is_read_shard_by_shard(tmp_path, process
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    import training.model as model_module
+    import training.model.causal_lm as model_module
 
     torch.manual_seed(0)
     source = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -110,8 +110,8 @@ def test_a_checkpoint_missing_weights_is_refused(tmp_path, process_group):
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from training.errors import ConfigError
-    from training.model import build_sharded_model
+    from training.contract.errors import ConfigError
+    from training.model.causal_lm import build_sharded_model
 
     LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=512)).save_pretrained(tmp_path)

@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_causal_lm
 from training.data import IGNORE_INDEX, collate, pack
 from training.methods.base import model_inputs
-from training.model import linear_cross_entropy
+from training.model.causal_lm import linear_cross_entropy
 
 
 def sample(rng, length, vocab=97):
@@ -96,8 +96,8 @@ def test_chunked_loss_equals_the_full_logits_loss():
 
 
 def test_compiled_layers_equal_eager():
-    from training.config import ModelConfig
-    from training.model import _optimize_layers
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import _optimize_layers
 
     rng = random.Random(3)
     batch = collate([sample(rng, 12), sample(rng, 8)])
@@ -124,7 +124,7 @@ def test_packing_fills_rows_and_is_deterministic():
 
 def catalogue_head_counts() -> set[tuple[int, int]]:
     """(attention heads, K/V heads) of every model in the recipe catalogue."""
-    from elastic_launcher.compose import compose, options, to_plain
+    from elastic_launcher.config.compose import compose, options, to_plain
 
     counts = set()
     for recipe in options("recipes"):
@@ -138,7 +138,7 @@ def test_flex_attention_keeps_kv_heads_for_every_catalogue_head_count(monkeypatc
     """Grouped-query attention without copying K/V to every query head, equal to flex on K/V copied
     to every head (what transformers' flex path does where the head count is not a power of two),
     in float64."""
-    import training.attention as attention
+    import training.model.attention as attention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     from transformers.models.llama.modeling_llama import repeat_kv
 
@@ -171,7 +171,7 @@ def test_gpt_oss_sinks_are_applied_in_fp32():
     from torch.nn.attention.flex_attention import create_block_mask
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-    from training.attention import flex_attention_forward
+    from training.model.attention import flex_attention_forward
 
     torch.manual_seed(0)
     heads, kv_heads, tokens, head_dim = 8, 2, 64, 32
@@ -195,7 +195,7 @@ def test_gpt_oss_sinks_are_applied_in_fp32():
 def test_a_gpt_oss_forward_with_flex_attention_equals_eager():
     """The trainer's flex attention inside the model (sliding and full layers, sinks, block masks
     from document ids): the same loss as GPT-OSS's eager attention, packed rows included, in float64."""
-    from training.attention import use_trainer_flex_attention
+    from training.model.attention import use_trainer_flex_attention
 
     use_trainer_flex_attention()
     rng = random.Random(5)

@@ -3,12 +3,12 @@ shrink, when to grow, when to restart after a failure."""
 
 import pytest
 
-from elastic_launcher.compose import compose, to_plain
-from elastic_launcher.local import LocalJob
-from elastic_launcher.operator import Decision, Operator
-from elastic_launcher.plan import make_plan
-from elastic_launcher.capacity import TraceEvent, parse_trace
-from elastic_launcher.rehearse import Rehearsal
+from elastic_launcher.capacity.sizing_policy import Decision, Operator
+from elastic_launcher.capacity.traces import TraceEvent, parse_trace
+from elastic_launcher.config.compose import compose, to_plain
+from elastic_launcher.local.rehearse import Rehearsal
+from elastic_launcher.local.run import LocalJob
+from elastic_launcher.planning.plan import make_plan
 
 
 def plan(*overrides):

@@ -78,12 +78,13 @@ def test_chart_is_a_valid_png(rehearsal):
         assert image.format == "PNG" and image.size[0] > 500
 
 
-def test_the_trace_example_in_launcher_yaml_is_accepted():
+def test_the_trace_example_in_the_settings_is_accepted():
     import re
 
-    from elastic_launcher.capacity import parse_trace
+    from elastic_launcher.capacity.traces import parse_trace
 
-    example = re.search(r"trace: null .*e\.g\. (\[.*\]) or", (ROOT / "launcher.yaml").read_text()).group(1)
+    settings = (ROOT / "elastic_launcher" / "config" / "settings.py").read_text()
+    example = re.search(r"trace: Any = None .*e\.g\. (\[.*\]) or", settings).group(1)
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 

@@ -75,10 +75,10 @@ def test_a_node_failure_costs_the_steps_since_the_last_checkpoint(launch, tmp_pa
 
 def outcome(*overrides, policy="elastic"):
     """One policy's Outcome (with its timeline) for the blog job on an inline trace."""
+    from elastic_launcher.capacity.traces import parse_trace
+    from elastic_launcher.config.compose import compose
     from elastic_launcher.job import load_job
-    from elastic_launcher.compose import compose
-    from elastic_launcher.simulate import Simulation, candidates, modelled_costs, Throughput
-    from elastic_launcher.capacity import parse_trace
+    from elastic_launcher.simulate.simulator import Simulation, candidates, modelled_costs, Throughput
 
     overrides = [*BLOG_JOB, *overrides]
     job = load_job(compose(overrides)[0], "llama/llama3_3_70b_sft", overrides)
@@ -130,7 +130,7 @@ def test_the_chart_shows_the_elastic_job_where_it_matters(launch, tmp_path):
     """On flickering capacity a baseline never finishes within the 60-day horizon: the chart still
     ends just after the elastic job does, draws the elastic job last (on top), and marks its resizes,
     its starting/stopping spans and the idle nodes; the title names job, trace and policy."""
-    from elastic_launcher.simulate import chart_data
+    from elastic_launcher.simulate.simulator import chart_data
 
     outcomes = [outcome("simulate.capacity=spot_flicker.csv", "simulate.repeat_daily=true", policy=name)
                 for name in ("elastic", "static at min", "static at max")]

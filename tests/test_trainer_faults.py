@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, losses, render_configs
-from training.checkpoint import complete_checkpoints
+from training.state.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -120,8 +120,8 @@ def test_non_finite_loss_stops_before_the_update_and_keeps_the_last_good_checkpo
 
 
 def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
-    from training.config import DatasetConfig
-    from training.errors import ConfigError
+    from training.contract.config import DatasetConfig
+    from training.contract.errors import ConfigError
     from training.data import build_dataset
 
     from conftest import tiny_tokenizer
@@ -155,8 +155,8 @@ def test_bad_rows_are_named_and_dropped_rows_counted(tmp_path):
 def test_a_missing_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch):
     """`data/sft_tiny` (no extension, ./data exists) is a mistyped local path: one line at once,
     with the near match, and no hub round trip."""
-    from training.config import DatasetConfig
-    from training.errors import ConfigError
+    from training.contract.config import DatasetConfig
+    from training.contract.errors import ConfigError
     from training.data import _data_files
 
     monkeypatch.chdir(ROOT)
@@ -167,7 +167,7 @@ def test_a_missing_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch)
 
 
 def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_weights(configs, tmp_path):
-    from training.checkpoint import CORRUPT_SUFFIX, step_dir
+    from training.state.checkpoint import CORRUPT_SUFFIX, step_dir
 
     run_dir = tmp_path / "run"
     first = trainer(configs, run_dir)
@@ -189,8 +189,8 @@ import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from training.elastic import ElasticStop
-from training.train import Trainer, parse_args
+from training.runtime.elastic import ElasticStop
+from training.runtime.train import Trainer, parse_args
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import committed_samples, local_job, losses, records, render_configs, train, wait_for
-from elastic_launcher.local import child_pids
-from training.checkpoint import COMPLETE, latest_checkpoint, step_dir
+from elastic_launcher.local.run import child_pids
+from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
 
 pytestmark = pytest.mark.timeout(600)
 STEPS = 8

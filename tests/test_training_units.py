@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from training.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
-from training.batching import plan_batches
-from training.config import TrainingArgs, UnevenBatch
-from training.errors import ConfigError
+from training.contract.batching import plan_batches
+from training.contract.config import TrainingArgs, UnevenBatch
+from training.contract.errors import ConfigError
 from training.data import IGNORE_INDEX, collate, tokenize_chat
-from training.sampler import GlobalBatchSampler
-from training.train import lr_factor
+from training.runtime.train import lr_factor
+from training.state.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
+from training.state.sampler import GlobalBatchSampler
 
 from conftest import ROOT, tiny_tokenizer
 
@@ -116,7 +116,7 @@ def test_resume_refuses_a_changed_fingerprint_with_a_clear_error(tmp_path, proce
 def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
     import datasets
 
-    from training.config import DatasetConfig
+    from training.contract.config import DatasetConfig
     from training.data import build_dataset
 
     datasets.load_dataset("json", data_files=str(ROOT / "data" / "sft_tiny.jsonl"), split="train").to_parquet(
@@ -130,7 +130,7 @@ def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
 
 
 def test_unknown_messages_column_is_a_clear_error(tmp_path):
-    from training.config import DatasetConfig
+    from training.contract.config import DatasetConfig
     from training.data import build_dataset
 
     (tmp_path / "d.jsonl").write_text('{"conversation": []}\n')
@@ -140,7 +140,7 @@ def test_unknown_messages_column_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_the_mfu_count_is_the_flops_that_run(lora):
-    """The MFU numerator (weight matmuls and attention, training.model) equals what torch's
+    """The MFU numerator (weight matmuls and attention, training.model.causal_lm) equals what torch's
     FlopCounterMode counts over a forward and backward: LoRA's frozen base at 4 FLOPs per parameter
     and token (no weight gradient), attention over each row's own length."""
     import torch
@@ -148,9 +148,9 @@ def test_the_mfu_count_is_the_flops_that_run(lora):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from conftest import tiny_architecture
-    from training.config import PeftConfig
-    from training.lora import apply_lora
-    from training.model import CausalLM, attention_flops, matmul_flops_per_token
+    from training.contract.config import PeftConfig
+    from training.model.causal_lm import CausalLM, attention_flops, matmul_flops_per_token
+    from training.model.lora import apply_lora
 
     arch = tiny_architecture("llama")
     arch.pop("model_type")
@@ -173,7 +173,7 @@ def test_the_mfu_count_is_the_flops_that_run(lora):
 def test_collectives_outlast_a_checkpoint_write(monkeypatch):
     """A slow rank's checkpoint timeout fires before its peers' collective timeout, so the error
     names the checkpoint; a timeout set below that is refused in one line."""
-    from training.topology import PG_TIMEOUT_ENV, collective_timeout
+    from training.runtime.topology import PG_TIMEOUT_ENV, collective_timeout
 
     monkeypatch.delenv(PG_TIMEOUT_ENV, raising=False)
     assert collective_timeout() == 1800 and collective_timeout(1800) == 2100

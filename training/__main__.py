@@ -1,13 +1,13 @@
 import os
 import sys
 
-from training.elastic import ElasticStop, die_with_parent
+from training.runtime.elastic import ElasticStop, die_with_parent
 
 # Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
 die_with_parent()
 stop = ElasticStop()
 
-from training.train import main  # noqa: E402
+from training.runtime.train import main  # noqa: E402
 
 code = main(stop=stop)
 # Everything is saved and flushed: skip the interpreter's teardown of a large model and the

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from training.config import DatasetConfig
+from training.contract.config import DatasetConfig
 
-from training.errors import ConfigError
+from training.contract.errors import ConfigError
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -393,7 +393,7 @@ def collate(rows: list[dict], width_multiple: int = 1) -> dict:
     `width_multiple` (the trainer's: the packed row length, so every packed micro-batch has one shape
     and a compiled layer never sees another). Each row may hold several packed samples (`lengths`):
     position ids restart at every sample, `document_ids` say which sample each token belongs to (the
-    per-sample attention mask: training.masks), and labels are shifted within each sample (labels[t]
+    per-sample attention mask: training.model.masks), and labels are shifted within each sample (labels[t]
     is the target of position t), so no sample learns from its neighbour. Token counts (and the
     samples' squared lengths, for attention's FLOPs) are computed here, on the host, so the training
     step needs no device-to-host sync for them. An empty micro-batch (a rank with fewer samples than
@@ -426,7 +426,7 @@ def collate(rows: list[dict], width_multiple: int = 1) -> dict:
             **({"document_ids": document_ids} if packed else {}),
             "label_tokens": int((labels != IGNORE_INDEX).sum()) if sample_ids else 0,
             "tokens": real_tokens if sample_ids else 0,
-            # Attention's cost: each sample attends within itself (training.model.attention_flops).
+            # Attention's cost: each sample attends within itself (training.model.causal_lm.attention_flops).
             "squared_lengths": sum(n * n for r in rows for n in r["lengths"]) if sample_ids else 0}
 
 

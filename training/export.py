@@ -22,7 +22,7 @@ from typing import Iterator
 
 import torch
 
-from training.config import JobConfig
+from training.contract.config import JobConfig
 
 SHARD_BYTES = 5 * 10**9
 
@@ -33,7 +33,7 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 def model_tensors(model, merge_lora: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """(transformers name, full tensor) of every weight, LoRA merged into its base layer."""
-    from training.lora import ADAPTER, adapter_layers
+    from training.model.lora import ADAPTER, adapter_layers
 
     layers = adapter_layers(model) if merge_lora else {}
     for name, p in model.named_parameters():  # a tied LM head appears once, as the embedding
@@ -50,7 +50,7 @@ def model_tensors(model, merge_lora: bool) -> Iterator[tuple[str, torch.Tensor]]
 
 def adapter_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
     """The LoRA weights under peft's saved names (base_model.model.<module>.lora_A.weight)."""
-    from training.lora import ADAPTER
+    from training.model.lora import ADAPTER
 
     for name, p in model.named_parameters():
         if ".lora_" in name:
@@ -140,7 +140,7 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
     if lora:
         from dataclasses import replace
 
-        from training.lora import adapter_layers, lora_config
+        from training.model.lora import adapter_layers, lora_config
 
         # The modules that carry adapters, by name: what "all-linear" resolved to on this model.
         targets = sorted({name.rsplit(".", 1)[-1] for name in adapter_layers(model)})
@@ -157,13 +157,13 @@ def main(argv=None) -> int:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from training.checkpoint import CheckpointError, fingerprint, load_weights
-    from training.checkpoint_dirs import COMPLETE, complete_checkpoints
-    from training.config import load_job_config
-    from training.errors import ConfigError, report
-    from training.model import build_sharded_model, checkpointed_weights
-    from training.snapshot import local_snapshot
-    from training.topology import Topology, start_process_group
+    from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
+    from training.contract.config import load_job_config
+    from training.contract.errors import ConfigError, report
+    from training.model.causal_lm import build_sharded_model, checkpointed_weights
+    from training.runtime.snapshot import local_snapshot
+    from training.runtime.topology import Topology, start_process_group
+    from training.state.checkpoint import CheckpointError, fingerprint, load_weights
 
     parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from training.records import read_records
+from training.contract.records import read_records
 
 RUN_ID_FILE = "mlflow_run_id"
 STEP_METRIC = "loss"  # the metric whose last logged step says where MLflow's copy of the run ends
@@ -59,7 +59,7 @@ class Tracker:
         try:
             import mlflow  # noqa: F401
         except ImportError:
-            from training.errors import ConfigError
+            from training.contract.errors import ConfigError
 
             raise ConfigError(f"training_config.logging.mlflow.tracking_uri={settings.tracking_uri!r} but mlflow is not "
                               f"installed: pip install mlflow-skinny (the training image has it), or unset it") from None

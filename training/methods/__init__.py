@@ -10,12 +10,6 @@ optimizer, LR schedule, checkpoints, export). A new method is one module here (d
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-
-
-def method_names() -> tuple[str, ...]:
-    """The trainer_type values this package implements (read from its files: no torch import)."""
-    return tuple(sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in ("__init__", "base")))
 
 
 def load_method(args, device, width_multiple: int = 1):

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from training.data import IGNORE_INDEX, collate_pairs
-from training.lora import adapter_layers, adapters_disabled
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
+from training.model.lora import adapter_layers, adapters_disabled
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The recipe composed by Hydra (compose) and the launcher's own settings (settings)."""

@@ -1,0 +1,2 @@
+"""A job on this machine: a local run (run) and a rehearsal of capacity events (rehearse, report,
+timeline)."""

@@ -1,0 +1,161 @@
+"""What a rehearsal cost and whether it was invisible: per-transition downtime, capacity
+utilization, the comparison with a fixed-size run, and a chart (rehearsal.png)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from elastic_launcher.local.timeline import Timeline
+from training.contract.records import committed, read_records
+
+
+@dataclass
+class Transition:
+    cause: str  # "resize" (SIGUSR1) or "failure" (a worker SIGKILLed)
+    from_nodes: int
+    to_nodes: int
+    signal_to_exit_s: float | None
+    checkpoint_save_s: float | None
+    checkpoint_bytes: int | None
+    relaunch_to_first_step_s: float | None  # relaunch -> the first step at the new size starts
+    downtime_s: float | None  # end of the last step at the old size -> start of the first at the new one
+    steps_recomputed: int
+
+
+@dataclass
+class Report:
+    transitions: list[Transition]
+    utilization: float
+    node_seconds_used: float
+    node_seconds_available: float
+    steps: int
+    first_start_s: float | None = None  # first launch -> its first step starts (no checkpoint to read)
+    max_rel_loss_diff: float | None = None
+    samples_identical: bool | None = None
+    matched: bool | None = None  # None: no comparison run
+
+    def summary(self) -> str:
+        header = ("#", "cause", "nodes", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "downtime", "redo")
+        fmt = lambda v, unit="s": "-" if v is None else f"{v:.2f}{unit}"  # noqa: E731
+        rows = [header] + [(str(i + 1), t.cause, f"{t.from_nodes}->{t.to_nodes}", fmt(t.signal_to_exit_s),
+                            fmt(t.checkpoint_save_s), fmt(t.checkpoint_bytes and t.checkpoint_bytes / 1e6, ""),
+                            fmt(t.relaunch_to_first_step_s), fmt(t.downtime_s), str(t.steps_recomputed))
+                           for i, t in enumerate(self.transitions)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+        lines.append(f"capacity utilization: {self.utilization:.1%} ({self.node_seconds_used:.0f} of "
+                     f"{self.node_seconds_available:.0f} node-seconds), {self.steps} steps")
+        if self.matched is not None:
+            verdict = "MATCHED" if self.matched else "DIFFERED"
+            lines.append(f"vs fixed-size run: {verdict}: max relative loss difference {self.max_rel_loss_diff:.2e}, "
+                         f"consumed sample ids {'identical' if self.samples_identical else 'DIFFERENT'}")
+        return "\n".join(lines)
+
+
+def _transition(records: list[dict], events: list[dict], prev: int, cur: int) -> Transition:
+    """What happened between launch `prev` and launch `cur` (indices into the timeline)."""
+    launched, relaunched = events[prev], events[cur]
+    between = events[prev + 1 : cur]
+    cause = next((e for e in between if e["event"] in ("signal", "kill")), None)
+    ended = next((e for e in between if e["event"] in ("exit", "failure")), None)
+    failed = any(e["event"] in ("kill", "failure") for e in between)
+    began = (cause or ended or relaunched)["time"]
+    checkpoint = next((r for r in records if r.get("event") == "checkpoint"
+                       and began <= r["time"] <= (ended or relaunched)["time"] + 1), None)
+    old_steps = [r for r in records if "loss" in r and launched["time"] <= r["time"] <= relaunched["time"]]
+    to_first_step = _first_start(records, relaunched)
+    first_start = relaunched["time"] + to_first_step if to_first_step is not None else None
+    resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), 0)
+    return Transition(
+        cause="failure" if failed else "resize", from_nodes=launched["nodes"], to_nodes=relaunched["nodes"],
+        signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
+        checkpoint_save_s=checkpoint["seconds"] if checkpoint else None,
+        checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
+        relaunch_to_first_step_s=to_first_step,
+        downtime_s=first_start - old_steps[-1]["time"] if first_start is not None and old_steps else None,
+        steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed))
+
+
+def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Report:
+    records, events = read_records(run_dir), timeline.events
+    launches = [i for i, e in enumerate(events) if e["event"] == "launch"]
+    transitions = [_transition(records, events, prev, cur) for prev, cur in zip(launches, launches[1:])]
+
+    used, available = _node_seconds(events)
+    losses = committed(run_dir, "metrics.jsonl", "loss")
+    report = Report(transitions, used / available if available else 0.0, used, available, len(losses),
+                    _first_start(records, events[launches[0]]) if launches else None)
+    if reference_dir is not None:
+        want = committed(reference_dir, "metrics.jsonl", "loss")
+        report.max_rel_loss_diff = max((abs(losses.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
+                                       default=float("inf"))
+        report.samples_identical = (committed(run_dir, "samples.jsonl", "sample_ids")
+                                    == committed(reference_dir, "samples.jsonl", "sample_ids"))
+        report.matched = report.samples_identical and report.max_rel_loss_diff <= 1e-5 and set(losses) == set(want)
+    (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
+    chart(run_dir / "rehearsal.png", records, events, timeline.started)
+    return report
+
+
+def _first_start(records: list[dict], launch: dict) -> float | None:
+    """Seconds from `launch` to the start of the first step after it."""
+    first = next((r for r in records if "loss" in r and r["time"] >= launch["time"]), None)
+    return first["time"] - first["step_time"] - launch["time"] if first else None
+
+
+def _node_seconds(events: list[dict]) -> tuple[float, float]:
+    """(nodes held by the job x seconds, nodes available x seconds) from first launch to done. Nodes
+    a job still holds while it shuts down gracefully count as available until released."""
+    end = next((e["time"] for e in reversed(events) if e["event"] in ("done", "failure", "exit")), events[-1]["time"])
+    used = available = 0.0
+    running, capacity, t_prev = 0, 0, events[0]["time"]
+    for e in events + [{"time": end, "event": "end"}]:
+        dt = max(0.0, min(e["time"], end) - t_prev)
+        used, available = used + running * dt, available + max(capacity, running) * dt
+        t_prev = max(t_prev, min(e["time"], end))
+        if e["event"] == "capacity":
+            capacity = e["available"]
+        elif e["event"] == "kill":  # the node died with its worker
+            capacity, running = e["available"], max(0, running - 1)
+        elif e["event"] == "launch":
+            running = e["nodes"]
+        elif e["event"] in ("exit", "failure", "done"):
+            running = 0
+    return used, available
+
+
+def chart(path: Path, records: list[dict], events: list[dict], t0: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r for r in records if "loss" in r]
+    fig, (ax_tps, ax_loss) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.5))
+    for launch_id in dict.fromkeys(r["launch"] for r in steps):  # one line per launch: gaps are downtime
+        mine = [r for r in steps if r["launch"] == launch_id]
+        ax_tps.plot([r["time"] - t0 for r in mine], [r["tokens_per_s"] for r in mine], ".-", lw=1, color="tab:blue")
+        ax_loss.plot([r["time"] - t0 for r in mine], [r["loss"] for r in mine], ".-", lw=1, color="tab:green")
+    launches = [e for e in events if e["event"] == "launch"]
+    end = events[-1]["t"]
+    colors = plt.get_cmap("Blues")
+    for i, launch in enumerate(launches):
+        stop = next((e["t"] for e in events if e["t"] > launch["t"] and e["event"] in ("signal", "kill", "failure",
+                                                                                     "done")), end)
+        for ax in (ax_tps, ax_loss):
+            ax.axvspan(launch["t"], stop, color=colors(0.15 + 0.2 * launch["nodes"]), alpha=0.35, lw=0)
+        ax_tps.text(launch["t"], ax_tps.get_ylim()[1] if steps else 1, f" {launch['nodes']} node(s)", va="top",
+                    fontsize=8)
+    for e in events:
+        if e["event"] in ("signal", "kill"):
+            for ax in (ax_tps, ax_loss):
+                ax.axvline(e["t"], color="red" if e["event"] == "kill" else "black", ls="--", lw=0.8)
+    ax_tps.set_ylabel("tokens/s (global)")
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_xlabel("wall time (s); shading = world size, dashed = resize (black) / node failure (red)")
+    ax_tps.set_title("Elastic rehearsal")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,255 @@
+"""Runs on this machine: `action=local` trains a recipe with torchrun (gloo on CPU); `action=rehearse`
+drives it through a capacity trace (elastic_launcher.local.rehearse). One local "node" is
+`local.nproc_per_node` processes; the trainer is told the node count through ELASTIC_NUM_NODES.
+
+No launcher action leaves a process behind: torchrun dies with the launcher (parent-death signal),
+the workers die with torchrun, and Ctrl-C or SIGTERM stops the job gracefully (the workers
+checkpoint and exit) within the recipe's graceful_shutdown_timeout, then kills what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from elastic_launcher import ROOT
+from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
+from elastic_launcher.render.configs import config_files, write_files
+from training.contract.checkpoint_dirs import latest_checkpoint, step_of
+from training.contract.config import JobConfig
+from training.contract.config_files import NUM_NODES_ENV
+from training.contract.records import human, parse_line, read_records
+
+
+def _die_with_launcher() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    config_dir: Path
+    run_dir: Path
+    nproc_per_node: int
+    python: str = sys.executable  # the interpreter (and so the torch) the job runs on
+
+    def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
+        cmd = [self.python, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nodes * self.nproc_per_node}", "-m", "training",
+               f"--config-dir={self.config_dir}", f"--run-dir={self.run_dir}"]
+        cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
+        return cmd + ([f"--pause-at-steps={','.join(map(str, pause_at))}"] if pause_at else [])
+
+    def env(self, nodes: int) -> dict[str, str]:
+        tmp = self.run_dir / "tmp"  # torchrun leaves a directory per launch in TMPDIR
+        tmp.mkdir(parents=True, exist_ok=True)
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "PYTHONUNBUFFERED": "1",
+                "TMPDIR": str(tmp), "PYTHONPATH": path}
+
+    def start(self, nodes: int, stop_at_step: int | None = None, log=None, pause_at: list[int] = ()) -> subprocess.Popen:
+        """torchrun in its own session (so a resize can signal the whole job at once), dying with us."""
+        return subprocess.Popen(self.command(nodes, stop_at_step, pause_at), env=self.env(nodes), stdout=log,
+                                stderr=subprocess.STDOUT if log else None, start_new_session=True,
+                                preexec_fn=_die_with_launcher)
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid` (torchrun's workers), read from /proc."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return sorted(children)
+
+
+def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> tuple[int, bool]:
+    """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
+    rest of the job. Returns torchrun's exit code and whether the job exited within `grace`."""
+    workers = child_pids(proc.pid)
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    try:
+        return proc.wait(timeout=grace), True
+    except subprocess.TimeoutExpired:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(), False
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launcher: stops a local job as Ctrl-C does, gracefully."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    def interrupt(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_signal(interrupt: KeyboardInterrupt) -> int:
+    """The signal the workers get for the launcher's own: SIGTERM for SIGTERM, SIGINT for Ctrl-C."""
+    return signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT
+
+
+_stdout_gone = False
+
+
+def say(text: str) -> None:
+    """A line for the user on stdout, or on stderr once stdout is gone: with the output piped
+    (`| grep ...`), Ctrl-C ends the reader too, and a graceful stop must not die of a broken pipe."""
+    global _stdout_gone
+    if not _stdout_gone:
+        try:
+            print(text, flush=True)
+            return
+        except BrokenPipeError:
+            _stdout_gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush goes nowhere, quietly
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_dir_of(job: Job) -> Path:
+    return Path(job.settings.local.run_dir or job.plan.sizes[0].config.run.output_dir).resolve()
+
+
+_LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_or_path", "datasets.train_data")
+
+
+def _localized(config: JobConfig) -> JobConfig:
+    """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
+    project root, where the shipped recipes' paths live), so a local run works from any directory."""
+    config = copy.deepcopy(config)
+    for path in _LOCAL_PATHS:
+        section, key = path.split(".")
+        owner = getattr(config.training_config, section)
+        value = getattr(owner, key)
+        if isinstance(value, str) and not os.path.isabs(value):
+            for base in (Path.cwd(), ROOT):
+                if (base / value).exists():
+                    setattr(owner, key, str((base / value).resolve()))
+                    break
+    return config
+
+
+def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
+    """Write the per-size configs into <run_dir>/launch/configs (a local run's restarts read its own
+    copy, never a later dry run's) with local paths made absolute. No manifest: nothing is submitted."""
+    run_dir = run_dir or run_dir_of(job)
+    if not job.settings.local.resume and (run_dir / "checkpoints").exists():
+        raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
+                            f"local.run_dir=<new dir>")
+    plan = plan or job.plan
+    sizes = tuple(dataclasses.replace(s, config=_localized(s.config)) for s in plan.sizes)
+    local_plan = dataclasses.replace(plan, base=_localized(plan.base), sizes=sizes)
+    configs = write_files(run_dir / "launch" / "configs", config_files(local_plan))
+    return LocalJob(configs.resolve(), run_dir, job.settings.local.nproc_per_node)
+
+
+def newest_step(run_dir: Path) -> int | None:
+    path = latest_checkpoint(run_dir / "checkpoints")
+    return step_of(path) if path else None
+
+
+class OutputRelay:
+    """Copies torchrun's output to the terminal and <run_dir>/torchrun.log. After the trainer's own
+    one-line error, the rest (torchrun's tracebacks of the failed workers) goes to the log only."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path):
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._copy, args=(proc.stdout, log_path), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream, log_path: Path) -> None:
+        with open(log_path, "ab") as log:
+            for raw in stream:
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip("\n")
+                if self.error is None and line.startswith("error: "):
+                    self.error = line[len("error: "):]
+                elif self.error is None:
+                    record = parse_line(line) if line.startswith("{") else None
+                    if record is None:
+                        say(line)
+                    elif record.get("event") != "node":  # which pod is which node: for cluster logs only
+                        say(human(record))
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+
+def _resolved_max_steps(run_dir: Path) -> int | None:
+    """The schedule's length as the trainer resolved it (max_epochs needs the tokenized data)."""
+    starts = [r for r in read_records(run_dir) if r.get("event") == "start"]
+    return starts[-1].get("max_steps") if starts else None
+
+
+def run(job: Job) -> int:
+    nodes = job.settings.local.nodes or job.plan.sizes[0].config.trainer.num_nodes
+    if job.plan.size(nodes) is None:
+        allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
+        raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
+    local = prepare(job)
+    say(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
+        f"run dir {local.run_dir}")
+    local.run_dir.mkdir(parents=True, exist_ok=True)
+    before = newest_step(local.run_dir)
+    deadline = time.monotonic() + job.settings.local.timeout
+    with sigterm_as_interrupt():
+        proc = local.start(nodes, log=subprocess.PIPE)
+        relay = OutputRelay(proc, local.run_dir / "torchrun.log")
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if proc.poll() is None:
+                stop_job(proc, grace=0)
+                raise LauncherError(f"local run exceeded local.timeout={job.settings.local.timeout:g}s and was "
+                                    f"killed: raise local.timeout") from None
+        except KeyboardInterrupt as interrupt:
+            say("stopping: the workers checkpoint and exit ...")
+            stop_job(proc, job.plan.policy.graceful_shutdown_timeout, stop_signal(interrupt))
+            relay.join()
+            step = newest_step(local.run_dir)
+            say(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
+                f"{local.run_dir}; rerun the same command to resume")
+            return 130
+        relay.join()
+    if proc.returncode != 0:
+        detail = relay.error or f"torchrun exited with {proc.returncode}"
+        raise LauncherError(f"{detail} (full log: {local.run_dir / 'torchrun.log'})")
+    step, max_steps = newest_step(local.run_dir), _resolved_max_steps(local.run_dir)
+    if step is not None and max_steps is not None and step < max_steps:
+        say(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to resume")
+    elif step is not None and step == before:
+        say(f"nothing to train: the run in {local.run_dir} had already reached step {step} of {max_steps}; raise "
+            f"recipes.training_config.training_args.max_steps to train on, or set local.run_dir=<new dir> to start "
+            f"afresh")
+    else:
+        say(f"done: {max_steps} steps; checkpoints and metrics.jsonl in {local.run_dir}")
+    return 0

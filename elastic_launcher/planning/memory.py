@@ -1,0 +1,195 @@
+"""Will it fit? The peak memory of one training process per GPU.
+
+Traced where it can be: `scripts/trace_memory.py` runs the trainer's own step on fake tensors
+(training/model/memory_trace.py) at each catalogue recipe's real shape and sizes and keeps the peaks in
+traced_memory.json beside this file, keyed by everything the peak depends on (`trace_inputs`). A
+size whose inputs were traced shows the traced peak plus the allowance for what the trace cannot
+see (`with_allowance`); any other falls back to the analytic estimate below.
+
+The launcher reads no model hub, so a recipe states its model's shape (`model_shape`: the
+transformers config keys that size memory) or builds the model from an inline `architecture`.
+The fallback estimate adds, per GPU at a given world size:
+- sharded state: fp32 weights, gradients and AdamW moments (16 bytes per trained parameter) over
+  every rank; under LoRA the frozen base in bf16 (2 bytes per parameter) plus the adapters' 16;
+- FSDP's working set: one decoder layer gathered in bf16 (FSDP's all-gather output and its copy),
+  the LM head gathered (its own unit), and a layer's gradient (bf16, then fp32 to reduce);
+- activations of one micro-batch (DPO: chosen and rejected rows) at the recipe's activation
+  checkpointing, and one loss chunk's logits (bf16, their fp32 log-softmax and its gradient);
+- the same allowance as a trace.
+ACTIVATION_FACTOR is the one constant, fitted to the kept traces (tests/test_catalogue.py holds
+the fallback against every one of them).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 2**30
+TRACES = Path(__file__).with_name("traced_memory.json")
+TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
+# What the trace cannot see: the CUDA context and NCCL's communicator buffers (about 1 GiB each on
+# an 8-GPU H100 node), and the caching allocator's fragmentation (reserved above allocated).
+CONTEXT_AND_NCCL_GIB = 2.0
+FRAGMENTATION = 0.05
+FIT_SHARE = 0.9  # a size fits when its peak with the allowance is at most this share of the GPU
+ACTIVATION_FACTOR = 1.2  # fitted to the kept traces: the median fallback is 1.08x the trace
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The transformers config keys that size a decoder-only model's memory."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    head_dim: int
+    tie_word_embeddings: bool = False
+    experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0
+    shared_expert: bool = False  # Llama 4: a dense expert every token passes through
+    attention_bias: bool = False  # Qwen2: biases on q/k/v
+
+    @classmethod
+    def from_config(cls, config: dict) -> "ModelShape":
+        heads = config["num_attention_heads"]
+        kind = config.get("model_type", "")
+        return cls(hidden_size=config["hidden_size"], num_hidden_layers=config["num_hidden_layers"],
+                   intermediate_size=config["intermediate_size"], num_attention_heads=heads,
+                   num_key_value_heads=config.get("num_key_value_heads") or heads,
+                   vocab_size=config.get("vocab_size", 32000),
+                   head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                   experts=config.get("num_local_experts") or config.get("num_experts") or 0,
+                   experts_per_token=config.get("num_experts_per_tok") or 0,
+                   shared_expert=kind.startswith("llama4"), attention_bias=kind == "qwen2")
+
+    # --- parameter counts ---------------------------------------------------------------------------
+    @property
+    def attention_params(self) -> int:
+        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        return h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+
+    @property
+    def mlp_params(self) -> int:
+        """Per layer: the dense MLP, or every routed expert plus the router (and the shared expert)."""
+        dense = 3 * self.hidden_size * self.intermediate_size
+        if not self.experts:
+            return dense
+        return self.experts * dense + self.hidden_size * self.experts + (dense if self.shared_expert else 0)
+
+    @property
+    def layer_params(self) -> int:
+        return self.attention_params + self.mlp_params + 2 * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * self.layer_params + embeddings + self.hidden_size
+
+    def lora_params(self, r: int) -> int:
+        """Adapters (r x in + out x r) on every linear layer but the LM head: attention projections,
+        dense MLPs and the shared expert. Fused expert weights are 3-D parameters, not linear
+        layers: they stay frozen, as do the routers (training.model.lora.linear_module_names)."""
+        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
+            self.num_key_value_heads * self.head_dim, self.intermediate_size
+        per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
+        if not self.experts or self.shared_expert:
+            per_layer += r * (2 * (h + i) + (i + h))
+        return self.num_hidden_layers * per_layer
+
+    # --- activations --------------------------------------------------------------------------------
+    def layer_activation_bytes(self, tokens: int) -> int:
+        """Saved for backward by one decoder layer (bf16, fused attention kernels: no T x T scores):
+        fp32 norm inputs, q/k/v, attention output, and the MLP's inputs and gated products for the
+        experts each token visits."""
+        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        mlps = (self.experts_per_token + self.shared_expert) if self.experts else 1
+        return tokens * (12 * h + 4 * q + 4 * kv + 8 * self.intermediate_size * mlps)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    state_gib: float  # sharded weights, gradients and optimizer state
+    working_gib: float  # gathered layers and their unsharded gradients
+    activations_gib: float
+    total_gib: float
+    traced: bool = False  # from the trace of the trainer's step (else the analytic estimate)
+    phase: str = ""  # traced: where the peak falls
+
+
+def with_allowance(traced_gib: float) -> float:
+    """A traced peak with what the trace cannot see (see the constants above)."""
+    return traced_gib * (1 + FRAGMENTATION) + CONTEXT_AND_NCCL_GIB
+
+
+def trace_inputs(model_shape: dict, training_config, world_size: int, micro_batch: int, grad_accum: int) -> dict:
+    """Everything a traced peak depends on (training_config: a training.contract.config.TrainingConfig). A
+    size that accumulates gradients is traced over two micro-batches (the second starts with the
+    first one's gradients held): more add nothing to the peak."""
+    mc, ta = training_config.model_config, training_config.training_args
+    micro_steps = min(2, grad_accum)
+    return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": world_size,
+            "sharding": mc.sharding, "micro_batch": micro_batch, "micro_steps": micro_steps,
+            "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,
+            "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
+            "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
+            "loss_chunk_tokens": mc.loss_chunk_tokens}
+
+
+def trace_key(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def kept_traces() -> dict:
+    return json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+
+
+def traced(inputs: dict) -> MemoryEstimate | None:
+    """The kept trace of these inputs, with the allowance, or None if they were never traced."""
+    trace = kept_traces().get(trace_key(inputs))
+    if trace is None:
+        return None
+    split = trace["split_gib"]
+    return MemoryEstimate(state_gib=split["sharded state"] + split["optimizer"],
+                          working_gib=split["gathered parameters"] + split["gradients"],
+                          activations_gib=split["activations"] + split["temporaries"],
+                          total_gib=with_allowance(trace["peak_gib"]), traced=True, phase=trace["phase"])
+
+
+def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
+             activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1) -> MemoryEstimate:
+    """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
+    # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
+    padding = 0.0
+    for dims, share in (((shape.hidden_size, 2 * shape.intermediate_size), 2), ((shape.intermediate_size, shape.hidden_size), 1)):
+        if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
+            rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
+            padding += rows * shape.num_hidden_layers * shape.experts * share * shape.hidden_size * shape.intermediate_size
+    if lora_r is None:
+        state = 16 * (shape.params + padding)
+        layer_grad = 6 * shape.layer_params
+    else:
+        adapters = shape.lora_params(lora_r)
+        state = 2 * (shape.params + padding) + 16 * adapters
+        layer_grad = 6 * adapters // shape.num_hidden_layers
+    head = 0 if shape.tie_word_embeddings else 2 * shape.vocab_size * shape.hidden_size
+    working = 2 * 2 * (shape.layer_params + padding / shape.num_hidden_layers) + head + layer_grad
+    tokens = micro_batch * seq_len * sequences_per_sample
+    per_layer = shape.layer_activation_bytes(tokens)
+    boundary = tokens * shape.hidden_size * 2  # a checkpointed layer keeps only its bf16 input
+    layers = shape.num_hidden_layers
+    kept = {"none": layers, "selective": (layers + 1) // 2, "full": 0}[activation_checkpointing]
+    recompute = per_layer if kept < layers else 0  # one checkpointed layer's activations, rebuilt in backward
+    chunk = min(loss_chunk_tokens or tokens, tokens)
+    logits = chunk * shape.vocab_size * (2 + 4 + 4)
+    activations = ACTIVATION_FACTOR * (kept * per_layer + (layers - kept) * boundary + recompute + logits)
+    total = state / world_size + working + activations
+    return MemoryEstimate(state / world_size / GIB, working / GIB, activations / GIB, with_allowance(total / GIB))

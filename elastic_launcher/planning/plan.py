@@ -1,0 +1,363 @@
+"""Recipe -> plan: the elastic policy, the node counts it allows, and for each of them the fully
+merged training config with its batch math. Everything is validated here, before anything is
+written, so a bad recipe fails on the laptop instead of on the cluster."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastic_launcher.planning.instances import InstanceType, lookup
+from elastic_launcher.planning.memory import FIT_SHARE, MemoryEstimate, ModelShape, estimate, trace_inputs, traced
+from training.contract.batching import BatchPlan, plan_batches
+from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
+from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
+from training.contract.errors import ConfigError
+from training.contract.typed import build, ranged
+
+RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass
+class ElasticPolicy:
+    """The recipe's `elastic_policy` block (the sagemaker-hyperpod-recipes keys, off by default)."""
+
+    is_elastic: bool = False
+    min_nodes: int = 1
+    max_nodes: int = 1
+    replica_increment_step: int | None = None
+    replica_discrete_values: list[int] | None = None  # default: scale_config node counts in [min, max]
+    use_graceful_shutdown: bool = True
+    graceful_shutdown_timeout: int = ranged(GRACEFUL_SHUTDOWN_TIMEOUT_S, ge=0)  # seconds to checkpoint and exit after SIGUSR1
+    scaling_timeout: int = ranged(600, ge=0)  # capacity must stay available this long before a scale-up
+    faulty_timeout: int = ranged(300, ge=0)  # wait for replacement capacity before scaling down after a fault
+    scale_up_snooze_time: int = ranged(0, ge=0)  # no scale-up for this long after a restart
+
+
+@dataclass
+class Hardware:
+    """The recipe's top-level hardware facts: what its scale configs were sized for, and the shape of
+    its model (the launcher reads no model hub) for the memory estimate."""
+
+    instance_types: list[str] | None = None  # None: any; else the dry run warns outside this list
+    model_shape: dict[str, Any] | None = None  # transformers config keys (hidden_size, ...); default: the architecture
+
+
+@dataclass(frozen=True)
+class TypedKeys:
+    """The recipe keys the user set on the command line, so the plan can honour them: a recipe key
+    typed by the user wins over the scale_config entries that set it, unless the user also typed
+    that entry's key."""
+
+    recipe: frozenset[str] = frozenset()  # paths under recipes, e.g. training_config.training_args.learning_rate
+    entries: frozenset[tuple[int, str]] = frozenset()  # (nodes, path inside that scale_config entry)
+
+    @classmethod
+    def from_overrides(cls, overrides: list[str]) -> "TypedKeys":
+        recipe, entries = set(), set()
+        for override in overrides:
+            key = override.split("=", 1)[0]
+            if "=" not in override or key.startswith("~") or not key.lstrip("+").startswith("recipes."):
+                continue
+            path = key.lstrip("+").removeprefix("recipes.")
+            if path.startswith("scale_config."):
+                _, entry, *rest = path.split(".")
+                if rest:
+                    try:
+                        entries.add((scale_config_key(entry), ".".join(rest)))
+                    except ConfigError:
+                        pass  # reported when the scale config is normalized
+            else:
+                recipe.add(path)
+        return cls(frozenset(recipe), frozenset(entries))
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """Everything that holds at one allowed node count."""
+
+    nodes: int
+    nproc_per_node: int
+    config: JobConfig
+    batch: BatchPlan
+    from_scale_config: bool  # False: base config with derived batch math (step policies)
+    memory: MemoryEstimate | None = None  # peak per GPU; None without a model shape or GPUs
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def learning_rate(self) -> float:
+        return self.config.training_config.training_args.learning_rate
+
+    @property
+    def tokens_per_step(self) -> int:
+        """At most (full rows); DPO runs two sequences per sample."""
+        tc = self.config.training_config
+        return self.batch.global_batch * tc.datasets.max_len * (2 if tc.training_args.trainer_type == "dpo" else 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_name: str
+    instance: InstanceType
+    policy: ElasticPolicy
+    base: JobConfig  # the recipe's config for a size without a scale_config entry (derived batch math)
+    sizes: tuple[SizePlan, ...]  # ascending node counts
+    unused_scale_configs: tuple[int, ...]  # entries outside [min, max]: valid, not used
+    hardware: Hardware = field(default_factory=Hardware)
+    warnings: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # what the command line changed beyond the obvious
+
+    @property
+    def initial_nodes(self) -> int:
+        return self.sizes[0].nodes
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.sizes[0].nproc_per_node
+
+    def size(self, nodes: int) -> SizePlan | None:
+        return next((s for s in self.sizes if s.nodes == nodes), None)
+
+
+def scale_config_key(key) -> int:
+    """`n4` (the command-line friendly form), `4` or '4' (upstream's integer keys) -> 4."""
+    text = str(key)
+    digits = text[1:] if text[:1] == "n" else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise ConfigError(f"scale_config key {key!r} is not a node count: use n<nodes>, e.g. n4")
+    return int(digits)
+
+
+def normalize_scale_config(scale_config: dict | None) -> dict[int, dict]:
+    """Entries keyed by node count. When both `4` and `n4` exist (an upstream block plus a
+    command-line `+recipes.scale_config.n4...` override), `n4` is merged on top."""
+    if scale_config is not None and not isinstance(scale_config, dict):
+        hint = f"scale_configs@recipes.scale_config={scale_config}" if isinstance(scale_config, str) else \
+            "scale_configs@recipes.scale_config=<set>"
+        raise ConfigError(f"recipes.scale_config={scale_config!r} is not a mapping of n<nodes> entries: to swap the "
+                          f"scale-config set use {hint}")
+    entries: dict[int, dict] = {}
+    for key in sorted(scale_config or {}, key=lambda k: str(k).startswith("n")):
+        nodes, entry = scale_config_key(key), scale_config[key] or {}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"recipes.scale_config.{key}={entry!r} must be a mapping of training-config overrides")
+        entries[nodes] = _merge(entries.get(nodes, {}), entry)
+    return entries
+
+
+def _merge(base: dict, override: dict) -> dict:
+    """OmegaConf.merge's semantics (mappings merge recursively, everything else is replaced) on
+    plain, already resolved data, at a tenth of its cost: a plan merges once per node count."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def allowed_sizes(policy: ElasticPolicy, scale_counts: list[int], static_nodes: int,
+                  every_size: bool = False) -> list[int]:
+    """The node counts a job may run at. `every_size`: the runtime (torchrun's c10d rendezvous)
+    accepts any count in [min, max], so all of them must be valid."""
+    key = "recipes.elastic_policy"
+    if not policy.is_elastic:
+        if static_nodes < 1:
+            raise ConfigError(f"recipes.trainer.num_nodes={static_nodes} must be >= 1")
+        return [static_nodes]
+    lo, hi, step, values = policy.min_nodes, policy.max_nodes, policy.replica_increment_step, policy.replica_discrete_values
+    if lo < 1:
+        raise ConfigError(f"{key}.min_nodes={lo} must be >= 1")
+    if lo > hi:
+        raise ConfigError(f"{key}.min_nodes={lo} is greater than max_nodes={hi}: lower min_nodes or raise max_nodes")
+    if step is not None and values is not None:
+        raise ConfigError(f"{key} sets both replica_increment_step={step} and replica_discrete_values={values}: keep one")
+    if values is not None:
+        if not values:
+            raise ConfigError(f"{key}.replica_discrete_values is empty: list the node counts to allow, or remove it")
+        outside = [v for v in values if not lo <= v <= hi]
+        if outside:
+            raise ConfigError(f"{key}.replica_discrete_values={values} has {outside} outside [min_nodes={lo}, "
+                              f"max_nodes={hi}]: remove them or widen the range")
+        sizes = sorted(set(values))
+    elif step is not None:
+        if step < 1:
+            raise ConfigError(f"{key}.replica_increment_step={step} must be >= 1")
+        if (hi - lo) % step:
+            raise ConfigError(f"{key}.replica_increment_step={step} never reaches max_nodes={hi} from min_nodes={lo}: "
+                              f"use a step dividing {hi - lo} or set max_nodes={lo + (hi - lo) // step * step}")
+        sizes = list(range(lo, hi + 1, step))
+    else:
+        sizes = sorted(n for n in scale_counts if lo <= n <= hi)
+        if not sizes and not every_size:
+            raise ConfigError(f"{key}: no scale_config entry inside [min_nodes={lo}, max_nodes={hi}] (entries: "
+                              f"{sorted(scale_counts)}): set replica_increment_step or replica_discrete_values")
+    return list(range(lo, hi + 1)) if every_size else sizes
+
+
+def _validate_policy(policy: ElasticPolicy, typed: TypedKeys) -> None:
+    sizing = sorted(typed.recipe & {f"elastic_policy.{key}" for key in ("min_nodes", "max_nodes", "replica_increment_step",
+                                                                        "replica_discrete_values")})
+    if sizing and not policy.is_elastic:
+        raise ConfigError(f"recipes.{sizing[0]} is set but recipes.elastic_policy.is_elastic=false, so it would be "
+                          f"ignored: add recipes.elastic_policy.is_elastic=true (or use recipes.trainer.num_nodes)")
+
+
+def _without(entry: dict, path: str) -> tuple[dict, bool]:
+    """`entry` minus the value at dotted `path` (and everything under it); whether anything was there."""
+    head, _, rest = path.partition(".")
+    if head not in entry:
+        return entry, False
+    if not rest:
+        return {k: v for k, v in entry.items() if k != head}, True
+    if not isinstance(entry[head], dict):
+        return entry, False
+    inner, found = _without(entry[head], rest)
+    return ({**entry, head: inner} if found else entry), found
+
+
+def _apply_typed_keys(entries: dict[int, dict], typed: TypedKeys) -> tuple[dict[int, dict], list[str]]:
+    """Drop from each entry the keys the user typed for the whole recipe, so they hold at every size."""
+    notes = []
+    for path in sorted(typed.recipe):
+        if path.startswith(("scale_config", "elastic_policy")):
+            continue
+        shadowing = []
+        for nodes in sorted(entries):
+            if (nodes, path) in typed.entries:
+                continue
+            entries[nodes], found = _without(entries[nodes], path)
+            if found:
+                shadowing.append(f"n{nodes}")
+        if shadowing:
+            notes.append(f"recipes.{path} from the command line replaces scale_config entries "
+                         f"{', '.join(shadowing)} (to change one size: recipes.scale_config.n<N>.{path}=...)")
+    return entries, notes
+
+
+def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
+    if len(name) > 63:
+        raise ConfigError(f"{key}={name!r} is {len(name)} characters; Kubernetes allows 63: shorten it")
+    if not RFC1123_LABEL.match(name):
+        raise ConfigError(f"{key}={name!r} is not a valid Kubernetes name (RFC 1123: lowercase letters, digits, '-', "
+                          f"starting and ending alphanumeric): e.g. {re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-')!r}")
+
+
+def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False,
+              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None) -> Plan:
+    """Validate a resolved recipe and plan every node count its elastic policy allows (with
+    `every_size`, every count in [min_nodes, max_nodes]); with the checkpoint `write_gb_per_s`, warn
+    where a stop's save outlasts the graceful timeout."""
+    recipe = dict(recipe)
+    policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
+    hardware = build(Hardware, {key: recipe.pop(key, None) for key in ("instance_types", "model_shape")}, "recipes")
+    _validate_policy(policy, typed)
+    entries, notes = _apply_typed_keys(normalize_scale_config(recipe.pop("scale_config", None)), typed)
+    base_cfg = build(JobConfig, recipe, "recipes")
+    instance = lookup(base_cfg.instance_type)
+    job_name = job_name or base_cfg.run.name
+    validate_job_name(job_name)
+
+    nodes_list = allowed_sizes(policy, list(entries), base_cfg.trainer.num_nodes, every_size)
+    sizes = []
+    for nodes in nodes_list:
+        entry = entries.get(nodes)
+        where = f"recipes.scale_config.n{nodes}" if entry is not None else "recipes"
+        entry_nodes = (entry or {}).get("trainer", {}).get("num_nodes", nodes)
+        if entry_nodes != nodes:
+            raise ConfigError(f"{where}.trainer.num_nodes={entry_nodes} contradicts its key n{nodes}: "
+                              f"set it to {nodes} or remove it")
+        merged = _merge(recipe, entry or {})
+        merged["trainer"] = {**merged.get("trainer", {}), "num_nodes": nodes}
+        cfg = build(JobConfig, merged, where)
+        check_methods(cfg.training_config)
+        nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        try:
+            batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
+                                 f"{where}.training_config.training_args")
+        except ConfigError as e:
+            raise ConfigError(f"at {nodes} nodes: {e}") from None
+        sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None,
+                              _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch,
+                                      batch.grad_accum_steps)))
+
+    first = sizes[0]
+    for path in RESUME_INVARIANTS:
+        want = get_path(first.config.training_config, path)
+        for size in sizes[1:]:
+            got = get_path(size.config.training_config, path)
+            if got != want:
+                raise ConfigError(
+                    f"training_config.{path} is {got!r} at {size.nodes} nodes but {want!r} at {first.nodes}: "
+                    f"a resume at another size would be refused; it must be the same at every size (set it in "
+                    f"the recipe, not per scale_config entry)")
+    warnings = []
+    rates = {s.nodes: s.learning_rate for s in sizes}
+    if len(set(rates.values())) > 1:
+        listed = ", ".join(f"{n} nodes: {lr:g}" for n, lr in rates.items())
+        warnings.append(f"learning_rate differs between sizes ({listed}): after a resize the new size's LR "
+                        f"governs the schedule from that step on")
+    recipe_lr = base_cfg.training_config.training_args.learning_rate
+    for nodes, lr in rates.items():
+        if entries.get(nodes) and max(lr / recipe_lr, recipe_lr / lr) > 5:
+            warnings.append(f"recipes.scale_config.n{nodes} sets learning_rate={lr:g}, {lr / recipe_lr:.3g}x the "
+                            f"recipe's {recipe_lr:g}: a LoRA learning rate in full-parameter training (or the reverse)? "
+                            f"remove it from the entry to use the recipe's")
+    warnings += _hardware_warnings(hardware, instance, sizes) + _stop_save_warnings(policy, hardware, sizes,
+                                                                                    write_gb_per_s)
+    unused = tuple(sorted(n for n in entries if n not in nodes_list))
+    return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
+
+
+def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_size: int, micro: int,
+            grad_accum: int) -> MemoryEstimate | None:
+    mc, tc = cfg.training_config.model_config, cfg.training_config
+    config = hardware.model_shape or mc.architecture
+    if not config or not instance.gpus:
+        return None
+    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro, grad_accum))):
+        return kept
+    try:
+        shape = ModelShape.from_config(config)
+    except KeyError as e:
+        if not hardware.model_shape:  # an inline architecture may lean on transformers' defaults: no estimate
+            return None
+        raise ConfigError(f"recipes.model_shape lacks {e}: give hidden_size, num_hidden_layers, intermediate_size, "
+                          f"num_attention_heads, num_key_value_heads and vocab_size (the model's config.json)") from None
+    return estimate(shape, world_size, micro, tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
+                    activation_checkpointing=mc.activation_checkpointing, loss_chunk_tokens=mc.loss_chunk_tokens,
+                    sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+
+
+def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan],
+                        write_gb_per_s: float | None) -> list[str]:
+    """A stop is a blocking save of the weights and AdamW's moments (12 bytes per trained parameter)
+    that must end within the graceful timeout, or the pod is killed mid-save; at the checkpoint
+    write bandwidth the simulator also assumes (simulate.write_gb_per_s, all nodes together)."""
+    if not (hardware.model_shape and policy.use_graceful_shutdown and write_gb_per_s):
+        return []
+    mc = sizes[0].config.training_config.model_config
+    shape = ModelShape.from_config(hardware.model_shape)
+    gb = 12 * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
+    if gb / write_gb_per_s <= policy.graceful_shutdown_timeout:
+        return []
+    return [f"a stop saves {gb:,.0f} GB: ~{gb / write_gb_per_s:.0f} s at simulate.write_gb_per_s={write_gb_per_s:g}, "
+            f"more than elastic_policy.graceful_shutdown_timeout={policy.graceful_shutdown_timeout}: raise the "
+            f"timeout, or the pod is killed mid-save"]
+
+
+def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[SizePlan]) -> list[str]:
+    warnings = []
+    if hardware.instance_types and instance.name not in hardware.instance_types:
+        warnings.append(f"recipes.instance_type={instance.name} is not one this recipe's scale configs were sized for "
+                        f"({', '.join(hardware.instance_types)}): pick one of them, or a scale-config set for "
+                        f"{instance.name} with scale_configs@recipes.scale_config=<name> (README: instance types)")
+    tight = [s for s in sizes if s.memory and s.memory.total_gib > FIT_SHARE * instance.gpu_memory_gib]
+    if tight:
+        listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in tight)
+        warnings.append(f"peak memory per GPU is above {FIT_SHARE:.0%} of the {instance.gpu_memory_gib:g} GiB of "
+                        f"{instance.name} ({listed}): lower micro_train_batch_size at those sizes, use "
+                        f"activation_checkpointing=full, or raise min_nodes")
+    return warnings

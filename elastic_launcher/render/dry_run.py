@@ -1,0 +1,88 @@
+"""Write the dry-run artifacts (all or nothing) and print the plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elastic_launcher.planning.memory import CONTEXT_AND_NCCL_GIB, FIT_SHARE, FRAGMENTATION
+from elastic_launcher.planning.plan import Plan
+from elastic_launcher.render.configs import dump_yaml, write_files
+from elastic_launcher.render.manifests import Rendered, render
+
+MANIFEST_FILE = "manifest.yaml"
+
+
+def write_job(job, plan: Plan | None = None, out_dir: Path | None = None) -> Path:
+    """Render `plan` (default: the job's) and write it to `out_dir` (default <output_dir>/<job name>/)."""
+    plan = plan or job.plan
+    rendered = render(plan, job.settings.cluster, job.settings.target, job.namespace, job.recipe_name)
+    return write_artifacts(out_dir or Path(job.settings.output_dir) / plan.job_name, rendered, job.recipe)
+
+
+def write_artifacts(out_dir: Path, rendered: Rendered, recipe: dict) -> Path:
+    """<out_dir>/manifest.yaml, configs/, recipe.yaml, all or nothing."""
+    return write_files(out_dir, {MANIFEST_FILE: rendered.manifest, "recipe.yaml": dump_yaml(recipe),
+                                 **{f"configs/{name}": text for name, text in rendered.configs.items()}})
+
+
+def _memory_cell(plan: Plan, size) -> str:
+    """Peak GiB per GPU against the instance's (`~`: estimated, not traced), marked where it is over
+    the share a job may plan on (FIT_SHARE) or over the GPU."""
+    if size.memory is None:
+        return "-"
+    used, has = size.memory.total_gib, plan.instance.gpu_memory_gib
+    mark = " over" if used > has else " tight" if used > FIT_SHARE * has else ""
+    return f"{'' if size.memory.traced else '~'}{used:.0f}/{has:.0f}{mark}"
+
+
+def plan_table(plan: Plan) -> str:
+    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "per-rank batch", "micro", "grad-accum",
+              "LR", "tokens/step", "GiB/GPU", "config")
+    rows = [header]
+    for s in plan.sizes:
+        rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), s.batch.describe_local(),
+                     str(s.batch.micro_batch), str(s.batch.grad_accum_steps), f"{s.learning_rate:g}",
+                     f"{s.tokens_per_step:,}", _memory_cell(plan, s),
+                     "scale_config" if s.from_scale_config else "base (derived)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i < 9 else c for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def describe_method(tc) -> str:
+    """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
+    ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
+    what = f"DPO ({ta.loss_type} loss, beta {ta.beta:g})" if ta.trainer_type == "dpo" else "SFT"
+    what += f" with LoRA (r {peft.r}, alpha {peft.lora_alpha:g}, {peft.target_modules})" if peft else ", full parameters"
+    steps = f"{ta.max_epochs:g} epoch(s), steps resolved from the data at start" if ta.max_epochs else f"{ta.max_steps} steps"
+    parts = [what, steps]
+    if ta.eval_steps:
+        parts.append(f"validation on {1 - ds.train_val_split_ratio:.0%} of the rows every {ta.eval_steps} steps")
+    if ta.save_hf_ckpt:
+        parts.append("Hugging Face model written at the end" + (" (merged + adapter)" if peft and ta.merge_weights else ""))
+    return "method: " + "; ".join(parts)
+
+
+def summary(plan: Plan, target: str) -> str:
+    p = plan.policy
+    kind = "elastic" if p.is_elastic else "static"
+    counts = [s.nodes for s in plan.sizes]
+    if not p.is_elastic:
+        nodes = f"{plan.initial_nodes} nodes"
+    elif counts == list(range(p.min_nodes, p.max_nodes + 1)):
+        nodes = f"{p.min_nodes}..{p.max_nodes} nodes"
+    else:
+        nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
+    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
+             f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
+    if any(s.memory for s in plan.sizes):
+        lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
+                     f"{CONTEXT_AND_NCCL_GIB:g} GiB and {FRAGMENTATION:.0%} for CUDA, NCCL and fragmentation (~: "
+                     f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (README: Will it fit?)")
+        if any(s.memory and not s.memory.traced for s in plan.sizes):
+            lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
+    if plan.unused_scale_configs:
+        lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
+                     f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")
+    lines += [f"note: {n}" for n in plan.notes] + [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)

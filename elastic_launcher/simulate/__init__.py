@@ -1,0 +1,1 @@
+"""A job on a capacity trace in virtual time, elastic against static (simulator)."""

@@ -1,0 +1,192 @@
+"""The training config's schema: what one per-size file holds, with every default in one place.
+
+The launcher composes a recipe on top of these defaults (Hydra sees them as `recipes/common/schema`),
+validates it for every allowed node count and writes one file per count; the trainer reads the
+file for its live node count on every restart. Plain dataclasses: this module must never import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.contract.errors import ConfigError
+from training.contract.methods import method_names
+from training.contract.typed import build, one_of, ranged
+
+# Settings a resumed run must share with its checkpoint, as paths under training_config: the data
+# stream (which samples, in which order, in which global batches) hangs on them. The launcher
+# refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
+RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
+                     "datasets.train_data", "datasets.split", "datasets.messages_key", "datasets.max_len",
+                     "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking",
+                     "model_config.peft_config")
+
+
+def get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+# --- schema ----------------------------------------------------------------------------------------
+@dataclass
+class UnevenBatch:
+    """Per-rank batches when the global batch does not divide by the data-parallel size (as upstream):
+    `num_dp_groups_with_small_batch_size` ranks take `small_local_batch_size` samples, the rest take
+    `large_local_batch_size`. Derived automatically when none of the three numbers is given."""
+
+    use_uneven_batch: bool = False
+    num_dp_groups_with_small_batch_size: int | None = None
+    small_local_batch_size: int | None = None
+    large_local_batch_size: int | None = None
+
+
+@dataclass
+class PeftConfig:
+    """LoRA adapters (peft), with the keys of the vendor's recipes: only the adapters train and are
+    checkpointed; the base model stays frozen (bf16 on GPU)."""
+
+    peft_type: str = one_of("lora")
+    r: int = ranged(16, ge=1)
+    lora_alpha: float = ranged(32.0, gt=0)
+    lora_dropout: float = ranged(0.05, ge=0, lt=1)
+    target_modules: Any = "all-linear"  # "all-linear" (every linear layer but the LM head) or a list of names
+
+
+@dataclass
+class ModelConfig:
+    model_name_or_path: str | None = None  # hub id or local directory (the real loading path)
+    architecture: dict[str, Any] | None = None  # inline transformers config (model_type + kwargs), random init
+    tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
+    attn_implementation: str | None = None  # None: transformers' default (sdpa); flex_attention on GPU for packing
+    mixed_precision: str = one_of("bf16", "fp32")  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
+    activation_checkpointing: str = one_of("none", "selective", "full")  # selective: every other layer
+    compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
+    sharding: str = one_of("fsdp", "hsdp")  # hsdp: shard within a node, replicate across nodes
+    loss_chunk_tokens: int = ranged(1024, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
+    peft_config: PeftConfig | None = None  # None: full-parameter training
+
+    @property
+    def lora(self) -> bool:
+        """Only LoRA adapters train (and are checkpointed); the base stays frozen."""
+        return self.peft_config is not None
+
+
+@dataclass
+class DatasetConfig:
+    train_data: str = "data/sft_tiny.jsonl"  # JSONL/Parquet file or directory, or a hub dataset id
+    split: str = "train"
+    messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
+    max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
+    packing: bool = False
+    num_workers: int = ranged(0, ge=0)
+    train_val_split_ratio: float = ranged(1.0, gt=0, le=1)  # share of rows trained on; the rest validate
+    enable_thinking: bool | None = None  # passed to the chat template if set (Qwen3: false trains without reasoning)
+
+
+@dataclass
+class TrainingArgs:
+    train_batch_size: int = 128  # global batch in samples; constant across resizes
+    micro_train_batch_size: int = 1  # samples per rank per forward/backward
+    learning_rate: float = ranged(1e-5, gt=0)
+    min_learning_rate: float = ranged(0.0, ge=0)  # floor of the cosine decay
+    warmup_steps: int = ranged(0, ge=0)
+    max_steps: int = ranged(100, ge=1)
+    max_epochs: float | None = ranged(None, gt=0)  # if set, replaces max_steps: passes over the training rows
+    lr_warmup_ratio: float | None = ranged(None, ge=0, lt=1)  # if set, replaces warmup_steps: share of max_steps
+    eval_steps: int = ranged(0, ge=0)  # validation loss every this many steps (0: never); needs a split ratio < 1
+    weight_decay: float = ranged(0.0, ge=0)
+    adam_beta1: float = ranged(0.9, ge=0, lt=1)
+    adam_beta2: float = ranged(0.95, ge=0, lt=1)
+    max_grad_norm: float = ranged(1.0, gt=0)
+    max_skipped_steps: int = ranged(0, ge=0)  # steps with a non-finite loss/gradient to skip before stopping
+    seed: int = ranged(42, ge=0)
+    uneven_batch: UnevenBatch = field(default_factory=UnevenBatch)
+    trainer_type: str = one_of("sft", *(m for m in method_names() if m != "sft"))  # a module of training/methods
+    beta: float = ranged(0.1, gt=0)  # DPO: strength of the pull towards the reference model
+    loss_type: str = one_of("sigmoid", "hinge", "ipo")  # DPO loss on the reward margin
+    save_hf_ckpt: bool = False  # write a Hugging Face model to <run_dir>/hf at the last step
+    merge_weights: bool = True  # LoRA: also write the merged model (hf/); the adapter alone goes to hf_adapter/
+
+
+@dataclass
+class CheckpointConfig:
+    save_steps: int = ranged(50, ge=1)  # also saved on every elastic event and at the last step
+    keep_last: int = ranged(3, ge=1)  # the newest checkpoint is never deleted
+    async_save: bool = False
+    save_timeout: float = ranged(1800.0, gt=0)  # seconds a save may take before the run fails with an error
+    ignore_fingerprint: bool = False  # resume even if global batch / seq len / data changed
+
+
+@dataclass
+class MlflowConfig:
+    tracking_uri: str | None = None  # file:/path, http(s)://server, or a SageMaker MLflow tracking server ARN
+    experiment: str = "elastic-launcher"
+    run_name: str | None = None  # default: the run directory's name
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = ranged(1, ge=1)
+    tensorboard: bool = False
+    audit_samples: bool = False  # write the sample ids of every step to samples.jsonl
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)  # off until tracking_uri is set
+
+
+@dataclass
+class TrainingSection:
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    datasets: DatasetConfig = field(default_factory=DatasetConfig)
+    training_args: TrainingArgs = field(default_factory=TrainingArgs)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: str = "runs/run"  # checkpoints/, metrics.jsonl, samples.jsonl live here
+
+
+@dataclass
+class TrainerConfig:
+    num_nodes: int = ranged(1, ge=1)
+    nproc_per_node: int | None = ranged(None, ge=1)  # None: the instance type's accelerators (1 on CPU instances)
+
+
+@dataclass
+class JobConfig:
+    """One resolved training config: what a per-size file holds."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    instance_type: str = "local"
+    training_config: TrainingSection = field(default_factory=TrainingSection)
+
+
+def load_job_config(path: str | Path) -> JobConfig:
+    import yaml
+
+    with open(path) as f:
+        cfg = build(JobConfig, yaml.safe_load(f), "")
+    check_methods(cfg.training_config)
+    return cfg
+
+
+def check_methods(tc: TrainingSection) -> None:
+    """Settings that only make sense together (checked by the launcher for every size, and by the trainer)."""
+    peft = tc.model_config.peft_config
+    if peft is not None and not (peft.target_modules == "all-linear" or (
+            isinstance(peft.target_modules, list) and peft.target_modules
+            and all(isinstance(m, str) for m in peft.target_modules))):
+        raise ConfigError(f"training_config.model_config.peft_config.target_modules={peft.target_modules!r} must be "
+                          f"'all-linear' or a list of module names (e.g. [q_proj, v_proj])")
+    if tc.training_args.trainer_type == "dpo" and tc.datasets.packing:
+        raise ConfigError("training_config.datasets.packing=true with trainer_type=dpo: DPO compares whole "
+                          "sequences pair by pair; set datasets.packing=false")
+    if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1:
+        raise ConfigError(f"training_config.training_args.eval_steps={tc.training_args.eval_steps} but "
+                          f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9) "
+                          f"or eval_steps=0")

@@ -1,0 +1,48 @@
+"""The trainer's flex attention, registered under transformers' name `flex_attention`.
+
+It is transformers' flex path without two costs it has on the catalogue's models:
+- Grouped-query attention with K/V as they are (`enable_gqa`): transformers copies K and V to
+  every query head when the head count is not a power of two (Qwen2.5 7B: 28 heads, 14B/32B, Qwen3
+  14B and Llama 4: 40, R1-Distill-Qwen-1.5B: 12), a (heads / kv_heads)x larger K/V per layer.
+- Attention sinks (GPT-OSS) applied in fp32: a sink adds exp(sink) to each row's softmax
+  denominator, so each output row is scaled by sum(exp(scores)) / (sum(exp(scores)) + exp(sink)) =
+  sigmoid(lse - sink). transformers casts the log-sum-exp to bf16 first, which moves that factor
+  by up to |lse| x 2^-8.
+Masks are transformers' (flex block masks, built by training.model.masks).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
+
+
+@functools.cache
+def _compiled_flex():
+    return torch.compile(flex_attention)
+
+
+def flex_attention_forward(module, query, key, value, attention_mask, scaling=None, s_aux=None, **kwargs):
+    """(output [batch, tokens, heads, head_dim], log-sum-exp), as transformers' attention functions return."""
+    if attention_mask is not None and not isinstance(attention_mask, BlockMask):
+        raise TypeError("flex attention takes a BlockMask (transformers' flex mask builder makes one)")
+    # Inside a compiled layer dynamo traces flex itself; eager calls (evaluation, a reference
+    # forward) need the compiled kernel too, or flex materializes the full score matrix.
+    # CPU has no compiled flex backward: there it runs eager (forward only).
+    flex = flex_attention if torch.compiler.is_compiling() or not query.is_cuda else _compiled_flex()
+    out, aux = flex(query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=True,
+                    return_aux=AuxRequest(lse=True), kernel_options=kwargs.get("kernel_options"))
+    if s_aux is not None:
+        exact = torch.promote_types(query.dtype, torch.float32)  # fp32 for bf16, float64 stays
+        keep = torch.sigmoid(aux.lse.to(exact) - s_aux.to(exact).view(1, -1, 1))  # [batch, heads, tokens]
+        out = (out.to(exact) * keep.unsqueeze(-1)).to(query.dtype)
+    return out.transpose(1, 2).contiguous(), aux.lse
+
+
+def use_trainer_flex_attention() -> None:
+    """Route transformers' `flex_attention` to this module's function (masks stay transformers')."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("flex_attention", flex_attention_forward)

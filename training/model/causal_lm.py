@@ -1,0 +1,472 @@
+"""transformers causal LMs (Llama 3.x and 4, Qwen2/2.5 and 3, GPT-OSS) sharded with FSDP2.
+
+Weights come from the model's files (`model_name_or_path`: a local directory, or a hub id whose
+snapshot each node fetches once: training.runtime.snapshot) or, for tiny test models, from an inline
+architecture config with seeded random init. From files, every rank builds the model's skeleton on
+the meta device, shards it, allocates only its own shards and reads them from the safetensors files
+(DCP's HuggingFaceStorageReader; GPT-OSS's MXFP4 experts dequantized for the experts the rank
+holds): no process ever holds the full model, on the first start or any restart. Under LoRA the
+frozen base is allocated in bf16 before it is read. A vision+text checkpoint (Llama 4) trains its
+language model: transformers builds the causal LM from the text config, and the weights are read
+from under the checkpoint's `language_model.` prefix.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from training.contract.config import ModelConfig
+
+from training.contract.errors import ConfigError
+from training.data import IGNORE_INDEX
+
+
+def _hf_config(cfg: ModelConfig, source: str | None = None):
+    """The transformers config of the model, without quantization (training needs real weights).
+    `source`: the local directory of the model's files (default: model_name_or_path)."""
+    from transformers import AutoConfig
+
+    if cfg.architecture:
+        arch = dict(cfg.architecture)
+        model_type = arch.pop("model_type", None)
+        if not model_type:
+            raise ConfigError("training_config.model_config.architecture needs a model_type (e.g. llama, gpt_oss)")
+        return AutoConfig.for_model(model_type, **arch)
+    if not cfg.model_name_or_path:
+        raise ConfigError("training_config.model_config: set model_name_or_path or architecture")
+    config = AutoConfig.from_pretrained(source or cfg.model_name_or_path)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    return config
+
+
+def _attention(cfg: ModelConfig) -> dict:
+    if cfg.attn_implementation == "flex_attention":
+        from training.model.attention import use_trainer_flex_attention
+
+        use_trainer_flex_attention()  # GQA without K/V copies, GPT-OSS's sinks in fp32
+    return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+
+
+STORED_PREFIXES = ("", "language_model.")  # where a checkpoint may keep the causal LM's weights
+MXFP4_PARTS = ("_blocks", "_scales")  # GPT-OSS stores an expert weight `w` as w_blocks and w_scales
+
+
+def _local_part(param: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
+    """The tensor this rank holds of `param` and where it sits in the full parameter."""
+    if not hasattr(param, "device_mesh"):
+        return param, tuple(slice(0, n) for n in param.shape)
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return param.to_local(), tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
+def _stored_name(key: str, stored) -> str | None:
+    plain = key.replace(".base_layer.", ".")  # LoRA wraps a linear layer's weight as base_layer.weight
+    for name in (p + plain for p in STORED_PREFIXES):
+        if name in stored or all(name + part in stored for part in MXFP4_PARTS):
+            return name
+    return None
+
+
+def _load_mxfp4(local: torch.Tensor, where: tuple[slice, ...], name: str, files: dict[str, str]) -> None:
+    """Fill this rank's part of a GPT-OSS expert weight from its MXFP4 blocks and scales, reading
+    and dequantizing (transformers' own function) only the experts the part spans."""
+    from safetensors import safe_open
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    if local.numel() == 0:
+        return
+
+    def read(part: str) -> torch.Tensor:
+        with safe_open(files[name + part], "pt") as f:
+            return f.get_slice(name + part)[where[0]]  # [experts, out, in/32, ...] of this rank's experts
+    values = convert_moe_packed_tensors(*(read(part) for part in MXFP4_PARTS), dtype=torch.float32)
+    local.copy_(values[(slice(None), *where[1:])])  # [experts, in, out], as the model holds it
+
+
+def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
+    """Fill the sharded model's weights from the safetensors files in `path`, each rank reading only
+    the slices it owns (converted to the parameters' dtype). A tied LM head is filled through its
+    embedding; LoRA adapters are in no file (init_adapters); any other weight missing from the files
+    is an error, not a silent random init."""
+    from pathlib import Path
+
+    import torch.distributed.checkpoint as dcp
+    from safetensors import safe_open
+
+    files = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            files.update(dict.fromkeys(f.keys(), str(file)))
+    state = {k: v for k, v in model.state_dict().items() if ".lora_" not in k}
+    names = {k: _stored_name(k, files) for k in state}
+    owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
+    filled = {owner.get(k) for k, name in names.items() if name}
+    missing = [k for k, name in names.items() if not name and owner.get(k, k) not in filled]
+    if missing:
+        raise ConfigError(f"model_name_or_path={path!r} lacks weights the model needs ({', '.join(missing[:3])}"
+                          f"{', ...' if len(missing) > 3 else ''}): is it a checkpoint of this architecture?")
+    plain = {name: state[k] for k, name in names.items() if name in files}
+    dcp.load(plain, storage_reader=dcp.HuggingFaceStorageReader(path))
+    with torch.no_grad():
+        for k, name in names.items():
+            if name and name not in files:
+                _load_mxfp4(*_local_part(state[k]), name, files)
+
+
+def init_adapters(model: torch.nn.Module, seed: int) -> None:
+    """LoRA's initialization as peft makes it (A: uniform Kaiming, B: zero), each A drawn from a
+    generator seeded by the seed and its name, and each rank writing only its own part: the same
+    adapters at every size and from files or from rank 0, with no full model anywhere."""
+    import math
+    import zlib
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_A." not in name and ".lora_B." not in name:
+                continue
+            full = torch.zeros(param.shape)
+            if ".lora_A." in name:
+                generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                torch.nn.init.kaiming_uniform_(full, a=math.sqrt(5), generator=generator)
+            local, where = _local_part(param)
+            local.copy_(full[where])
+
+
+def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> torch.nn.Module:
+    from contextlib import nullcontext
+
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    with nullcontext() if init else no_init_weights():
+        return AutoModelForCausalLM.from_config(_hf_config(cfg, source), dtype=torch.float32, **_attention(cfg))
+
+
+def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
+    """The model of an inline architecture, seeded random init, on CPU in fp32 (FSDP's sharded
+    master weights stay fp32; bf16 is a compute dtype)."""
+    if not cfg.architecture:
+        raise ConfigError("build_model builds inline architectures; a model's files load shard by shard "
+                          "(build_sharded_model)")
+    torch.manual_seed(seed)
+    return _prepare(_from_config(cfg, init=True))
+
+
+def _prepare(model: torch.nn.Module) -> torch.nn.Module:
+    from training.model.moe import route_experts
+
+    route_experts(model)  # Llama 4: each token through its chosen experts only
+    model.tie_weights()  # no_init_weights also skips tying (e.g. Llama 3.2's embeddings and LM head)
+    model.config.use_cache = False
+    return model
+
+
+def _skeleton(cfg: ModelConfig, source: str | None = None) -> torch.nn.Module:
+    """The same modules as build_model, with parameters and buffers on the meta device (no memory)."""
+    with torch.device("meta"):
+        return _prepare(_from_config(cfg, init=False, source=source))
+
+
+def _recompute_buffers(model: torch.nn.Module, device) -> None:
+    """Buffers are in no checkpoint (rotary frequencies are non-persistent): after `to_empty` they
+    hold garbage, so every module owning buffers is built afresh from the config and its buffers copied."""
+    for module in model.modules():
+        own = dict(module.named_buffers(recurse=False))
+        if own:
+            fresh = type(module)(config=model.config)
+            for name, buffer in fresh.named_buffers(recurse=False):
+                own[name].copy_(buffer.to(device))
+
+
+class LossHead(torch.nn.Linear):
+    """The LM head whose forward, given labels, is the token loss (`linear_cross_entropy`); without
+    labels it is the plain linear layer. The loss runs through the head's own forward so that the
+    head can be an FSDP unit of its own: FSDP gathers a unit's weight in its forward hooks."""
+
+    loss_chunk_tokens = 0
+
+    @classmethod
+    def replacing(cls, head: torch.nn.Linear, loss_chunk_tokens: int) -> "LossHead":
+        with torch.device("meta"):
+            loss_head = cls(head.in_features, head.out_features, bias=False)
+        loss_head.weight = head.weight  # the same Parameter: a tied embedding stays tied
+        loss_head.loss_chunk_tokens = loss_chunk_tokens
+        return loss_head
+
+    def forward(self, hidden, labels=None, per_sequence: bool = False):
+        if labels is None:
+            return super().forward(hidden)
+        if per_sequence:
+            return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
+                                                      self.loss_chunk_tokens, keep_logits=False)
+                                 for i in range(len(hidden))])
+        return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens)
+
+
+class CausalLM(torch.nn.Module):
+    """A transformers causal LM whose forward returns the summed token loss instead of logits.
+
+    It holds the model's own `model` (decoder) and `lm_head` modules, so parameter names and
+    checkpoints are those of the transformers model. The loss never materializes the full
+    (tokens x vocab) logits: `linear_cross_entropy` computes them a chunk at a time."""
+
+    def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
+        super().__init__()
+        hf_model.lm_head = LossHead.replacing(hf_model.lm_head, loss_chunk_tokens)
+        self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
+        self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
+
+    def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False) -> torch.Tensor:
+        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO).
+        `document_ids` (packed rows: which sample each token belongs to) keep packed samples apart."""
+        from training.model.masks import attention_masks
+
+        embeds = self.model.embed_tokens(input_ids)
+        hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, use_cache=False,
+                            attention_mask=attention_masks(self.config, embeds, position_ids, document_ids)).last_hidden_state
+        return self.lm_head(hidden, labels, per_sequence)
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.model.embed_tokens
+
+
+def _cross_entropy_sum(hidden, weight, labels):
+    logits = hidden @ weight.t()  # bf16 on GPU; the softmax runs in (at least) fp32
+    return torch.nn.functional.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), labels,
+                                             ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+@functools.cache
+def _fused_linear_cross_entropy():
+    """liger-kernel's fused linear cross entropy (Triton, GPU only) when installed: it computes the
+    loss and its gradients a block of logits at a time in forward, with no recompute in backward,
+    summing the LM head's gradient in fp32 (in bf16 it would lose the small chunks' contributions)."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError as e:
+        import sys
+
+        print(f"warning: liger-kernel is not importable ({e}): the LM-head loss runs chunked instead "
+              f"(model_config.loss_chunk_tokens), recomputing the head's matmul in backward", file=sys.stderr)
+        return None
+    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum", accum_dtype=torch.float32)
+
+
+def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits: bool = True) -> torch.Tensor:
+    """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
+    time. Each chunk runs under activation checkpointing, so only one chunk's logits exist at once
+    (forward and backward); the result and its gradients equal the full computation's, at the cost
+    of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once.
+    A single chunk keeps its logits for backward unless `keep_logits` is False (a caller that scores
+    more rows before its backward, as DPO does row by row).
+    On GPU with liger-kernel installed, its fused kernel does the same without the recompute, where
+    logits are kept: it holds the head's gradient from forward to backward, once per call, so a
+    caller scoring row by row stays on the chunked path."""
+    h, y = hidden.flatten(0, 1), labels.flatten()
+    if h.is_cuda and chunk_tokens > 0 and keep_logits and (fused := _fused_linear_cross_entropy()) is not None:
+        return fused(weight, h, y)
+    if chunk_tokens <= 0 or (h.shape[0] <= chunk_tokens and keep_logits):
+        return _cross_entropy_sum(h, weight, y)
+    from torch.utils.checkpoint import checkpoint
+
+    return sum(checkpoint(_cross_entropy_sum, hc, weight, yc, use_reentrant=False)
+               for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
+
+
+RECOMPILE_LIMIT = 8  # variants of the compiled decoder layer before the run fails (torch's default limit)
+
+
+def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: bool) -> None:
+    """Activation checkpointing, then per-layer compilation, as torchtitan orders them (before FSDP).
+    selective = every other decoder layer: half the recompute of `full` for half its memory savings."""
+    if cfg.activation_checkpointing != "none":
+        every = 2 if cfg.activation_checkpointing == "selective" else 1
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
+                                              every_n_layers=every)
+        # With it transformers makes the embeddings' output require grad; non-reentrant checkpointing
+        # does not need that, and trained embeddings give it anyway. Under LoRA (frozen embeddings) it
+        # is kept: every layer's input then requires grad, so layer 0 compiles to the others' graph.
+        if not cfg.lora:
+            model.disable_input_require_grads()
+    if compile_layers:
+        import torch._dynamo
+
+        # A run that outgrows its variants fails loudly instead of going on eager without a word.
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        for layer in decoder_layers(model):
+            _compile_for_training(layer)
+
+
+def _compile_for_training(layer: torch.nn.Module) -> None:
+    """Compile the layer's training pass (gradients on, train mode) in place, parameter names
+    unchanged; all layers share one graph. Passes without gradients (evaluation, DPO's reference
+    forward, with LoRA's adapters switched off) run eager: as compiled variants of their own they
+    would use up the recompile limit, and they are the cheap third of the work."""
+    compiled, eager = torch.compile(layer._call_impl), layer._call_impl
+
+    def call(*args, **kwargs):
+        if torch.is_grad_enabled() and layer.training:
+            return compiled(*args, **kwargs)
+        return eager(*args, **kwargs)
+
+    layer._compiled_call_impl = call  # where nn.Module.compile puts its compiled function
+
+
+def _with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """The model with its LoRA adapters, if any; under bf16 the frozen base is stored in bf16, the
+    dtype it computes in anyway: half the memory, and half the bytes rank 0 sends."""
+    if not cfg.lora:
+        return hf_model
+    from training.model.lora import apply_lora
+
+    hf_model = apply_lora(hf_model, cfg.peft_config)
+    if cfg.mixed_precision == "bf16":
+        for p in hf_model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+    return hf_model
+
+
+def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
+    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
+    return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
+
+
+def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = None) -> CausalLM:
+    """The sharded model on the meta device: every module, parameter and FSDP unit, no memory."""
+    return _sharded(_with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
+
+
+def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool,
+                        source: str | None = None) -> CausalLM:
+    """The FSDP2-sharded model, its weights from one of three places:
+    - a full-parameter checkpoint (`resuming`, not LoRA): the skeleton's shards are allocated and
+      the checkpoint fills them (by the caller); the buffers are recomputed;
+    - the model's files (`source`, a local directory): every rank reads its own shards from them;
+    - an inline architecture (test models): rank 0 builds the model with seeded init and the other
+      ranks receive their shards from it.
+    LoRA checkpoints hold only the adapters: the base always comes from the files (or rank 0), and
+    the adapters start from init_adapters until the checkpoint fills them."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    rank0, single = dist.get_rank() == 0, mesh.size() == 1
+    base_in_checkpoint = resuming and not cfg.lora
+    from_rank0 = source is None and not base_in_checkpoint
+    device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    if from_rank0 and (rank0 or single):
+        hf_model = _with_adapters(build_model(cfg, seed), cfg)
+        full = hf_model.state_dict() if not single else {}
+        model = _sharded(hf_model, cfg, mesh, on_gpu)
+    else:
+        model = sharded_skeleton(cfg, mesh, on_gpu, source)
+        model.to_empty(device=device)
+        _recompute_buffers(model, device)
+        if source is not None and not base_in_checkpoint:
+            _load_pretrained_shards(model, source)
+    if from_rank0 and not single:
+        set_model_state_dict(model, full if rank0 else {},
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+    if cfg.lora:
+        init_adapters(model, seed)
+    return model
+
+
+def checkpointed_weights(cfg: ModelConfig):
+    """What a checkpoint holds of the model, for saving, resuming and exporting alike: every weight,
+    or under LoRA only the trainable adapters (the frozen base is read from its source on every start)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=cfg.lora, strict=not cfg.lora)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return list(model.model.layers)
+
+
+def mixed_precision_policy(mixed_precision: str) -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 gradient reduction (and fp32 master weights), or plain fp32. Gated on
+    the setting alone, so the CPU suite runs the GPU's policy where a recipe asks for it."""
+    if mixed_precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def least_padding(shards: int):
+    """FSDP's placement for each parameter: dimension 0, unless it would be padded and another
+    dimension splits evenly over `shards` (FSDP pads only dimension 0). A tensor of 32 or 128 fused
+    experts (GPT-OSS; Llama 4 has 16) over 64 ranks would be held at 2-4x its size on dimension 0."""
+    from torch.distributed.tensor import Shard
+
+    def placement(param: torch.nn.Parameter):
+        if param.dim() == 0 or param.shape[0] % shards == 0:
+            return Shard(0)
+        even = [d for d in range(1, param.dim()) if param.shape[d] % shards == 0]
+        return Shard(even[0]) if even else Shard(0)
+    return placement
+
+
+def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
+    """fully_shard the embeddings, each decoder layer and the LM head as units of their own, then
+    the root (final norm, rotary buffers), as torchtitan does: a unit is gathered only around its
+    own forward and backward, so no GPU holds the embeddings or the head whole for the whole step
+    (the root is never resharded between forward and backward). A tied embedding and head are one
+    weight used at both ends of the model: they stay in the root. Each parameter is split along
+    a dimension that needs no padding where one does (`least_padding`).
+    A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
+    per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
+    shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mixed_precision_policy(mixed_precision),
+                              shard_placement_fn=least_padding(mesh.shape[-1]))
+    if model.lm_head.weight is not model.get_input_embeddings().weight:
+        shard(model.get_input_embeddings())
+        # The head's backward comes right after its forward: keep it gathered in between.
+        shard(model.lm_head, reshard_after_forward=False)
+    layers = decoder_layers(model)
+    for i, layer in enumerate(layers):
+        # The last layer's parameters are needed again right away by backward: keep them gathered.
+        shard(layer, reshard_after_forward=i < len(layers) - 1)
+    shard(model)
+    return model
+
+
+def matmul_flops_per_token(model: torch.nn.Module, forward_only: bool = False) -> float:
+    """Training FLOPs per token of the weight matmuls, in torchtitan's convention: 6 x the trained
+    parameters that take part in a matmul (forward, input gradient, weight gradient) and 4 x the
+    frozen ones (no weight gradient: LoRA's base): every weight matrix but the embedding lookup, the
+    LM head included even when tied; routed experts count at their active share (top_k of the experts).
+    `forward_only`: 2 x each (a reference model's forward, as DPO's)."""
+    cfg = model.config
+    active = getattr(cfg, "num_experts_per_tok", None), getattr(cfg, "num_local_experts", None)
+    total = 0.0
+    for name, p in model.named_parameters():
+        if "embed_tokens" in name or p.dim() < 2:  # a lookup, or norm weights and biases: no matmul
+            continue
+        share = active[0] / active[1] if ".experts." in name and all(active) else 1
+        total += p.numel() * share * _passes(p, forward_only)
+    head = model.lm_head.weight
+    if head is model.get_input_embeddings().weight:  # a tied head is named as the embedding: counted here
+        total += head.numel() * _passes(head, forward_only)
+    return total
+
+
+def _passes(p: torch.nn.Parameter, forward_only: bool) -> int:
+    return 2 if forward_only else 6 if p.requires_grad else 4
+
+
+def attention_flops(model: torch.nn.Module, document_lengths_squared: float, forward_only: bool = False) -> float:
+    """Training FLOPs of attention scores and values (torchtitan's 12 x layers x heads x head_dim
+    per token and attended position; 4 x forward only) for documents of the given summed squared
+    lengths: a token attends within its own document, so packing counts each document's length."""
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return (4 if forward_only else 12) * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * \
+        document_lengths_squared

@@ -1,0 +1,199 @@
+"""Elastic events: SIGUSR1 (the HyperPod elastic agent's graceful stop) and SIGTERM (torchrun
+restarting the worker group, Kubernetes deleting the pod).
+
+Installed first thing in the worker, before torch is imported (`training/__main__.py`), so no
+signal can land before it. The signals are blocked in every thread and received by one waiting
+thread: unlike a Python signal handler, that thread runs even while the main thread is blocked
+inside a collective or a long import. What a signal does depends on the phase:
+
+- `training`: it only sets a flag; the loop asks every rank at the same step whether any rank saw
+  one, then saves and exits.
+- `starting` (start-up, resume) and `finishing` (after the loop: final wait, export): there is no
+  consistent state to save, so the rank exits 0 at once, leaving no partial checkpoint. Its peers
+  may be waiting for it in a collective, so it first announces the stop in the job's rendezvous
+  store, where a watcher thread on every rank sees it within a fraction of a second and ends that
+  rank too. A signal that arrives before the store exists waits (bounded) for it.
+- `waiting`: the stop is saved; the rank waits for its own signal (below) and exits 0 on it.
+
+Exit codes, as the HyperPod agent reads them (its state machine, `plr_hyperpod_elastic_agent.py`):
+workers that exit 0 while the agent is RUNNING make it report `completed`; a non-zero exit makes it
+report `faulted`; workers that exit after a `/stop` leave it `ready` for the next `/start`. So under
+the agent a rank that stops because a *peer* was signalled (the operator's `/stop` calls reach the
+pods seconds apart) does not exit 0 at once: it waits up to $ELASTIC_STOP_WAIT_S for its own agent's
+signal and exits 0 on it; if none comes it exits 3, which the agent reports as a fault, never as a
+completion. Only a run that reached its last step exits 0 unasked. Under torchrun (no agent) a
+peer's stop exits 0 at once: torchrun and the local driver read 0 as "stopped or done".
+
+When `hyperpod_elastic_agent` is installed its SIGUSR1 handler still runs (ours calls it). The
+agreement is the same MAX all-reduce that its `elastic_event_detected()` performs in
+HYPERPOD_SIGNAL_COORDINATION=distributed mode. This module must not import torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S, STOP_WAIT_ENV
+
+STOP_SIGNALS = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}  # SIGINT: a local run's Ctrl-C
+AGENT_SOCKET_ENV = "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"  # set by hyperpodrun for its workers
+NO_OWN_STOP_EXIT = 3  # a peer stopped, this node's agent never asked: a fault, not a completion
+STOP_KEY, STOPPED_KEY = "elastic/stop", "elastic/stopped"  # in the job's rendezvous store
+STORE_WAIT_S = 15.0  # how long a signal before the process group waits for the store to announce the stop
+POLL_S = 0.2
+
+
+def stop_wait_s() -> float:
+    """How long a worker whose peers stopped waits for its own stop signal (the policy's graceful timeout)."""
+    return float(os.environ.get(STOP_WAIT_ENV, GRACEFUL_SHUTDOWN_TIMEOUT_S))
+
+
+def under_agent() -> bool:
+    return bool(os.environ.get(AGENT_SOCKET_ENV))
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")  # one write: ranks sharing a terminal do not interleave
+    sys.stderr.flush()
+
+
+class ElasticStop:
+    def __init__(self):
+        self.signal_name: str | None = None  # this rank's own stop signal
+        self.phase = "starting"
+        self._lock = threading.Lock()
+        self._store = None
+        self._rank, self._world_size = 0, 1
+        self._store_ready = threading.Event()
+        self._watching = True  # announcements are watched until every rank has agreed to train
+        self._agent_handler = None
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by every thread started later
+        threading.Thread(target=self._receive, name="stop-signals", daemon=True).start()
+
+    def chain_agent_handler(self) -> None:
+        """Importing the HyperPod agent installs its own SIGUSR1 handler; ours calls it."""
+        try:
+            import hyperpod_elastic_agent.elastic_event_handler  # noqa: F401
+        except ImportError:
+            return
+        handler = signal.getsignal(signal.SIGUSR1)
+        self._agent_handler = handler if callable(handler) else None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    # --- phases (called by the trainer's main thread) -------------------------------------------
+    def attach_store(self, store, rank: int, world_size: int) -> None:
+        """The job's rendezvous store, once the process group exists: announcements go through it."""
+        self._store, self._rank, self._world_size = store, rank, world_size
+        self._store_ready.set()
+        threading.Thread(target=self._watch, name="stop-watch", daemon=True).start()
+
+    def enter_training(self, agree) -> bool:
+        """From now on a signal only sets the flag. `agree()` (a collective: did any rank see a
+        signal?) runs while announcements are still watched, so a rank that left just before cannot
+        leave its peers waiting in it. Returns whether the job stops before its first step."""
+        with self._lock:
+            self.phase = "training"
+        stopping = agree()
+        self._watching = False
+        return stopping
+
+    def enter_finishing(self) -> None:
+        with self._lock:
+            self.phase = "finishing"
+        self._watching = True
+
+    def exit_code_after_stop(self) -> int:
+        """The exit code of a rank whose loop ended on an agreed stop (its checkpoint is saved)."""
+        with self._lock:
+            if self.signal_name is not None or not under_agent():
+                return 0
+            self.phase = "waiting"  # from here the signal thread exits 0 when this node's own stop arrives
+        return self._await_own_signal("a peer stopped")
+
+    # --- the two threads ------------------------------------------------------------------------
+    def _receive(self) -> None:
+        while True:
+            signum = signal.sigwait(STOP_SIGNALS)
+            name = signal.Signals(signum).name
+            with self._lock:
+                self.signal_name = self.signal_name or name
+                phase = self.phase
+            if phase == "training":
+                if self._agent_handler is not None and signum == signal.SIGUSR1:
+                    self._agent_handler(signum, None)
+                continue
+            if phase == "waiting":
+                os._exit(0)
+            _say(f"{name} during {'start-up' if phase == 'starting' else 'the final steps'}: "
+                 f"exiting without a checkpoint")
+            alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+            if not alone and self._store_ready.wait(STORE_WAIT_S):
+                self._announce()
+            os._exit(0)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(POLL_S)
+            if not self._watching:
+                continue
+            try:
+                seen = self._store.check([STOP_KEY])
+            except Exception:  # noqa: BLE001 - the store's host is gone: its collectives fail on their own
+                return
+            if seen and self._watching:  # this rank may be blocked in a collective with the one that left
+                with self._lock:
+                    self.phase = "waiting"
+                self._acknowledge()
+                if not under_agent():
+                    os._exit(0)
+                os._exit(self._await_own_signal("a peer stopped during start-up or the final steps"))
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def _announce(self) -> None:
+        try:
+            self._store.set(STOP_KEY, self.signal_name or "")
+        except Exception:  # noqa: BLE001 - nobody left to tell
+            return
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        """Count this rank out; rank 0 may host the store (HyperPod), so it stays until every rank
+        has seen the announcement (bounded)."""
+        try:
+            self._store.add(STOPPED_KEY, 1)
+            deadline = time.monotonic() + 5
+            while self._rank == 0 and self._store.add(STOPPED_KEY, 0) < self._world_size and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _await_own_signal(self, why: str) -> int:
+        timeout = stop_wait_s()
+        _say(f"{why}: waiting up to {timeout:g}s for this node's own stop signal")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # the signal thread exits 0 when it arrives
+        _say(f"error: {why} but no stop signal reached this node within {STOP_WAIT_ENV}={timeout:g}s: exiting "
+             f"{NO_OWN_STOP_EXIT} so its agent reports a fault (the job resumes from its newest checkpoint), "
+             f"not a completion")
+        return NO_OWN_STOP_EXIT
+
+
+def die_with_parent() -> None:
+    """If the launcher agent dies (even SIGKILLed), take this worker down too instead of training on
+    as an orphan: torchrun starts workers in their own sessions, so nothing else reaches them."""
+    if not sys.platform.startswith("linux"):
+        return
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the line above ran
+        os._exit(1)

@@ -1,0 +1,62 @@
+"""The model's files on this node: a local directory as given, or a hub id's snapshot fetched once.
+
+Each node's local rank 0 fetches the snapshot (or finds it in the Hugging Face cache) while the
+node's other ranks wait on the job's store, then every rank reads its own shards from the files
+(training.model.causal_lm). Nothing waits inside a collective: a first download of a large model can outlast
+the process group's timeout, so the whole job meets at a store barrier with a timeout of its own.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from training.contract.errors import ConfigError
+
+FETCH_WAIT = timedelta(hours=6)  # a first download of a 100+ GB model on a slow link
+# Top-level config, tokenizer and safetensors files only: hub repos also carry the original
+# weights again in subfolders (GPT-OSS `original/`, `metal/`; Llama `original/consolidated.pth`).
+IGNORED = ["*/*", "*.pth", "*.pt", "*.bin", "*.gguf", "*.msgpack", "*.h5", "*.onnx"]
+_ERROR = "error: "
+
+
+def _fetch(name: str) -> str:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(name, ignore_patterns=IGNORED)
+    except Exception as e:  # noqa: BLE001 - any failure to fetch is the user's id, token or network
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"model_config.model_name_or_path={name!r} could not be fetched ({reason}): check the "
+                          f"hub id, HF_TOKEN and the network, or give a local directory") from None
+
+
+def local_snapshot(name: str, store, rank: int, local_rank: int, world_size: int) -> str:
+    """The local directory holding `name`'s files (the directory itself when `name` is one)."""
+    if Path(name).is_dir():
+        return name
+    # A node's ranks are numbered contiguously: its local rank 0 is global rank `rank - local_rank`.
+    node_key, job_key = f"snapshot/node-of-rank-{rank - local_rank}", "snapshot/all-ready"
+    if local_rank == 0:
+        try:
+            path = _fetch(name)
+        except ConfigError as e:  # every waiting rank, on every node, reports it too instead of waiting
+            for key in (node_key, job_key):
+                store.set(key, _ERROR + str(e))
+            raise
+        store.set(node_key, path)
+    else:
+        path = _awaited(store, node_key)
+    # Every node's snapshot is ready before any rank goes on to its first collective.
+    if store.add("snapshot/ready", 1) == world_size:
+        store.set(job_key, "ready")
+    _awaited(store, job_key)
+    return path
+
+
+def _awaited(store, key: str) -> str:
+    store.wait([key], FETCH_WAIT)
+    value = store.get(key).decode()
+    if value.startswith(_ERROR):
+        raise ConfigError(value[len(_ERROR):])
+    return value

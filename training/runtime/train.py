@@ -1,0 +1,428 @@
+"""The training entrypoint: restart -> this size's config -> resume -> steps -> (elastic event) save, exit 0.
+
+Run under torchrun or hyperpodrun (`-m training --config-dir DIR`); every (re)start reads the live
+world size, so the same command serves every size the job is resized to. Building a `Trainer` is
+the restart half (config, process group, data, model, resume), `Trainer.train` the loop: one step,
+log, maybe save, stop when every rank agrees.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures restart cost from here
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+
+from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
+from training.contract.config import TrainingArgs, load_job_config  # noqa: E402
+from training.contract.config_files import CONFIG_DIR_ENV, select_config_file  # noqa: E402
+from training.contract.errors import ConfigError, report  # noqa: E402
+from training.data import describe_drops, load_or_build  # noqa: E402
+from training.export import export_hf  # noqa: E402
+from training.methods import load_method  # noqa: E402
+from training.model.causal_lm import (attention_flops, build_sharded_model, checkpointed_weights,  # noqa: E402
+                                      matmul_flops_per_token)
+from training.model.optimizer import build_optimizer  # noqa: E402
+from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
+from training.runtime.elastic import ElasticStop  # noqa: E402
+from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
+                                      reset_peak_memory)
+from training.runtime.snapshot import local_snapshot  # noqa: E402
+from training.runtime.topology import Topology, collective_timeout, start_process_group  # noqa: E402
+from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
+                                       fingerprint, latest_checkpoint, step_dir, step_of)
+from training.state.sampler import GlobalBatchSampler  # noqa: E402
+from training.tracking import Tracker  # noqa: E402
+
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
+
+
+class NumericsError(RuntimeError):
+    """The loss or gradient norm stopped being finite."""
+
+
+USER_ERRORS = (ConfigError, CheckpointError, NumericsError)
+
+
+def lr_factor(step: int, args: TrainingArgs) -> float:
+    """Linear warmup, then cosine decay to min_learning_rate, as a function of the global step only."""
+    if step < args.warmup_steps:
+        return (step + 1) / args.warmup_steps
+    progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
+    floor = args.min_learning_rate / args.learning_rate
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def schedule_change(state: TrainState, args: TrainingArgs) -> str:
+    """A resumed run's LR schedule differs from its checkpoint's: what that does to the LR."""
+    before = replace(args, **state.schedule)
+    changed = ", ".join(f"{k} {state.schedule[k]} -> {getattr(args, k)}" for k in state.schedule
+                        if state.schedule[k] != getattr(args, k))
+    return (f"training_args {changed} since the checkpoint at step {state.step}: the warmup/cosine schedule is "
+            f"recomputed, so the LR at step {state.step} moves from {args.learning_rate * lr_factor(state.step, before):.3g} "
+            f"to {args.learning_rate * lr_factor(state.step, args):.3g}")
+
+
+def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
+    """[label tokens, input tokens, samples' squared lengths] of the step over every rank, from the
+    host-side counts collate made."""
+    counts = torch.tensor([sum(m[k] for m in micro_batches) for k in ("label_tokens", "tokens", "squared_lengths")],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(counts)
+    return counts
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__)
+    parser.add_argument("--config-dir", default=os.environ.get(CONFIG_DIR_ENV, "/config"),
+                        help=f"directory of config.yaml and config-n<N>.yaml (env {CONFIG_DIR_ENV})")
+    parser.add_argument("--run-dir", help="override run.output_dir (checkpoints/, metrics.jsonl)")
+    parser.add_argument("--stop-at-step", type=int, help="checkpoint and exit after this step (schedule unchanged)")
+    parser.add_argument("--pause-at-steps", default="",
+                        help="comma-separated steps after which to wait for <run-dir>/release-<step> or a stop "
+                             "signal (the rehearsal applies its capacity events there)")
+    return parser.parse_args(argv)
+
+
+def _writable_run_dir(path: Path) -> Path:
+    """The run directory, refused at start (not at the first save, hours later) unless it and its
+    checkpoints/ can be written."""
+    for where, key in ((path, "run.output_dir"), (path / "checkpoints", "run.output_dir/checkpoints")):
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            probe = where / f".probe-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"{key}={str(where)!r} is not writable ({e.strerror}): point run.output_dir "
+                              f"(or --run-dir) at a writable directory, e.g. the shared checkpoint volume") from None
+    return path
+
+
+class Trainer:
+    """One launch of the training job at one world size."""
+
+    def __init__(self, args, stop: ElasticStop):
+        self.stop, self.topo = stop, Topology.from_env()
+        config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
+        self.cfg = cfg = load_job_config(config_path)
+        tc = cfg.training_config
+        self.plan: BatchPlan = plan_batches(tc.training_args, self.topo.world_size)
+        self.run_dir = _writable_run_dir(Path(args.run_dir or cfg.run.output_dir))
+        self.stop_at_step = args.stop_at_step
+        self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
+
+        self.device = start_process_group(self.topo, collective_timeout(tc.checkpoint.save_timeout))
+        self.on_gpu = self.device.type == "cuda"
+        # A stop signal during start-up is announced to the peers through the job's rendezvous store.
+        store = dist.distributed_c10d._get_default_store()
+        stop.attach_store(store, self.topo.rank, self.topo.world_size)
+        mc = tc.model_config
+        # The model's files on this node (None: an inline architecture), before the first collective.
+        self.source = None if mc.architecture else local_snapshot(
+            mc.model_name_or_path, store, self.topo.rank, self.topo.local_rank, self.topo.world_size)
+        self.mesh = self._mesh(mc.sharding)
+        self.rank0 = self.topo.rank == 0
+        launch = f"{int(PROCESS_START * 1000)}"
+        tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
+        self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
+                                 launch_id=launch, tracker=tracker)
+        # Packed rows are padded to the packed length: one shape for every micro-batch (compiled layers
+        # never meet another). Unpacked rows keep their own length: compiled layers then take one graph
+        # with a dynamic length after the first change (torch's automatic dynamic shapes).
+        ds = tc.datasets
+        self.method = load_method(tc.training_args, self.device, ds.max_len if ds.packing else 1)
+        self.dataset, self.validation = self._dataset()
+        ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
+        self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
+        self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
+                       nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
+                       per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
+                       grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
+                       max_epochs=ta.max_epochs)
+        if self.topo.local_rank == 0:  # which pod runs which node rank: `action=logs` reads this line
+            print(json.dumps({"event": "node", "node_rank": self.topo.node_rank, "nodes": self.topo.nodes,
+                              "time": time.time()}), flush=True)
+        if self.rank0:  # the config as run (vocab and schedule resolved): what `python -m training.export` reads
+            import yaml
+
+            (self.run_dir / "job_config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+        self._model_and_state()
+
+    def _mesh(self, sharding: str):
+        """1-D for FSDP; (nodes x per-node) for HSDP, replicating across the node dimension."""
+        nodes, world = self.topo.nodes, self.topo.world_size
+        if sharding == "hsdp" and nodes > 1 and world % nodes == 0:
+            return init_device_mesh(self.device.type, (nodes, world // nodes), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(self.device.type, (world,))
+
+    def _dataset(self):
+        from transformers import AutoTokenizer
+
+        mc, ds_cfg = self.cfg.training_config.model_config, self.cfg.training_config.datasets
+        tokenizer_name = mc.tokenizer_name_or_path or mc.model_name_or_path
+        tokenizer = AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or self.source or mc.model_name_or_path)
+        ta = self.cfg.training_config.training_args
+        train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
+                                                 builder=self.topo.local_rank == 0, data_format=self.method.data_format,
+                                                 seed=ta.seed)
+        if ta.eval_steps and not (validation and len(validation)):
+            raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
+                              f"(datasets.train_val_split_ratio={ds_cfg.train_val_split_ratio:g} of {stats['rows']} rows): "
+                              f"lower train_val_split_ratio or set eval_steps=0")
+        if mc.architecture is not None and "vocab_size" not in mc.architecture:
+            mc.architecture["vocab_size"] = len(tokenizer)
+        self.log.event(event="data", **stats)
+        if self.rank0 and describe_drops(stats):
+            print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
+        return train, validation
+
+    def _model_and_state(self) -> None:
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        ckpt = tc.checkpoint
+        if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
+            # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
+                                         self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu,
+                                         model_options=checkpointed_weights(tc.model_config))
+        self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        agent_restart_point = self.agent.restart_point()
+        resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
+        self._build_model(resuming)
+        self.flops_per_token = matmul_flops_per_token(self.model)
+        self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
+        fp = fingerprint(self.cfg, len(self.dataset))
+        state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
+        if state is not None:
+            # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
+            # one that is the newest means the last launch died: a failure.
+            cause = "failure" if not state.stopped else "resize" if state.world_size != self.topo.world_size else "restart"
+            state.history = [*state.history, {"time": time.time(), "step": state.step, "from": state.world_size,
+                                              "to": self.topo.world_size, "cause": cause}]
+            self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
+                           world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
+                           history=state.history,
+                           **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
+        elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
+            self._build_model(resuming=False)
+        schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
+        if state is not None and state.schedule not in (None, schedule) and self.rank0:
+            print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
+        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
+                             stopped=False)
+        resumed = step_dir(self.run_dir / "checkpoints", state.step) if state else None
+        if self.state.step < self.last_step:
+            save_steps = tc.checkpoint.save_steps
+            self.checkpointer.check_space(self.model, min(self.last_step, (self.state.step // save_steps + 1) * save_steps))
+        if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
+            print(f"warning: {why}", file=sys.stderr, flush=True)
+        self.method.prepare(self.model, lambda: build_sharded_model(
+            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
+        ).requires_grad_(False).eval())
+
+    def _build_model(self, resuming: bool) -> None:
+        """The sharded model and its optimizer; logs how long the build took and how far it raised
+        each rank's peak host memory (no rank should hold more than its own shards)."""
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        started, peak = time.perf_counter(), host_peak_bytes()
+        self.model = build_sharded_model(tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming, self.source)
+        self.optimizer = build_optimizer(self.model, ta)
+        grown = [None] * self.topo.world_size
+        dist.all_gather_object(grown, host_peak_bytes() - peak)
+        self.log.event(event="model", seconds=round(time.perf_counter() - started, 3),
+                       weights="checkpoint" if resuming and not tc.model_config.lora else
+                       "files" if self.source else "rank 0", host_peak_growth_gib=[round(b / 2**30, 3) for b in grown])
+
+    def _loader(self):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        # The loader only prefetches; its position comes from the sampler's global counter, never from a
+        # restored per-rank loader state (which does not survive a resize).
+        ds_cfg, ta = self.cfg.training_config.datasets, self.cfg.training_config.training_args
+        sampler = GlobalBatchSampler(len(self.dataset), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
+        workers = ds_cfg.num_workers
+        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.method.collate, num_workers=workers,
+                                       pin_memory=self.on_gpu, prefetch_factor=4 if workers else None,
+                                       persistent_workers=workers > 0))
+
+    def set_learning_rate(self) -> float:
+        """The LR of this step under the live size's config: a function of the global step only, so
+        a resize to a size with another LR (or a changed max_steps) takes effect at once."""
+        ta = self.cfg.training_config.training_args
+        lr = ta.learning_rate * lr_factor(self.state.step, ta)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
+        """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
+        still writing). A non-finite loss or gradient norm never reaches the weights; one all-reduce
+        carries the loss, the finiteness verdict, the stop agreement and async-save progress. The
+        host reads it only after the optimizer step is queued: the verdict skips the update on the
+        device (fused AdamW's `found_inf`), so nothing waits for the GPU before the step."""
+        ta = self.cfg.training_config.training_args
+        started = time.perf_counter()
+        lr = self.set_learning_rate()
+        tokens = global_token_counts(micro_batches, self.device)  # [label, input tokens, squared lengths]
+        loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
+                                                       self.plan.global_batch)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
+        flags = torch.tensor([self.stop.requested, self.checkpointer.writing], dtype=torch.float64, device=self.device)
+        stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags, extra.double()])
+        dist.all_reduce(stats)
+        self.optimizer.found_inf = (stats[1] > 0).float()  # some rank's loss or the gradient is not finite
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, nonfinite, stop, writing, *extra = stats.tolist()
+        if nonfinite:
+            self.state.skipped_steps += 1
+            if self.state.skipped_steps > ta.max_skipped_steps:
+                raise NumericsError(
+                    f"non-finite loss or gradient norm at step {self.state.step + 1} (loss sum {loss_sum}, grad norm "
+                    f"{float(grad_norm)}): stopped before the update, the newest checkpoint is unchanged; lower the "
+                    f"learning rate, check the data, or allow skips with training_args.max_skipped_steps")
+        self.state.step += 1
+        self.state.consumed_samples += self.plan.global_batch
+        record = self._step_record(loss_sum, bool(nonfinite), lr, float(grad_norm), tokens.tolist(),
+                                   time.perf_counter() - started, extra)
+        return record, bool(stop), bool(writing)
+
+    def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
+                     elapsed: float, extra: list[float]) -> dict:
+        """The metrics record of the step just taken (its fields: training.contract.records)."""
+        label_tokens, input_tokens, squared_lengths = tokens
+        record = {"step": self.state.step, **self.method.step_metrics(loss_sum, extra, label_tokens, self.plan.global_batch),
+                  "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
+                  "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
+                  "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
+                  "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
+                  **peak_memory(self.device)}
+        if skipped or not label_tokens:
+            record["loss"] = None
+        if skipped:
+            record["skipped"] = True
+        if self.peak_flops:
+            flops = self.flops_per_token * input_tokens + attention_flops(self.model, squared_lengths)
+            if self.method.reference_forwards:  # DPO scores every sequence with its reference too
+                flops += self.method.reference_forwards * (matmul_flops_per_token(self.model, forward_only=True) *
+                                                           input_tokens + attention_flops(self.model, squared_lengths, True))
+            record["mfu"] = flops / elapsed / self.topo.world_size / self.peak_flops
+        return record
+
+    def evaluate(self) -> dict:
+        """The method's validation metrics over the whole held-out set (each rank a strided share,
+        one all-reduce): the same numbers at every size."""
+        val, micro = self.validation, self.plan.micro_batch
+        mine = list(range(self.topo.rank, len(val), self.topo.world_size))
+        rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
+        self.model.eval()
+        with torch.no_grad():
+            sums = sum(self.method.eval_sums(self.model, self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]]))
+                       for i in range(rounds))
+        self.model.train()
+        dist.all_reduce(sums)
+        return {"step": self.state.step, **self.method.eval_metrics(sums.tolist())}
+
+    def _audit(self, micro_batches: list[dict]) -> None:
+        ids = [sid for m in micro_batches for sid in m["sample_ids"]]
+        gathered = [None] * self.topo.world_size if self.rank0 else None
+        dist.gather_object(ids, gathered, dst=0)
+        if self.rank0:
+            self.log.samples(self.state.step, self.topo.world_size, [sid for part in gathered for sid in part])
+
+    def _save(self, blocking: bool) -> None:
+        self.checkpointer.save(self.model, self.optimizer, self.state, blocking=blocking)
+        self._log_saved()
+
+    def _log_saved(self) -> None:
+        if self.checkpointer.last_saved:
+            path, seconds = self.checkpointer.last_saved
+            self.checkpointer.last_saved = None
+            self.agent.report(step_of(path), path)
+            self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
+                           bytes=bytes_on_disk(path) if self.rank0 else 0)
+
+    def _pause(self) -> None:
+        """Wait at this step until the driver releases it or a stop signal arrives (rehearsals)."""
+        release = self.run_dir / f"release-{self.state.step}"
+        while not release.exists() and not self.stop.requested:
+            time.sleep(0.02)
+
+    def train(self) -> int:
+        """The loop; returns the process's exit code (see `training.runtime.elastic` for what each means)."""
+        tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
+        loader = self._loader()
+        self.model.train()
+        if self.stop.enter_training(self._agree_stop):  # a rank was signalled as start-up ended
+            self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
+            self.log.close("KILLED")
+            return self.stop.exit_code_after_stop()
+        while self.state.step < self.last_step:
+            micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
+            record, stopping, writing = self.train_step(micro_batches)
+            if tc.logging.audit_samples:
+                self._audit(micro_batches)
+            if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
+                self.log.log(record)
+                reset_peak_memory(self.device)  # the next record's peak is its logging window's
+            if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
+                self.log.log(self.evaluate())
+            if self.checkpointer.pending and not writing:  # every rank's background write is done
+                self.checkpointer.wait()
+                self._log_saved()
+            if self.state.step in self.pause_at and not stopping:
+                self._pause()
+                stopping = self._agree_stop()
+            final = stopping or self.state.step == self.last_step
+            if final or self.state.step % tc.checkpoint.save_steps == 0:
+                self.state.stopped = final  # a deliberate end: a resume from it is a restart, not a failure
+                self._save(blocking=final)
+            if stopping:
+                self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
+                self.log.close("KILLED")
+                return self.stop.exit_code_after_stop()
+        self.stop.enter_finishing()
+        self.checkpointer.wait()
+        self._log_saved()
+        if ta.save_hf_ckpt and self.state.step == ta.max_steps:
+            started = time.perf_counter()
+            written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0)
+            self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
+                           seconds=round(time.perf_counter() - started, 3))
+        self.log.event(event="exit", step=self.state.step)
+        self.log.close("FINISHED" if self.state.step == ta.max_steps else "KILLED")  # --stop-at-step: more to come
+        return 0
+
+    def _agree_stop(self) -> bool:
+        flag = torch.tensor([float(self.stop.requested)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def main(argv=None, stop: ElasticStop | None = None) -> int:
+    args = parse_args(argv)
+    stop = stop or ElasticStop()
+    trainer = None
+    try:
+        stop.chain_agent_handler()
+        trainer = Trainer(args, stop)
+        return trainer.train()
+    except USER_ERRORS as e:
+        if trainer is not None:
+            trainer.log.close("FAILED")
+        return report(e)

@@ -1,0 +1,1 @@
+"""What survives a resize: checkpoints (checkpoint) and the position in the data stream (sampler)."""

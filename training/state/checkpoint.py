@@ -1,0 +1,398 @@
+"""Distributed checkpoints (DCP) that survive a change of world size, a crash mid-save, a full disk
+and a corrupted file.
+
+Layout: <run_dir>/checkpoints/step-00000012/ holding DCP's shards, `.metadata`, per-rank RNG state,
+`train_state.json` and, written last, `COMPLETE`: a JSON manifest of every file's size and CRC32.
+Only a directory with `COMPLETE` is a checkpoint. A save becomes COMPLETE only when every rank
+reports success (an agreement, not a barrier, so one failed rank fails all of them with its message
+instead of leaving them waiting); a failed save's directory is removed at once. A save is refused
+when the model state is not finite or the disk lacks room for it. On load the manifest is verified
+(each rank checks a share of the files); a checkpoint that fails is renamed aside and the next older
+one is used, so a bad newest checkpoint never turns into a crash loop.
+
+Model and optimizer state are DTensor shards that DCP reshards on load. The learning rate is not
+checkpointed: it is a function of the global step and the live size's config. Per-rank RNG state is
+kept only when the world size is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_state_dict)
+
+from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
+                                               latest_checkpoint, step_dir, step_of)
+from training.contract.config import RESUME_INVARIANTS, JobConfig, get_path
+from training.contract.errors import ConfigError
+
+STATE_FILE = "train_state.json"
+SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read. Its message is one line naming the path and the fix."""
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    consumed_samples: int = 0
+    world_size: int = 1
+    fingerprint: dict | None = None  # settings that must not change across restarts
+    skipped_steps: int = 0  # steps whose update was dropped for a non-finite loss or gradient
+    schedule: dict | None = None  # the LR schedule's max_steps and warmup_steps when it was saved
+    stopped: bool = False  # saved for a stop (resize, restart), not periodically
+    history: list = field(default_factory=list)  # {time, step, from, to, cause} for every restart so far
+
+
+def bytes_on_disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _crc32(path: Path, chunk: int = 16 << 20) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Write, fsync, rename into place and fsync the directory: the file exists whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _own_files(target: Path, rank: int) -> dict[str, list[int]]:
+    """Size and CRC32 of the files this rank wrote (DCP names its shards __<rank>_<n>.distcp)."""
+    mine = [*target.glob(f"__{rank}_*.distcp"), target / "rng" / f"rank{rank}.pt"]
+    if rank == 0 and (target / ".metadata").exists():
+        mine.append(target / ".metadata")
+    return {str(f.relative_to(target)): [f.stat().st_size, _crc32(f)] for f in mine}
+
+
+def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str | None:
+    """This rank's share of the verification: every size, and the CRC32 of every world_size-th file."""
+    for i, (name, (size, crc)) in enumerate(sorted(manifest.items())):
+        f = path / name
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != size:
+            return f"{f} has {f.stat().st_size} bytes, {size} expected (truncated or overwritten)"
+        if i % world_size == rank and _crc32(f) != crc:
+            return f"{f} fails its checksum (corrupted bytes)"
+    return None
+
+
+def _allocate_adamw_state(optimizer) -> None:
+    """Give a fresh AdamW its (zero) state so DCP has tensors to load into. torch's generic fallback
+    runs a whole optimizer step for this, which dominates resume time for large models on CPU."""
+    if optimizer.state or not isinstance(optimizer, torch.optim.AdamW):
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = torch.zeros_like(p)
+            optimizer.state[p] = state
+
+
+def _nonfinite_count(model) -> int:
+    """Non-finite values in this rank's parameter shards (a device-side count, one host sync)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    return int(sum((~torch.isfinite(t)).sum() for t in local if t.numel()))
+
+
+class Checkpointer:
+    def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
+                 timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None):
+        self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
+        # Which weights are saved and loaded (training.model.causal_lm.checkpointed_weights: LoRA keeps only the adapters).
+        self._options = model_options or StateDictOptions()
+        self.async_save, self.timeout_s = async_save, timeout_s
+        self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
+        self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
+        self.last_saved: tuple[Path, float] | None = None  # (directory, seconds) of a finished save not yet logged
+        if async_save:
+            # The background write runs DCP's collectives on a group of its own (gloo, which also serves
+            # CPU tensors under NCCL), never interleaved with the training's. The staging copy goes into
+            # pinned host buffers that the stager caches and reuses from one save to the next.
+            self._group = dist.new_group(backend="gloo")
+            self._stager = DefaultStager(StagingOptions(use_pinned_memory=on_gpu, use_shared_memory=False,
+                                                        use_async_staging=False, use_non_blocking_copy=on_gpu))
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        else:
+            self._group = None
+
+    def _app_state(self, model, optimizer) -> dict:
+        _allocate_adamw_state(optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
+        return {"model": model_sd, "optim": optim_sd}
+
+    # --- save ---------------------------------------------------------------------------------------
+    def _space_needed(self, model) -> float:
+        """Bytes the next save will take (this rank's share): the newest checkpoint's size when
+        there is one (rank 0 counts it), else what is saved, estimated from this rank's shards: the
+        trained parameters with AdamW's two fp32 moments, plus the frozen ones unless they are left out."""
+        newest = latest_checkpoint(self.root)
+        if newest is not None:
+            return bytes_on_disk(newest) * SPACE_MARGIN if self.rank == 0 else 0
+        total = 0
+        for p in model.parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if p.requires_grad:
+                total += local.numel() * (local.element_size() + 8)
+            elif not self._options.ignore_frozen_params:
+                total += local.numel() * local.element_size()
+        return total
+
+    def _check_space(self, need: float, free: float, target: Path) -> None:
+        if free < need:
+            raise CheckpointError(f"not enough disk space for checkpoint {target}: needs ~{human_bytes(need)}, "
+                                  f"{human_bytes(free)} free: free space there, lower checkpoint.keep_last, or "
+                                  f"point run.output_dir at a larger volume")
+
+    def check_space(self, model, next_step: int) -> None:
+        """At start: refuse a run whose next save cannot fit, before any step is trained (a
+        relaunch that would fail at the same save again is a crash loop that burns compute)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        device = next(model.parameters()).device
+        found = torch.tensor([self._space_needed(model),
+                              shutil.disk_usage(self.root).free if self.rank == 0 else 0],
+                             dtype=torch.float64, device=device)
+        dist.all_reduce(found)
+        self._check_space(*found.tolist(), step_dir(self.root, next_step))
+
+    def _preflight(self, model, target: Path) -> None:
+        """Refuse a save that would be poisoned or would not fit, before writing a byte. One
+        collective: non-finite parameters summed over ranks, plus rank 0's view of the disk."""
+        newest = latest_checkpoint(self.root)
+        free = shutil.disk_usage(self.root).free if self.rank == 0 else 0
+        device = next(model.parameters()).device
+        found = torch.tensor([_nonfinite_count(model), self._space_needed(model), free],
+                             dtype=torch.float64, device=device)
+        dist.all_reduce(found)
+        bad, need, free = found.tolist()
+        keep = newest.name if newest else "(none)"
+        if bad:
+            raise CheckpointError(f"model state at {target.name} has {bad:.0f} non-finite values: not saved; the "
+                                  f"newest checkpoint stays {keep}")
+        self._check_space(need, free, target)
+
+    def save(self, model, optimizer, state: TrainState, blocking: bool = False) -> Path:
+        self.wait()  # one save in flight at a time
+        target = step_dir(self.root, state.step)
+        if (target / COMPLETE).exists():
+            return target
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._preflight(model, target)
+        started = time.perf_counter()
+        if self.rank == 0:
+            shutil.rmtree(target, ignore_errors=True)  # leftovers of an interrupted save of this step
+            target.mkdir(parents=True)
+        dist.barrier()
+        app = self._app_state(model, optimizer)
+        rng = target / "rng" / f"rank{self.rank}.pt"
+        rng.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"cpu": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, rng)
+        if self.async_save and not blocking:
+            staged = self._stager.stage(app)  # a private host copy: training may update the parameters now
+            future = self._writer.submit(self._write, staged, target, self._group)
+            self._pending = (future, target, replace(state), started)  # training goes on mutating `state`
+        else:
+            future: Future = Future()
+            try:
+                future.set_result(self._write(app, target, group=None))  # the training's own group
+            except Exception as e:  # noqa: BLE001 - reported through the agreement below
+                future.set_exception(e)
+            self._pending = (future, target, state, started)
+            self.wait()
+        return target
+
+    def _write(self, app: dict, target: Path, group) -> dict[str, list[int]]:
+        dcp.save(app, checkpoint_id=str(target), process_group=group)
+        return _own_files(target, self.rank)
+
+    @property
+    def writing(self) -> bool:
+        """An async save is still writing on this rank. Ranks finish at different times, so the
+        trainer agrees on "all done" in a collective before calling wait()."""
+        return self._pending is not None and not self._pending[0].done()
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def wait(self) -> None:
+        """Finish the save in flight: wait (bounded), agree on success across ranks, then mark it
+        COMPLETE, or remove it and raise on every rank."""
+        if not self._pending:
+            return
+        future, target, state, started = self._pending
+        self._pending = None
+        try:
+            result = (True, future.result(timeout=self.timeout_s), "")
+        except FutureTimeout:
+            result = (False, {}, f"rank {self.rank}: the write did not finish within "
+                                 f"checkpoint.save_timeout={self.timeout_s:g}s")
+        except Exception as e:  # noqa: BLE001 - every rank must hear about it
+            result = (False, {}, f"rank {self.rank}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+        results = [None] * self.world_size
+        dist.all_gather_object(results, result)
+        failures = [msg for ok, _, msg in results if not ok]
+        if failures:
+            if self.rank == 0:
+                shutil.rmtree(target, ignore_errors=True)  # never leave a partial holding the space
+            dist.barrier()
+            raise CheckpointError(f"checkpoint {target} failed and was removed ({failures[0]}); the newest "
+                                  f"checkpoint is still {getattr(latest_checkpoint(self.root), 'name', '(none)')}")
+        if self.rank == 0:
+            files = {name: entry for _, own, _ in results for name, entry in own.items()}
+            _write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1))
+            _write_durably(target / COMPLETE, json.dumps({"files": files}))  # last: the checkpoint exists
+            self._prune(step_of(target))
+        dist.barrier()
+        self.last_saved = (target, time.perf_counter() - started)
+
+    def _prune(self, newest: int) -> None:
+        """Keep the newest `keep_last` checkpoints (keep_last >= 1: the one just written always stays);
+        drop partial saves and set-aside corrupt ones older than it."""
+        for old in complete_checkpoints(self.root)[: -self.keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+        for other in self.root.glob("step-*"):
+            if not is_checkpoint(other) and step_of(other) < newest:
+                shutil.rmtree(other, ignore_errors=True)
+
+    # --- load ---------------------------------------------------------------------------------------
+    def _agree(self, problem: str | None) -> str | None:
+        return _agree(problem, self.world_size)
+
+    def _set_aside(self, path: Path, problem: str) -> None:
+        if self.rank == 0:
+            aside = path.with_name(path.name + CORRUPT_SUFFIX)
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+            print(f"warning: checkpoint {path} is unusable ({problem}): moved to {aside}, trying the previous one",
+                  file=sys.stderr, flush=True)
+        dist.barrier()
+
+    def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool) -> TrainState | None:
+        """Resume from the newest checkpoint that verifies, resharded to this world size."""
+        while (path := latest_checkpoint(self.root)) is not None:
+            state, problem = _verified(path, self.rank, self.world_size)
+            if problem is None:
+                _check_fingerprint(path, state, fingerprint, ignore_fingerprint)
+                try:
+                    self._read(path, model, optimizer)
+                except Exception as e:  # noqa: BLE001 - a file the manifest could not vouch for
+                    problem = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+                problem = self._agree(problem)
+            if problem is None:
+                self._restore_rng(path, state)
+                return state
+            self._set_aside(path, problem)
+        return None
+
+    def _read(self, path: Path, model, optimizer) -> None:
+        marks = [time.perf_counter()]
+        app = self._app_state(model, optimizer)  # allocates the optimizer state to read into
+        marks.append(time.perf_counter())
+        dcp.load(app, checkpoint_id=str(path))
+        marks.append(time.perf_counter())
+        set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"],
+                       options=self._options)
+        marks.append(time.perf_counter())
+        self.load_seconds = dict(zip(("prepare", "read", "apply"), (b - a for a, b in zip(marks, marks[1:]))))
+
+    def _restore_rng(self, path: Path, state: TrainState) -> None:
+        rng = path / "rng" / f"rank{self.rank}.pt"
+        if state.world_size == self.world_size and rng.exists():
+            saved = torch.load(rng, weights_only=False)
+            torch.set_rng_state(saved["cpu"])
+            if saved["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state(saved["cuda"])
+
+
+def _agree(problem: str | None, world_size: int) -> str | None:
+    """The first problem any rank found, on every rank."""
+    problems = [None] * world_size
+    dist.all_gather_object(problems, problem)
+    return next((p for p in problems if p), None)
+
+
+def _verified(path: Path, rank: int, world_size: int) -> tuple[TrainState | None, str | None]:
+    """The checkpoint's train state, and the first problem any rank found checking its share of the
+    manifest (sizes of every file, CRC32 of every world_size-th), on every rank."""
+    try:
+        state = TrainState(**json.loads((path / STATE_FILE).read_text()))
+        manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
+        problem = _verify_files(path, manifest, rank, world_size)
+    except (OSError, ValueError, TypeError) as e:
+        problem, state = f"{type(e).__name__}: {e}", None
+    return state, _agree(problem, world_size)
+
+
+def fingerprint(cfg: JobConfig, dataset_len: int | None = None) -> dict:
+    """Settings a resumed run must share with its checkpoint for the data stream to continue (the
+    list the launcher holds equal across sizes); an export, which reads no data, leaves out the
+    dataset length."""
+    values = {path: get_path(cfg.training_config, path) for path in RESUME_INVARIANTS}
+    values = {k: asdict(v) if is_dataclass(v) else v for k, v in values.items()}
+    return values if dataset_len is None else {**values, "dataset_len": dataset_len}
+
+
+def load_weights(path: Path, model, options: StateDictOptions, expected: dict, rank: int, world_size: int) -> TrainState:
+    """One checkpoint's model weights (no optimizer), verified as a resume verifies them: the
+    manifest's sizes and checksums, and the fingerprint of the config it is read with. What an
+    export reads."""
+    state, problem = _verified(path, rank, world_size)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} is unusable ({problem}): export an older step-N directory")
+    _check_fingerprint(path, state, expected, ignore=False)
+    model_state = {"model": get_model_state_dict(model, options=options)}
+    dcp.load(model_state, checkpoint_id=str(path))
+    set_model_state_dict(model, model_state["model"], options=options)
+    return state
+
+
+def _check_fingerprint(path: Path, state: TrainState, fingerprint: dict, ignore: bool) -> None:
+    changed = {k: (state.fingerprint.get(k), v) for k, v in fingerprint.items()
+               if state.fingerprint and k in state.fingerprint and state.fingerprint[k] != v}
+    if changed and not ignore:
+        detail = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise ConfigError(f"checkpoint {path} was written with different settings ({detail}): the data stream "
+                          f"would not continue exactly; restore them, use a new run.output_dir, or set "
+                          f"training_config.checkpoint.ignore_fingerprint=true to resume anyway")
