@@ -19,10 +19,7 @@ HEADER = "| recipe | model | method | parameters | nodes | instance types |"
 
 
 def method(tc) -> str:
-    lora = tc.model_config.lora
-    if tc.training_args.trainer_type == "dpo":
-        return "DPO (LoRA)" if lora else "DPO (full)"
-    return "LoRA SFT" if lora else "full SFT"
+    return f"{tc.training_args.trainer_type.upper()} ({'LoRA' if tc.model_config.lora else 'full'})"
 
 
 def row(recipe: str) -> str:

@@ -92,7 +92,8 @@ def show(trace: dict, gpu_gib: float) -> str:
 def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
     """Traced peak, the dry run's GiB/GPU (the trace with the allowance) and the analytic fallback's,
     for the first and last allowed size of each recipe."""
-    from elastic_launcher.planning.memory import ModelShape, estimate, kept_traces, traced
+    from elastic_launcher.planning.memory import kept_traces, traced
+    from elastic_launcher.planning.plan import fallback_estimate
 
     rows = ["| recipe | nodes | traced GiB | dry run GiB/GPU | fallback estimate | peak in |", "|---|---|---|---|---|---|"]
     for recipe in recipes:
@@ -100,12 +101,7 @@ def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
         for size in (plan.sizes[0], plan.sizes[-1]):
             inputs = inputs_of(plan, size)
             kept = traced(inputs)
-            mc, tc = size.config.training_config.model_config, size.config.training_config
-            fallback = estimate(ModelShape.from_config(plan.hardware.model_shape), size.devices, size.batch.micro_batch,
-                                tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
-                                activation_checkpointing=mc.activation_checkpointing,
-                                loss_chunk_tokens=mc.loss_chunk_tokens,
-                                sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+            fallback = fallback_estimate(plan.hardware.model_shape, size.config, size.devices, size.batch.micro_batch)
             trace = kept_traces()[trace_key(inputs)]
             rows.append(f"| `{recipe}` | {size.nodes} | {trace['peak_gib']:.1f} | {kept.total_gib:.1f} / "
                         f"{plan.instance.gpu_memory_gib:g} | {fallback.total_gib:.1f} | {trace['phase']} |")

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT
 from elastic_launcher.config.compose import compose, options, to_plain
-from elastic_launcher.planning.memory import FIT_SHARE, ModelShape, estimate
-from elastic_launcher.planning.plan import make_plan
+from elastic_launcher.planning.memory import FIT_SHARE, ModelShape
+from elastic_launcher.planning.plan import fallback_estimate, make_plan
 
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%
 VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
@@ -54,8 +54,9 @@ def test_every_vendor_recipe_has_a_twin_that_agrees(vendor):
             "target_modules": peft.target_modules} == vendor["lora"]
     assert tc.datasets.max_len == vendor["algorithm_defaults"]["max_len"]
     if vendor["method"] == "dpo":
-        assert (tc.training_args.beta, tc.training_args.loss_type) == (vendor["algorithm_defaults"]["beta"],
-                                                                      vendor["algorithm_defaults"]["loss_type"])
+        args = tc.training_args.method_args
+        assert (args["beta"], args["loss_type"]) == (vendor["algorithm_defaults"]["beta"],
+                                                     vendor["algorithm_defaults"]["loss_type"])
     assert tc.training_args.max_epochs == vendor["algorithm_defaults"]["max_epochs"]
     assert tc.training_args.lr_warmup_ratio == vendor["algorithm_defaults"]["lr_warmup_ratio"]
     assert tc.training_args.merge_weights == vendor["recipe_overrides"].get("merge_weights", False)
@@ -196,11 +197,7 @@ def test_the_fallback_estimate_stays_near_every_trace():
     for recipe in CATALOGUE:
         plan = plan_of(recipe)
         for size in plan.sizes:
-            mc, tc = size.config.training_config.model_config, size.config.training_config
-            got = estimate(ModelShape.from_config(plan.hardware.model_shape), size.devices, size.batch.micro_batch,
-                           tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
-                           activation_checkpointing=mc.activation_checkpointing, loss_chunk_tokens=mc.loss_chunk_tokens,
-                           sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+            got = fallback_estimate(plan.hardware.model_shape, size.config, size.devices, size.batch.micro_batch)
             ratios.append((got.total_gib / size.memory.total_gib, recipe, size.nodes))
     low, high = FALLBACK_BAND
     assert all(low <= ratio <= high for ratio, _, _ in ratios), (min(ratios), max(ratios))

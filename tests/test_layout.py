@@ -101,3 +101,66 @@ def test_local_runs_cluster_and_simulator_do_not_import_each_other():
 def test_a_local_run_renders_no_manifest():
     assert not [d for d in import_graph()["elastic_launcher.local.run"] if d.startswith("elastic_launcher.render.")
                 and d != "elastic_launcher.render.configs"]
+
+
+WEIGHTED_SFT = '''"""SFT whose token loss is scaled by a weight: a third method, written as one module."""
+
+from dataclasses import dataclass
+
+from training.contract.typed import ranged
+from training.methods.sft import SFT
+
+SEQUENCES_PER_SAMPLE = 1
+PACKING = True
+
+
+@dataclass
+class Args:
+    weight: float = ranged(1.0, gt=0)
+
+
+class WeightedSFT(SFT):
+    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
+        loss_sum, stats = super().forward_backward(model, micro_batches, label_tokens / self.options.weight,
+                                                   world_size, global_batch)
+        return loss_sum * self.options.weight, stats
+
+
+METHOD = WeightedSFT
+'''
+
+
+def test_a_new_method_is_one_new_module(tmp_path):
+    """A copy of the project with one file added (training/methods/weighted_sft.py) plans, validates
+    and trains the new method locally: its keys are checked, its line is printed, and its loss is
+    the weight times SFT's on the same data and init."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import losses
+
+    copy = tmp_path / "project"
+    for name in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split():
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    (copy / "training" / "methods" / "weighted_sft.py").write_text(WEIGHTED_SFT)
+
+    def launch(run, *overrides, action="local"):
+        return subprocess.run([sys.executable, "launcher.py", "recipes=llama/tiny_llama_sft", f"action={action}",
+                               "recipes.training_config.training_args.max_steps=2", f"local.run_dir={tmp_path / run}",
+                               f"output_dir={tmp_path / 'dry_run'}", *overrides],
+                              cwd=copy, capture_output=True, text=True, timeout=300)
+
+    weighted = ["recipes.training_config.training_args.trainer_type=weighted_sft",
+                "+recipes.training_config.training_args.method_args.weight=2"]
+    refused = launch("bad", weighted[0], "+recipes.training_config.training_args.method_args.wieght=2")
+    assert refused.returncode == 2 and "method_args.wieght': did you mean 'weight'?" in refused.stderr
+    assert "method: WEIGHTED_SFT (weight 2)" in launch("plan", *weighted, action="dry_run").stdout
+    for run, overrides in (("weighted", weighted), ("sft", [])):
+        out = launch(run, *overrides)
+        assert out.returncode == 0, out.stderr[-2000:]
+    got, sft = losses(tmp_path / "weighted"), losses(tmp_path / "sft")
+    assert got.keys() == sft.keys() == {1, 2}
+    assert abs(got[1] - 2 * sft[1]) <= 1e-6 * sft[1]

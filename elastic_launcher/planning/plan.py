@@ -14,6 +14,7 @@ from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
 from training.contract.errors import ConfigError
+from training.contract.methods import method_facts
 from training.contract.typed import build, ranged
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -96,7 +97,7 @@ class SizePlan:
     def tokens_per_step(self) -> int:
         """At most (full rows); DPO runs two sequences per sample."""
         tc = self.config.training_config
-        return self.batch.global_batch * tc.datasets.max_len * (2 if tc.training_args.trainer_type == "dpo" else 1)
+        return self.batch.global_batch * tc.datasets.max_len * method_facts(tc.training_args.trainer_type).sequences_per_sample
 
 
 @dataclass(frozen=True)
@@ -320,15 +321,21 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_si
     if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro, grad_accum))):
         return kept
     try:
-        shape = ModelShape.from_config(config)
+        return fallback_estimate(config, cfg, world_size, micro)
     except KeyError as e:
         if not hardware.model_shape:  # an inline architecture may lean on transformers' defaults: no estimate
             return None
         raise ConfigError(f"recipes.model_shape lacks {e}: give hidden_size, num_hidden_layers, intermediate_size, "
                           f"num_attention_heads, num_key_value_heads and vocab_size (the model's config.json)") from None
-    return estimate(shape, world_size, micro, tc.datasets.max_len, lora_r=mc.peft_config.r if mc.lora else None,
-                    activation_checkpointing=mc.activation_checkpointing, loss_chunk_tokens=mc.loss_chunk_tokens,
-                    sequences_per_sample=2 if tc.training_args.trainer_type == "dpo" else 1)
+
+
+def fallback_estimate(model_shape: dict, cfg: JobConfig, world_size: int, micro: int) -> MemoryEstimate:
+    """The analytic estimate (planning.memory.estimate) of one size's config, where no trace is kept."""
+    mc, tc = cfg.training_config.model_config, cfg.training_config
+    return estimate(ModelShape.from_config(model_shape), world_size, micro, tc.datasets.max_len,
+                    lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
+                    loss_chunk_tokens=mc.loss_chunk_tokens,
+                    sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample)
 
 
 def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan],

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import CONTEXT_AND_NCCL_GIB, FIT_SHARE, FRAGMENTATION
 from elastic_launcher.planning.plan import Plan
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
+from training.contract.methods import method_facts
 
 MANIFEST_FILE = "manifest.yaml"
 
@@ -52,7 +54,9 @@ def plan_table(plan: Plan) -> str:
 def describe_method(tc) -> str:
     """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
     ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
-    what = f"DPO ({ta.loss_type} loss, beta {ta.beta:g})" if ta.trainer_type == "dpo" else "SFT"
+    options = dataclasses.asdict(method_facts(ta.trainer_type).build_args(ta.method_args))
+    what = ta.trainer_type.upper() + (f" ({', '.join(f'{k} {v:g}' if isinstance(v, float) else f'{k} {v}' for k, v in options.items())})"
+                                      if options else "")
     what += f" with LoRA (r {peft.r}, alpha {peft.lora_alpha:g}, {peft.target_modules})" if peft else ", full parameters"
     steps = f"{ta.max_epochs:g} epoch(s), steps resolved from the data at start" if ta.max_epochs else f"{ta.max_steps} steps"
     parts = [what, steps]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from training.contract.errors import ConfigError
-from training.contract.methods import method_names
+from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
 
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
@@ -105,8 +105,7 @@ class TrainingArgs:
     seed: int = ranged(42, ge=0)
     uneven_batch: UnevenBatch = field(default_factory=UnevenBatch)
     trainer_type: str = one_of("sft", *(m for m in method_names() if m != "sft"))  # a module of training/methods
-    beta: float = ranged(0.1, gt=0)  # DPO: strength of the pull towards the reference model
-    loss_type: str = one_of("sigmoid", "hinge", "ipo")  # DPO loss on the reward margin
+    method_args: dict[str, Any] = field(default_factory=dict)  # the method's own keys (its module's `Args`)
     save_hf_ckpt: bool = False  # write a Hugging Face model to <run_dir>/hf at the last step
     merge_weights: bool = True  # LoRA: also write the merged model (hf/); the adapter alone goes to hf_adapter/
 
@@ -183,9 +182,11 @@ def check_methods(tc: TrainingSection) -> None:
             and all(isinstance(m, str) for m in peft.target_modules))):
         raise ConfigError(f"training_config.model_config.peft_config.target_modules={peft.target_modules!r} must be "
                           f"'all-linear' or a list of module names (e.g. [q_proj, v_proj])")
-    if tc.training_args.trainer_type == "dpo" and tc.datasets.packing:
-        raise ConfigError("training_config.datasets.packing=true with trainer_type=dpo: DPO compares whole "
-                          "sequences pair by pair; set datasets.packing=false")
+    method = method_facts(tc.training_args.trainer_type)
+    method.build_args(tc.training_args.method_args)
+    if tc.datasets.packing and not method.packing:
+        raise ConfigError(f"training_config.datasets.packing=true with trainer_type={method.name}: the method "
+                          f"scores whole sequences, not packed rows; set datasets.packing=false")
     if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1:
         raise ConfigError(f"training_config.training_args.eval_steps={tc.training_args.eval_steps} but "
                           f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9) "

@@ -13,5 +13,10 @@ import importlib
 
 
 def load_method(args, device, width_multiple: int = 1):
-    """The method `args.trainer_type` names, set up with the run's TrainingArgs, device and row width."""
-    return importlib.import_module(f"{__name__}.{args.trainer_type}").METHOD(args, device, width_multiple)
+    """The method `args.trainer_type` names, set up with the run's TrainingArgs, its own arguments
+    (training_args.method_args, as its module's `Args`), the device and the row width."""
+    from training.contract.typed import build
+
+    module = importlib.import_module(f"{__name__}.{args.trainer_type}")
+    options = build(module.Args, dict(args.method_args), "training_config.training_args.method_args")
+    return module.METHOD(args, options, device, width_multiple)

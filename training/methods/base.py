@@ -27,8 +27,9 @@ class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
 
-    def __init__(self, args, device: torch.device, width_multiple: int = 1):
-        self.args = args  # TrainingArgs: the method's own keys (beta, loss_type, ...) live there
+    def __init__(self, args, options, device: torch.device, width_multiple: int = 1):
+        self.args = args  # TrainingArgs
+        self.options = options  # the method's own keys: its module's `Args`, from training_args.method_args
         self.device = device
         self.width_multiple = width_multiple  # rows are padded to a multiple of this (training.data.collate)
 

@@ -20,9 +20,19 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, collate_pairs
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
+
+SEQUENCES_PER_SAMPLE = 2  # chosen and rejected
+PACKING = False  # pairs are compared sequence by sequence
+
+
+@dataclass
+class Args:  # training_args.method_args
+    beta: float = ranged(0.1, gt=0)  # strength of the pull towards the reference model
+    loss_type: str = one_of("sigmoid", "hinge", "ipo")  # the loss on the reward margin
 
 
 @dataclass
@@ -88,7 +98,7 @@ class DPO(TrainingMethod):
         loss_sum, stats = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
         for micro in reducing_on_the_last(model, micro_batches):
             policy, scores = self.pair_scores(model, micro)
-            losses, chosen, rejected = dpo_loss(scores, self.args.beta, self.args.loss_type)
+            losses, chosen, rejected = dpo_loss(scores, self.options.beta, self.options.loss_type)
             ((losses.sum() + 0 * policy.sum()) * scale).backward()  # an empty micro-batch still joins FSDP's collectives
             loss_sum += losses.detach().sum()
             stats += torch.stack([chosen.sum(), rejected.sum(), (chosen > rejected).sum().float()])
@@ -99,7 +109,7 @@ class DPO(TrainingMethod):
 
     def eval_sums(self, model, batch):
         _, scores = self.pair_scores(model, batch)
-        losses, chosen, rejected = dpo_loss(scores, self.args.beta, self.args.loss_type)
+        losses, chosen, rejected = dpo_loss(scores, self.options.beta, self.options.loss_type)
         return torch.stack([losses.sum(), torch.tensor(float(batch["pairs"]), device=self.device),
                             chosen.sum(), rejected.sum(), (chosen > rejected).sum()]).double()
 

@@ -3,10 +3,20 @@ averaged over the label tokens of the whole global batch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from training.data import collate
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
+
+SEQUENCES_PER_SAMPLE = 1
+PACKING = True  # samples may share a row: each keeps its own attention and labels
+
+
+@dataclass
+class Args:  # training_args.method_args: SFT has none
+    pass
 
 
 class SFT(TrainingMethod):
