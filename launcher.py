@@ -1,4 +1,4 @@
-"""Elastic training launcher: `python launcher.py recipes=<recipe> [overrides]` (see README.md)."""
+"""Elastic training launcher: `python launcher.py recipes=<recipe> [overrides]` (see README.md and docs/)."""
 
 import sys
 

@@ -9,4 +9,12 @@ simulator (simulate). `cli` parses the command line, `job` is what every action 
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # recipes/, scale_configs/, templates/, traces/, data/
+
+def _root() -> Path:
+    """Where launcher.yaml, recipes/, scale_configs/, templates/, traces/ and data/ are: the
+    repository (a checkout, or `pip install -e .`), or the copy a `pip install .` carries."""
+    checkout = Path(__file__).resolve().parent.parent
+    return checkout if (checkout / "launcher.yaml").exists() else Path(__file__).resolve().parent / "project"
+
+
+ROOT = _root()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from omegaconf import OmegaConf
 
@@ -19,17 +20,32 @@ Compose a recipe with its elastic policy and scale configs, validate it for ever
 count, and render HyperPodPyTorchJob / Kubeflow PyTorchJob manifests. Overrides use Hydra's
 grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
 
-  recipes=<recipe>                          {recipes}
+  recipes=<recipe>                          one of the recipes below
   scale_configs@recipes.scale_config=<set>  {sets}
   recipes.elastic_policy.is_elastic=true recipes.elastic_policy.min_nodes=2 recipes.elastic_policy.max_nodes=8
   recipes.scale_config.n4.training_config.training_args.learning_rate=1e-5
   action={actions}
   target={targets}
-  cluster.image=<image> cluster.namespace=<ns> cluster.queue_name=<kueue queue> ...   (see elastic_launcher/config/settings.py)
+  cluster.image=<image> cluster.namespace=<ns> cluster.queue_name=<kueue queue> ...
+                 (every setting with its default: elastic_launcher/config/settings.py)
 
   --cfg job      print the composed config and exit (--resolve: with interpolations resolved)
   HYDRA_FULL_ERROR=1 shows the full traceback of an error.
+
+recipes (recipes/<family>/<name>.yaml):
+{recipes}
 """
+
+
+def by_family(recipes: list[str]) -> str:
+    """One recipe per line under its family, e.g. `  llama/` then `    llama/llama3_1_8b_sft`."""
+    lines, family = [], None
+    for recipe in recipes:
+        if recipe.split("/")[0] != family:
+            family = recipe.split("/")[0]
+            lines.append(f"  {family}/")
+        lines.append(f"    {recipe}")
+    return "\n".join(lines)
 
 
 def dry_run(job: Job) -> int:
@@ -75,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for arg in args:
             if arg in ("-h", "--help"):
-                print(HELP.format(recipes=" | ".join(options("recipes")), sets=" | ".join(options("scale_configs")),
-                                  actions=" | ".join(ACTIONS), targets=" | ".join(TARGETS)))
+                sets = textwrap.fill(" | ".join(options("scale_configs")), 118, initial_indent=" " * 44,
+                                     subsequent_indent=" " * 44).lstrip()
+                print(HELP.format(recipes=by_family(options("recipes")), sets=sets, actions=" | ".join(ACTIONS),
+                                  targets=" | ".join(TARGETS)))
                 return 0
             if arg in ("-c", "--cfg") or arg.startswith("--cfg="):
                 show_cfg = arg.split("=", 1)[1] if "=" in arg else next(args, None)

@@ -1,5 +1,5 @@
-"""The README's recipe table, built from the recipes on disk (tests/test_catalogue.py checks that the
-README holds exactly this table):
+"""The recipe table of docs/recipes.md, built from the recipes on disk (tests/test_catalogue.py checks
+that the page holds exactly this table):
 
     python scripts/catalogue.py
 """

@@ -5,7 +5,7 @@ per GPU by category, and keep the figures the dry run shows (elastic_launcher/pl
     python scripts/trace_memory.py qwen/qwen3_8b_sft recipes.training_config.training_args.micro_train_batch_size=4 --keep
     python scripts/trace_memory.py --keep --jobs 2                # the whole catalogue, kept
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
-    python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as the README's table
+    python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as docs/recipes.md's table
     python scripts/trace_memory.py --prune                        # drop kept traces no catalogue size uses
 
 Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two

@@ -6,6 +6,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# Two tiers: `python -m pytest` runs the quick one (units, the launcher, one short multi-process
+# run: under 5 minutes on a 2-core machine); `python -m pytest --full` adds the tests marked
+# `slow` (resizes, rehearsals, the real HyperPod agent, MLflow, the catalogue's traces), as CI does.
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", help="also run the slow tests (the whole suite, as CI does)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: part of the full suite only (python -m pytest --full)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 MAIN_COMMAND = ["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                 "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8"]
 

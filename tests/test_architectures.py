@@ -11,7 +11,7 @@ from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, render_conf
                       train)
 from training.data import IGNORE_INDEX, tokenize_chat
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 TWINS = ["qwen2", "qwen3", "llama4_text"]
 LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
 DPO = ["recipes.training_config.training_args.trainer_type=dpo", "recipes.training_config.datasets.packing=false",

@@ -2,7 +2,7 @@
 tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies;
 every recipe at every allowed size has a kept memory trace, fits within 90% of its GPU and lists
 only instance types where it fits; the analytic fallback counts what transformers builds; the dry
-run warns outside a recipe's instance types and where a size would not fit; the README's table is
+run warns outside a recipe's instance types and where a size would not fit; the table in docs/recipes.md is
 the recipes on disk."""
 
 import functools
@@ -16,6 +16,7 @@ from elastic_launcher.config.compose import compose, options, to_plain
 from elastic_launcher.planning.memory import FIT_SHARE, ModelShape
 from elastic_launcher.planning.plan import fallback_estimate, make_plan
 
+pytestmark = pytest.mark.slow  # composes and plans every recipe of the catalogue: the full suite only
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%
 VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_elastic_recipes.json").read_text())
 
@@ -113,7 +114,7 @@ def test_every_size_is_traced_and_fits_within_90_percent(recipe):
 def test_instance_types_are_those_where_the_model_fits(recipe):
     """Each listed instance type with the recipe's GPUs per node fits the model at some allowed size
     (the same world sizes, so the same traces, against that type's GPU memory). A 4-GPU type needs
-    scale configs of its own (README: Instance types), traced with them."""
+    scale configs of its own (docs/recipes.md: Instance types), traced with them."""
     from elastic_launcher.planning.instances import lookup
 
     plan = plan_of(recipe)
@@ -217,11 +218,11 @@ def test_the_dry_run_warns_outside_the_instance_types_and_where_it_does_not_fit(
     assert "~" in out  # a changed micro-batch and checkpointing were never traced: estimated, and said so
 
 
-def test_the_readme_table_is_the_recipes_on_disk():
+def test_the_documented_table_is_the_recipes_on_disk():
     sys.path.insert(0, str(ROOT / "scripts"))
     from catalogue import HEADER, table
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "recipes.md").read_text()
     start = readme.index(HEADER)
     end = readme.index("\n\n", start)
     assert readme[start:end] == table(), "regenerate it with: python scripts/catalogue.py"

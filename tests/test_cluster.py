@@ -159,7 +159,32 @@ def test_no_kubeconfig(launch, tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit")
-    assert code == 2 and "no usable kubeconfig" in one_line_error(err)
+    line = one_line_error(err)
+    assert code == 2 and f"no kubeconfig at {tmp_path / 'missing'}" in line and "aws eks update-kubeconfig" in line
+
+
+def test_a_context_the_kubeconfig_lacks_is_named_with_the_ones_it_has(launch, api, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit", "cluster.kube_context=prod")
+    line = one_line_error(err)
+    assert code == 2 and "cluster.kube_context='prod' is not a context of" in line and "one of " in line
+
+
+def test_status_logs_and_delete_find_the_name_submit_gave(launch, api):
+    """Submit adds a config-hash suffix to the name; the other actions find that job from the same
+    command line, and say which to pick when two submits of the recipe exist."""
+    assert launch(*MAIN_COMMAND, IMAGE, "action=submit")[0] == 0
+    (name,) = api.names(HP)
+    code, out, err = launch(*MAIN_COMMAND, "action=status")
+    assert code == 0 and name in out, err
+    assert launch(*MAIN_COMMAND, IMAGE, "action=submit", "recipes.elastic_policy.max_nodes=6")[0] == 0
+    code, _, err = launch(*MAIN_COMMAND, "action=logs")
+    assert code == 2 and "pick one with cluster.job_name=<name>" in one_line_error(err) and name in err
+    code, out, err = launch(*MAIN_COMMAND, "recipes.elastic_policy.max_nodes=6", "action=delete")
+    assert code == 2 and "pick one" in err  # the name does not depend on the config the command gives
+    assert launch(*MAIN_COMMAND, "action=delete", f"cluster.job_name={name}")[0] == 0
+    code, out, err = launch(*MAIN_COMMAND, "action=delete")
+    assert code == 0 and api.names(HP) == [], err
 
 
 def test_orphan_configmap_of_the_job_name_is_overwritten(launch, api):

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import records, render_configs, train
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.mark.parametrize("recipe, overrides, allowed", [

@@ -22,7 +22,7 @@ from conftest import ROOT, committed_samples, losses, records, train, wait_for
 from hyperpod_operator import Container, Operator
 from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 STEPS = 40
 
 

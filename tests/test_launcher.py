@@ -167,7 +167,10 @@ def test_hydra_cfg_job_help_and_plus_plus_overrides(launch):
     code, out, _ = launch("--cfg", "job", "++recipes.run.name=renamed")
     assert code == 0 and yaml.safe_load(out)["recipes"]["run"]["name"] == "renamed"
     code, out, _ = launch("--help")
-    assert code == 0 and "llama/llama3_1_8b_sft" in out and "scale_configs@recipes.scale_config" in out
+    assert code == 0 and "scale_configs@recipes.scale_config" in out
+    lines = out.splitlines()
+    assert all(f"    {recipe}" in lines for recipe in options("recipes"))  # one per line, under its family
+    assert "  llama/" in lines and max(map(len, lines)) <= 120
 
 
 def test_dry_run_as_typed_in_a_fresh_process_never_imports_torch_or_kubernetes(tmp_path):

@@ -15,7 +15,7 @@ import yaml
 from conftest import MAIN_COMMAND, ROOT, losses, records, render_configs, train, wait_for
 from elastic_launcher.local.run import child_pids
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 TINY = ["recipes=llama/tiny_llama_sft"]
 
 

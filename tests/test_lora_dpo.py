@@ -11,7 +11,7 @@ from conftest import (ROOT, committed_samples, losses, records, render_configs, 
                       train)
 from training.state.checkpoint import bytes_on_disk, latest_checkpoint
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 8
 TINY = ["recipes.training_config.logging.audit_samples=true", f"recipes.training_config.training_args.max_steps={STEPS}",
         "recipes.training_config.checkpoint.save_steps=1000", "recipes.training_config.training_args.eval_steps=2",

@@ -131,7 +131,7 @@ for name in calls:
     setattr(dist, name + ("" if name == "all_reduce" else "_tensor"), counted)
 rows = [{"input_ids": list(range(1, 9)), "labels": list(range(1, 9)), "sample_ids": [i], "lengths": [8]} for i in range(2)]
 micro_batches = [collate(rows) for _ in range(int(sys.argv[1]))]
-SFT(None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
+SFT(None, None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
 print(json.dumps(calls))
 """
 

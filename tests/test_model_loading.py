@@ -157,6 +157,7 @@ def events(run_dir, name):
     return [r for r in records(run_dir) if r.get("event") == name]
 
 
+@pytest.mark.slow
 def test_a_hub_snapshot_is_read_shard_by_shard_at_2_and_3_processes(tmp_path, hub_cache):
     """A hub id: each node's local rank 0 resolves the snapshot, every rank reads its own shards from
     the files (sharded safetensors with an index), and training starts from exactly the weights
@@ -186,6 +187,7 @@ def test_a_hub_snapshot_is_read_shard_by_shard_at_2_and_3_processes(tmp_path, hu
         assert max(built[run]["host_peak_growth_gib"]) <= receiving + 0.5 * model_gib, built
 
 
+@pytest.mark.slow
 def test_gpt_oss_mxfp4_experts_split_over_3_processes_train_as_on_one(tmp_path, hub_cache):
     """GPT-OSS's MXFP4 experts (4 of them: they do not split evenly over 3 ranks) dequantized by
     each rank for its own part: the first steps' losses at 3 processes equal those at 1."""
@@ -205,6 +207,7 @@ def test_gpt_oss_mxfp4_experts_split_over_3_processes_train_as_on_one(tmp_path, 
     assert all(abs(three[s] - one[s]) <= 1e-5 * one[s] for s in one), (one, three)
 
 
+@pytest.mark.slow
 def test_lora_reads_its_base_from_the_files_on_every_start(tmp_path, hub_cache):
     """LoRA from a hub id: the base comes from the files on the first start and on a restart at
     another size (the checkpoint holds only the adapters), and the adapters start as rank 0's

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT, committed_samples, losses, records
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 36
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, losses, wait_for
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 18
 TRACE = "[{step:0,nodes:2},{step:6,nodes:3},{step:12,nodes:1}]"
 
@@ -100,7 +100,7 @@ def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
 
 
 def test_a_file_store_tracks_and_the_run_status_follows_the_job(tmp_path, capfd):
-    """The README's `file:` example works with the pinned MLflow (its file store is opt-in), a stop
+    """The docs' `file:` example (docs/cluster.md) works with the pinned MLflow (its file store is opt-in), a stop
     leaves the run KILLED, a restart sets it RUNNING again and the end FINISHED; nothing prints a
     thread's traceback."""
     from types import SimpleNamespace

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, losses, render_configs
 from training.state.checkpoint import complete_checkpoints
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def trainer(config_dir, run_dir, *extra, env=None):
@@ -190,7 +190,8 @@ warnings.filterwarnings("ignore")
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from training.runtime.elastic import ElasticStop
-from training.runtime.train import Trainer, parse_args
+from training.runtime.arguments import parse_args
+from training.runtime.train import Trainer
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}

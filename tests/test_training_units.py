@@ -143,7 +143,6 @@ def test_the_mfu_count_is_the_flops_that_run(lora):
     """The MFU numerator (weight matmuls and attention, training.model.causal_lm) equals what torch's
     FlopCounterMode counts over a forward and backward: LoRA's frozen base at 4 FLOPs per parameter
     and token (no weight gradient), attention over each row's own length."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoConfig, AutoModelForCausalLM
 

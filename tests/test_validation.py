@@ -60,6 +60,9 @@ CASES = {
     "micro-batch < 1": ([f"{TINY_ARGS}.micro_train_batch_size=0", "recipes=llama/tiny_llama_sft",
                          "recipes.scale_config.n2.training_config.training_args.micro_train_batch_size=0"],
                         "micro_train_batch_size=0 must be >= 1"),
+    "micro-batch < 1 for every size: the error names the key typed": (
+        [f"{TINY_ARGS}.micro_train_batch_size=0", "recipes=llama/tiny_llama_sft"],
+        "at 2 nodes: recipes.training_config.training_args.micro_train_batch_size=0 must be >= 1"),
     "global batch differs between sizes": (
         [*TINY, "recipes.scale_config.n3.training_config.training_args.train_batch_size=9",
          "recipes.scale_config.n3.training_config.training_args.uneven_batch.large_local_batch_size=3",

@@ -1,15 +1,17 @@
 import os
 import sys
 
+from training.runtime.arguments import parse_args
 from training.runtime.elastic import ElasticStop, die_with_parent
 
+args = parse_args()  # --help and a mistyped flag answer before torch loads
 # Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
 die_with_parent()
 stop = ElasticStop()
 
 from training.runtime.train import main  # noqa: E402
 
-code = main(stop=stop)
+code = main(args, stop=stop)
 # Everything is saved and flushed: skip the interpreter's teardown of a large model and the
 # distributed runtime, which would only delay the restart at the new size.
 sys.stdout.flush()

@@ -13,19 +13,12 @@ import dataclasses
 import hashlib
 
 from elastic_launcher.cluster import observe
-from elastic_launcher.cluster.kube import KINDS, Cluster, JobKind, get_job, job_phase
+from elastic_launcher.cluster.kube import KINDS, Cluster, JobKind, get_job, job_phase, submitted_name, unique_name
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.render.manifests import configmap_name, render
 
 CONTENT_HASH = "elastic-launcher/config-hash"
-
-
-def _unique_name(base: str, content_hash: str) -> str:
-    """A name derived from the rendered content: resubmitting the same job finds it again
-    (idempotent), a changed job gets a new name (no clash with the running one)."""
-    suffix = content_hash[:5]
-    return f"{base[: 63 - len(suffix) - 1].rstrip('-')}-{suffix}"
 
 
 def submit(job: Job, cluster: Cluster, dry_run: bool) -> int:
@@ -34,7 +27,7 @@ def submit(job: Job, cluster: Cluster, dry_run: bool) -> int:
     first = render(plan, settings, job.settings.target, cluster.namespace, job.recipe_name)
     content_hash = hashlib.sha256(first.manifest.encode()).hexdigest()[:16]
     if settings.unique_name and not settings.job_name:
-        plan = dataclasses.replace(plan, job_name=_unique_name(plan.job_name, content_hash))
+        plan = dataclasses.replace(plan, job_name=unique_name(plan.job_name, content_hash))
     rendered = render(plan, settings, job.settings.target, cluster.namespace, job.recipe_name)
     configmap, body = rendered.objects
     body["metadata"].setdefault("annotations", {})[CONTENT_HASH] = content_hash
@@ -82,7 +75,8 @@ def submit(job: Job, cluster: Cluster, dry_run: bool) -> int:
 
 
 def delete(job: Job, cluster: Cluster, name: str | None = None, quiet: bool = False) -> int:
-    kind, name = KINDS[job.settings.target], name or job.settings.cluster.job_name or job.plan.job_name
+    kind = KINDS[job.settings.target]
+    name = name or submitted_name(job, cluster, kind)
     gone = []
     for what, fn, args in ((f"delete {kind.plural}", cluster.custom.delete_namespaced_custom_object,
                             (kind.group, kind.version, cluster.namespace, kind.plural, name)),
@@ -101,7 +95,8 @@ def delete(job: Job, cluster: Cluster, name: str | None = None, quiet: bool = Fa
 def status(job: Job, cluster: Cluster) -> int:
     """The job and its pods, then the training's own view (observe.py); `cluster.watch` refreshes
     until the job ends."""
-    kind, name = KINDS[job.settings.target], job.settings.cluster.job_name or job.plan.job_name
+    kind = KINDS[job.settings.target]
+    name = submitted_name(job, cluster, kind)
     if not job.settings.cluster.watch:
         return _status_once(cluster, kind, name)
     return observe.watch(lambda: _status_once(cluster, kind, name), lambda: observe._finished(cluster, kind, name),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from elastic_launcher.errors import LauncherError
@@ -55,8 +56,7 @@ class Cluster:
                 config.load_incluster_config(client_configuration=configuration)
                 active = {"context": {}}
             except ConfigException:
-                raise LauncherError(f"no usable kubeconfig ({str(e).splitlines()[0]}): point KUBECONFIG at one, "
-                                    f"e.g. `aws eks update-kubeconfig --name <cluster>`, or set cluster.kube_context")
+                raise LauncherError(_kubeconfig_problem(kubeconfig, context, e)) from None
         configuration.retries = 1
         self.namespace = namespace or active["context"].get("namespace") or "default"
         api = client.ApiClient(configuration)
@@ -108,6 +108,49 @@ class Cluster:
         resources = self.call(f"discover {kind.group}/{kind.version}", self.custom.get_api_resources, kind.group,
                               kind.version, tolerate=(404,))
         return resources is not None and any(r.name == kind.plural for r in resources.resources)
+
+
+SUFFIX_LEN = 5  # hex digits of the config hash that submit appends to a job's name
+
+
+def unique_name(base: str, content_hash: str) -> str:
+    """A name derived from the rendered content: resubmitting the same job finds it again
+    (idempotent), a changed job gets a new name (no clash with the running one)."""
+    return f"{base[: 63 - SUFFIX_LEN - 1].rstrip('-')}-{content_hash[:SUFFIX_LEN]}"
+
+
+def submitted_name(job, cluster: Cluster, kind: JobKind) -> str:
+    """The name submit gave the job: `cluster.job_name` when set; else the plan's name, or the one job
+    in the namespace named as submit names it (the plan's name and a config-hash suffix)."""
+    if job.settings.cluster.job_name:
+        return job.settings.cluster.job_name
+    base = job.plan.job_name
+    if get_job(cluster, kind, base) is not None:
+        return base
+    found = cluster.call(f"list {kind.plural}", cluster.custom.list_namespaced_custom_object, kind.group, kind.version,
+                         cluster.namespace, kind.plural, label_selector="app.kubernetes.io/managed-by=elastic-launcher")
+    pattern = re.compile(re.escape(unique_name(base, "")[:-1]) + rf"-[0-9a-f]{{{SUFFIX_LEN}}}")
+    names = sorted(o["metadata"]["name"] for o in found.get("items", []) if pattern.fullmatch(o["metadata"]["name"]))
+    if len(names) > 1:
+        raise LauncherError(f"{len(names)} {kind.kind}s submitted as {base} in namespace {cluster.namespace} "
+                            f"({', '.join(names)}): pick one with cluster.job_name=<name>")
+    return names[0] if names else base  # none: the caller's "no such job" names the plan's name
+
+
+def _kubeconfig_problem(path: str, context: str | None, error: Exception) -> str:
+    """What is wrong with the kubeconfig, and the one thing to do about it."""
+    if not os.path.exists(path):
+        return (f"no kubeconfig at {path}: create one for your cluster (EKS: `aws eks update-kubeconfig --name "
+                f"<cluster>`) or point KUBECONFIG at one")
+    from kubernetes import config
+
+    try:
+        names = [c["name"] for c in config.list_kube_config_contexts(config_file=path)[0]]
+    except Exception:  # noqa: BLE001 - an unreadable file is reported below
+        names = []
+    if context and names and context not in names:
+        return f"cluster.kube_context={context!r} is not a context of {path}: one of {', '.join(names)}"
+    return f"kubeconfig {path} is not usable ({str(error).splitlines()[0]}): regenerate it or point KUBECONFIG at another"
 
 
 def get_job(cluster: Cluster, kind: JobKind, name: str) -> dict | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from elastic_launcher.cluster.kube import KINDS, get_job, job_phase
+from elastic_launcher.cluster.kube import KINDS, get_job, job_phase, submitted_name
 from elastic_launcher.cluster.training_progress import describe, progress
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
@@ -134,7 +134,7 @@ def logs(job: Job, cluster, kind) -> int:
     from elastic_launcher.capacity.traces import parse_time
 
     settings = job.settings.cluster
-    name = settings.job_name or job.plan.job_name
+    name = submitted_name(job, cluster, kind)
     since = int(parse_time(settings.since, "cluster.since")[0]) if settings.since else None
     if str(settings.rank) != "all" and not str(settings.rank).isdigit():
         raise LauncherError(f"cluster.rank={settings.rank!r} must be a node rank (0, 1, ...) or all")

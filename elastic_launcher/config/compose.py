@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException

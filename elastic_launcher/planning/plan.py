@@ -238,6 +238,15 @@ def _apply_typed_keys(entries: dict[int, dict], typed: TypedKeys) -> tuple[dict[
     return entries, notes
 
 
+def _named_where_set(message: str, where: str, entry: dict) -> str:
+    """A message about `<where>.<path>` (a scale_config entry) names `recipes.<path>` instead when the
+    entry does not set that path: the value is the recipe's, or the one the user typed for every size."""
+    found = re.search(re.escape(where) + r"\.([\w.]+)", message)
+    if where == "recipes" or not found or _without(entry, found.group(1))[1]:
+        return message
+    return message.replace(f"{where}.", "recipes.", 1)
+
+
 def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
     if len(name) > 63:
         raise ConfigError(f"{key}={name!r} is {len(name)} characters; Kubernetes allows 63: shorten it")
@@ -272,14 +281,14 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                               f"set it to {nodes} or remove it")
         merged = _merge(recipe, entry or {})
         merged["trainer"] = {**merged.get("trainer", {}), "num_nodes": nodes}
-        cfg = build(JobConfig, merged, where)
-        check_methods(cfg.training_config)
-        nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
         try:
+            cfg = build(JobConfig, merged, where)
+            check_methods(cfg.training_config)
+            nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")
         except ConfigError as e:
-            raise ConfigError(f"at {nodes} nodes: {e}") from None
+            raise ConfigError(f"at {nodes} nodes: {_named_where_set(str(e), where, entry or {})}") from None
         sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None,
                               _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch,
                                       batch.grad_accum_steps)))
@@ -360,7 +369,7 @@ def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[S
     if hardware.instance_types and instance.name not in hardware.instance_types:
         warnings.append(f"recipes.instance_type={instance.name} is not one this recipe's scale configs were sized for "
                         f"({', '.join(hardware.instance_types)}): pick one of them, or a scale-config set for "
-                        f"{instance.name} with scale_configs@recipes.scale_config=<name> (README: instance types)")
+                        f"{instance.name} with scale_configs@recipes.scale_config=<name> (docs/recipes.md: Instance types)")
     tight = [s for s in sizes if s.memory and s.memory.total_gib > FIT_SHARE * instance.gpu_memory_gib]
     if tight:
         listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in tight)

@@ -82,7 +82,7 @@ def summary(plan: Plan, target: str) -> str:
     if any(s.memory for s in plan.sizes):
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
                      f"{CONTEXT_AND_NCCL_GIB:g} GiB and {FRAGMENTATION:.0%} for CUDA, NCCL and fragmentation (~: "
-                     f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (README: Will it fit?)")
+                     f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (docs/recipes.md: Will it fit?)")
         if any(s.memory and not s.memory.traced for s in plan.sizes):
             lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if plan.unused_scale_configs:

@@ -27,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
 from training.contract.config import TrainingArgs, load_job_config  # noqa: E402
-from training.contract.config_files import CONFIG_DIR_ENV, select_config_file  # noqa: E402
+from training.contract.config_files import select_config_file  # noqa: E402
 from training.contract.errors import ConfigError, report  # noqa: E402
 from training.data import describe_drops, load_or_build  # noqa: E402
 from training.export import export_hf  # noqa: E402
@@ -36,6 +36,7 @@ from training.model.causal_lm import (attention_flops, build_sharded_model, chec
                                       matmul_flops_per_token)
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
+from training.runtime.arguments import parse_args  # noqa: E402
 from training.runtime.elastic import ElasticStop  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
@@ -82,18 +83,6 @@ def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
                           dtype=torch.float64, device=device)
     dist.all_reduce(counts)
     return counts
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__)
-    parser.add_argument("--config-dir", default=os.environ.get(CONFIG_DIR_ENV, "/config"),
-                        help=f"directory of config.yaml and config-n<N>.yaml (env {CONFIG_DIR_ENV})")
-    parser.add_argument("--run-dir", help="override run.output_dir (checkpoints/, metrics.jsonl)")
-    parser.add_argument("--stop-at-step", type=int, help="checkpoint and exit after this step (schedule unchanged)")
-    parser.add_argument("--pause-at-steps", default="",
-                        help="comma-separated steps after which to wait for <run-dir>/release-<step> or a stop "
-                             "signal (the rehearsal applies its capacity events there)")
-    return parser.parse_args(argv)
 
 
 def _writable_run_dir(path: Path) -> Path:
@@ -415,7 +404,7 @@ class Trainer:
 
 
 def main(argv=None, stop: ElasticStop | None = None) -> int:
-    args = parse_args(argv)
+    args = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
     stop = stop or ElasticStop()
     trainer = None
     try:
