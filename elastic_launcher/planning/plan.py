@@ -283,8 +283,11 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         merged["trainer"] = {**merged.get("trainer", {}), "num_nodes": nodes}
         try:
             cfg = build(JobConfig, merged, where)
-            check_methods(cfg.training_config)
-            nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        except ConfigError as e:
+            raise ConfigError(_named_where_set(str(e), where, entry or {})) from None
+        check_methods(cfg.training_config)
+        nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")
         except ConfigError as e:

@@ -24,6 +24,7 @@ from training.contract.errors import ConfigError
 from training.contract.typed import build, one_of, ranged
 
 METHODS_DIR = Path(__file__).resolve().parent.parent / "methods"
+ARGS_KEY = "training_config.training_args.method_args"  # where a method's own keys are set
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class MethodFacts:
     packing: bool = True
     args: type = field(default=dataclasses.make_dataclass("Args", []))  # its keys' schema
 
-    def build_args(self, values: dict | None, path: str = "training_config.training_args.method_args"):
+    def build_args(self, values: dict | None, path: str = ARGS_KEY):
         """The method's arguments from the config's `method_args`, typed and checked (a one-line
         ConfigError naming the key otherwise)."""
         return build(self.args, dict(values or {}), path)

@@ -3,8 +3,10 @@
 A method decides what differs between SFT, DPO and their kin: how a row is encoded and batched,
 the loss and its gradient over a step's micro-batches, the metrics of a step and of an evaluation,
 and any frozen model it compares against. The trainer owns the rest (data order, sharding,
-optimizer, LR schedule, checkpoints, export). A new method is one module here (defining METHOD, a
-`TrainingMethod` subclass) plus its recipe; the config accepts any module name found here.
+optimizer, LR schedule, checkpoints, export). A new method is one module here: METHOD (a
+`TrainingMethod` subclass), its `Args` dataclass (its keys, set as training_args.method_args) and
+the facts the launcher reads without importing it (SEQUENCES_PER_SAMPLE, PACKING:
+training.contract.methods). Nothing else names a method.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import importlib
 def load_method(args, device, width_multiple: int = 1):
     """The method `args.trainer_type` names, set up with the run's TrainingArgs, its own arguments
     (training_args.method_args, as its module's `Args`), the device and the row width."""
+    from training.contract.methods import ARGS_KEY
     from training.contract.typed import build
 
     module = importlib.import_module(f"{__name__}.{args.trainer_type}")
-    options = build(module.Args, dict(args.method_args), "training_config.training_args.method_args")
+    options = build(module.Args, dict(args.method_args), ARGS_KEY)
     return module.METHOD(args, options, device, width_multiple)
