@@ -7,8 +7,8 @@ text model out of a vision+text checkpoint."""
 import pytest
 import torch
 
-from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, render_configs, tiny_architecture, tiny_causal_lm,
-                      train)
+from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, records, render_configs, tiny_architecture,
+                      tiny_causal_lm, train)
 from training.data import IGNORE_INDEX, tokenize_chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -31,15 +31,18 @@ def assert_same_run(run_dir, fixed_dir):
 def test_the_elastic_rehearsal_matches_the_fixed_run(twin, tmp_path):
     from elastic_launcher.cli import main
 
-    steps = 32  # the demo trace's last event is at step 30
+    # 2 -> 3 -> 1 nodes: every resize direction, uneven batches at 3; the demo trace's node failure
+    # is the same code for every architecture (tests/test_rehearsal.py runs it).
+    steps = 8
     code = main([f"recipes={TINY_RECIPES[twin]}", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
-                 f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp_path / 'run'}",
+                 "local.trace=[{step:0,nodes:2},{step:3,nodes:3},{step:6,nodes:1}]", f"local.run_dir={tmp_path / 'run'}",
                  f"recipes.training_config.training_args.max_steps={steps}", "local.timeout=500",
                  f"output_dir={tmp_path / 'out'}"])
     assert code == 0
     run_dir, fixed_dir = tmp_path / "run", tmp_path / "run" / "fixed"
     got, want = losses(run_dir), losses(fixed_dir)
     assert sorted(got) == list(range(1, steps + 1))
+    assert [r["world_size"] for r in records(run_dir) if "loss" in r] == [2, 2, 2, 3, 3, 3, 1, 1]
     assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
     assert committed_samples(run_dir) == committed_samples(fixed_dir)
 
