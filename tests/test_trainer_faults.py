@@ -211,7 +211,14 @@ def counted_tolist(self):
     return tolist(self)
 torch.Tensor.tolist = counted_tolist
 
+import dataclasses
+import training.runtime.train as train_module
+loaded, load = [], train_module.load_job_config
+train_module.load_job_config = lambda path: loaded.append((path, load(path))) or loaded[-1][1]
 trainer = Trainer(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop())
+# Start-up resolved the config as run (vocabulary, schedule) into a new object: the loaded one is as read.
+(path, config), = loaded
+config_unchanged = dataclasses.asdict(config) == dataclasses.asdict(load(path))
 before_update = []
 hook = trainer.optimizer.register_step_pre_hook(lambda *args: before_update.append(HostReads.count))
 loader, steps = trainer._loader(), lambda: [next(loader) for _ in range(trainer.plan.grad_accum_steps)]
@@ -240,7 +247,7 @@ unchanged = all(torch.equal(a, b) for a, b in zip(before, snapshot()))
 record, _, _ = trainer.train_step(steps())
 moved = not all(torch.equal(a, b) for a, b in zip(before, snapshot()))
 print(json.dumps({"before_update": before_update, "skipped_unchanged": unchanged, "next_moves": moved,
-                  "skipped_steps": trainer.state.skipped_steps}))
+                  "skipped_steps": trainer.state.skipped_steps, "config_unchanged": config_unchanged}))
 """
 
 
@@ -253,7 +260,7 @@ def test_a_step_reads_nothing_from_the_device_before_the_update_and_skips_a_non_
     """Nothing in a step waits for the device before the optimizer step is queued (no .item(),
     bool(), torch.equal or .tolist(): packed attention masks come from host-side document ids, the
     non-finite verdict skips the update on the device), and a skipped step leaves weights and
-    optimizer state exactly as they were."""
+    optimizer state exactly as they were. Start-up never changes the config it loaded."""
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_skipped_steps=1",
                              *overrides, recipe=recipe)
     out = subprocess.run([sys.executable, "-c", HOST_READS, str(configs), str(tmp_path / "run")], cwd=ROOT,
@@ -261,4 +268,5 @@ def test_a_step_reads_nothing_from_the_device_before_the_update_and_skips_a_non_
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.splitlines()[-1])
-    assert result == {"before_update": [0] * 3, "skipped_unchanged": True, "next_moves": True, "skipped_steps": 1}
+    assert result == {"before_update": [0] * 3, "skipped_unchanged": True, "next_moves": True, "skipped_steps": 1,
+                      "config_unchanged": True}

@@ -154,6 +154,8 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
 
 def main(argv=None) -> int:
     """Export one complete checkpoint (under torchrun or as a single process)."""
+    from dataclasses import replace
+
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -192,8 +194,7 @@ def main(argv=None) -> int:
         cfg = load_job_config(config)
         topo = Topology.from_env()
         device = start_process_group(topo)
-        mc = cfg.training_config.model_config
-        mc.compile = False
+        mc = replace(cfg.training_config.model_config, compile=False)  # one pass: nothing to compile for
         # A LoRA checkpoint holds the adapters only: the base is read from the model's files.
         source = None if mc.architecture else local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(),
                                                              topo.rank, topo.local_rank, topo.world_size)

@@ -26,7 +26,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
-from training.contract.config import TrainingArgs, load_job_config  # noqa: E402
+from training.contract.config import JobConfig, TrainingArgs, load_job_config  # noqa: E402
 from training.contract.config_files import select_config_file  # noqa: E402
 from training.contract.errors import ConfigError, report  # noqa: E402
 from training.data import describe_drops, load_or_build  # noqa: E402
@@ -64,6 +64,17 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
     progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
     floor = args.min_learning_rate / args.learning_rate
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def as_run(cfg: JobConfig, rows: int, vocab_size: int) -> JobConfig:
+    """The config as run, a new object: the schedule resolved from the data (max_epochs, warmup
+    ratio -> steps) and an inline architecture's vocabulary taken from the tokenizer."""
+    tc = cfg.training_config
+    arch = tc.model_config.architecture
+    if arch is not None and "vocab_size" not in arch:
+        arch = {**arch, "vocab_size": vocab_size}
+    return replace(cfg, training_config=replace(tc, training_args=resolve_schedule(tc.training_args, rows),
+                                                model_config=replace(tc.model_config, architecture=arch)))
 
 
 def schedule_change(state: TrainState, args: TrainingArgs) -> str:
@@ -133,8 +144,10 @@ class Trainer:
         # with a dynamic length after the first change (torch's automatic dynamic shapes).
         ds = tc.datasets
         self.method = load_method(tc.training_args, self.device, ds.max_len if ds.packing else 1)
-        self.dataset, self.validation = self._dataset()
-        ta = tc.training_args = resolve_schedule(tc.training_args, len(self.dataset))
+        self.dataset, self.validation, vocab_size = self._dataset()
+        # The config as run; from here on nothing changes it (the loaded one is never changed).
+        self.cfg = cfg = as_run(cfg, len(self.dataset), vocab_size)
+        tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
@@ -171,12 +184,10 @@ class Trainer:
             raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
                               f"(datasets.train_val_split_ratio={ds_cfg.train_val_split_ratio:g} of {stats['rows']} rows): "
                               f"lower train_val_split_ratio or set eval_steps=0")
-        if mc.architecture is not None and "vocab_size" not in mc.architecture:
-            mc.architecture["vocab_size"] = len(tokenizer)
         self.log.event(event="data", **stats)
         if self.rank0 and describe_drops(stats):
             print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
-        return train, validation
+        return train, validation, len(tokenizer)
 
     def _model_and_state(self) -> None:
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
