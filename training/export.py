@@ -156,14 +156,13 @@ def main(argv=None) -> int:
     """Export one complete checkpoint (under torchrun or as a single process)."""
     from dataclasses import replace
 
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
     from training.contract.config import load_job_config
     from training.contract.errors import ConfigError, report
     from training.model.causal_lm import build_sharded_model, checkpointed_weights
-    from training.runtime.snapshot import local_snapshot
+    from training.runtime.snapshot import model_files
     from training.runtime.topology import Topology, start_process_group
     from training.state.checkpoint import CheckpointError, fingerprint, load_weights
 
@@ -196,11 +195,9 @@ def main(argv=None) -> int:
         device = start_process_group(topo)
         mc = replace(cfg.training_config.model_config, compile=False)  # one pass: nothing to compile for
         # A LoRA checkpoint holds the adapters only: the base is read from the model's files.
-        source = None if mc.architecture else local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(),
-                                                             topo.rank, topo.local_rank, topo.world_size)
         model = build_sharded_model(mc, cfg.training_config.training_args.seed,
                                     init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda",
-                                    resuming=True, source=source)
+                                    resuming=True, source=model_files(mc, topo))
         load_weights(checkpoint, model, checkpointed_weights(mc), fingerprint(cfg), topo.rank, topo.world_size)
         for path in export_hf(model, cfg, out, topo.rank == 0):
             if topo.rank == 0:

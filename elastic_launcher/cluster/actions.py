@@ -140,7 +140,8 @@ def run(job: Job) -> int:
         return submit(job, cluster, dry_run=action == "server_dry_run")
     if action == "status":
         return status(job, cluster)
-    if action in ("logs", "list"):
-            return observe.logs(job, cluster, KINDS[job.settings.target]) if action == "logs" else \
-            observe.list_jobs(job, cluster)
+    if action == "logs":
+        return observe.logs(job, cluster, KINDS[job.settings.target])
+    if action == "list":
+        return observe.list_jobs(job, cluster)
     return delete(job, cluster)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from elastic_launcher.errors import LauncherError
+from elastic_launcher.render.manifests import MANAGED_BY_SELECTOR
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,15 @@ class Cluster:
 SUFFIX_LEN = 5  # hex digits of the config hash that submit appends to a job's name
 
 
+def _stem(base: str) -> str:
+    """The part of a job name submit keeps before its suffix (names are at most 63 characters)."""
+    return base[: 63 - SUFFIX_LEN - 1].rstrip("-")
+
+
 def unique_name(base: str, content_hash: str) -> str:
     """A name derived from the rendered content: resubmitting the same job finds it again
     (idempotent), a changed job gets a new name (no clash with the running one)."""
-    return f"{base[: 63 - SUFFIX_LEN - 1].rstrip('-')}-{content_hash[:SUFFIX_LEN]}"
+    return f"{_stem(base)}-{content_hash[:SUFFIX_LEN]}"
 
 
 def submitted_name(job, cluster: Cluster, kind: JobKind) -> str:
@@ -128,8 +134,8 @@ def submitted_name(job, cluster: Cluster, kind: JobKind) -> str:
     if get_job(cluster, kind, base) is not None:
         return base
     found = cluster.call(f"list {kind.plural}", cluster.custom.list_namespaced_custom_object, kind.group, kind.version,
-                         cluster.namespace, kind.plural, label_selector="app.kubernetes.io/managed-by=elastic-launcher")
-    pattern = re.compile(re.escape(unique_name(base, "")[:-1]) + rf"-[0-9a-f]{{{SUFFIX_LEN}}}")
+                         cluster.namespace, kind.plural, label_selector=MANAGED_BY_SELECTOR)
+    pattern = re.compile(re.escape(_stem(base)) + rf"-[0-9a-f]{{{SUFFIX_LEN}}}")
     names = sorted(o["metadata"]["name"] for o in found.get("items", []) if pattern.fullmatch(o["metadata"]["name"]))
     if len(names) > 1:
         raise LauncherError(f"{len(names)} {kind.kind}s submitted as {base} in namespace {cluster.namespace} "

@@ -16,6 +16,7 @@ from elastic_launcher.cluster.kube import KINDS, get_job, job_phase, submitted_n
 from elastic_launcher.cluster.training_progress import describe, progress
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
+from elastic_launcher.render.manifests import MANAGED_BY_SELECTOR
 from training.contract.records import parse_line
 
 CONTAINER = "pytorch"
@@ -211,7 +212,7 @@ def list_jobs(job: Job, cluster) -> int:
             continue
         found = cluster.call(f"list {kind.plural}", cluster.custom.list_namespaced_custom_object, kind.group,
                              kind.version, cluster.namespace, kind.plural,
-                             label_selector="app.kubernetes.io/managed-by=elastic-launcher")
+                             label_selector=MANAGED_BY_SELECTOR)
         for obj in found.get("items", []):
             meta, spec = obj["metadata"], obj.get("spec") or {}
             name = meta["name"]

@@ -22,6 +22,8 @@ CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
 TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2"}
 TRAINING_COMMAND = ["-m", "training"]  # the entrypoint module, run by hyperpodrun / torchrun
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY", re.IGNORECASE)
+MANAGED_BY = {"app.kubernetes.io/managed-by": "elastic-launcher"}  # on every job and pod this launcher renders
+MANAGED_BY_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())  # finds them again
 AGENT_PORT = 8080  # the HyperPod elastic agent's API, called by the operator
 
 
@@ -108,7 +110,7 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
     if target not in TEMPLATES:
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
     configs = config_files(plan)
-    labels = {"app.kubernetes.io/managed-by": "elastic-launcher", "elastic-launcher/recipe": _label_value(recipe),
+    labels = {**MANAGED_BY, "elastic-launcher/recipe": _label_value(recipe),
               **{str(k): str(v) for k, v in cluster.labels.items()}}
     if cluster.queue_name:
         labels["kueue.x-k8s.io/queue-name"] = cluster.queue_name
@@ -125,7 +127,7 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
                       "--log-dir=/tmp/hyperpod", "--redirects=3", "--tee=3"]
     context = {
         "job_name": plan.job_name, "namespace": namespace, "labels": labels, "cluster": asdict(cluster),
-        "pod_labels": {"app.kubernetes.io/managed-by": "elastic-launcher", "elastic-launcher/job": plan.job_name},
+        "pod_labels": {**MANAGED_BY, "elastic-launcher/job": plan.job_name},
         "policy": asdict(plan.policy), "allowed_nodes": [s.nodes for s in plan.sizes],
         "initial_nodes": plan.initial_nodes, "nproc_per_node": plan.nproc_per_node,
         "termination_grace_seconds": plan.policy.graceful_shutdown_timeout + 30,

@@ -344,6 +344,14 @@ def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = 
     return _sharded(_with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
 
 
+def weights_from(cfg: ModelConfig, resuming: bool, source: str | None) -> str:
+    """Where build_sharded_model takes the weights from: "checkpoint" (a full-parameter resume),
+    "files" (the model's files, every rank its own shards) or "rank 0" (an inline architecture)."""
+    if resuming and not cfg.lora:  # a LoRA checkpoint holds only the adapters
+        return "checkpoint"
+    return "files" if source is not None else "rank 0"
+
+
 def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resuming: bool,
                         source: str | None = None) -> CausalLM:
     """The FSDP2-sharded model, its weights from one of three places:
@@ -358,8 +366,8 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     rank0, single = dist.get_rank() == 0, mesh.size() == 1
-    base_in_checkpoint = resuming and not cfg.lora
-    from_rank0 = source is None and not base_in_checkpoint
+    weights = weights_from(cfg, resuming, source)
+    from_rank0 = weights == "rank 0"
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if from_rank0 and (rank0 or single):
         hf_model = _with_adapters(build_model(cfg, seed), cfg)
@@ -369,7 +377,7 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
         model = sharded_skeleton(cfg, mesh, on_gpu, source)
         model.to_empty(device=device)
         _recompute_buffers(model, device)
-        if source is not None and not base_in_checkpoint:
+        if weights == "files":
             _load_pretrained_shards(model, source)
     if from_rank0 and not single:
         set_model_state_dict(model, full if rank0 else {},

@@ -54,6 +54,17 @@ def local_snapshot(name: str, store, rank: int, local_rank: int, world_size: int
     return path
 
 
+def model_files(mc, topo) -> str | None:
+    """The local directory of the model's files for this process (None: an inline architecture,
+    built from its config), through the job's rendezvous store."""
+    if mc.architecture:
+        return None
+    import torch.distributed as dist
+
+    return local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(), topo.rank,
+                          topo.local_rank, topo.world_size)
+
+
 def _awaited(store, key: str) -> str:
     store.wait([key], FETCH_WAIT)
     value = store.get(key).decode()

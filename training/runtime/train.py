@@ -33,14 +33,13 @@ from training.data import describe_drops, load_or_build  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
 from training.model.causal_lm import (attention_flops, build_sharded_model, checkpointed_weights,  # noqa: E402
-                                      matmul_flops_per_token)
+                                      matmul_flops_per_token, weights_from)
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
-from training.runtime.arguments import parse_args  # noqa: E402
 from training.runtime.elastic import ElasticStop  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
-from training.runtime.snapshot import local_snapshot  # noqa: E402
+from training.runtime.snapshot import model_files  # noqa: E402
 from training.runtime.topology import Topology, collective_timeout, start_process_group  # noqa: E402
 from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
                                        fingerprint, latest_checkpoint, step_dir, step_of)
@@ -127,13 +126,9 @@ class Trainer:
         self.device = start_process_group(self.topo, collective_timeout(tc.checkpoint.save_timeout))
         self.on_gpu = self.device.type == "cuda"
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
-        store = dist.distributed_c10d._get_default_store()
-        stop.attach_store(store, self.topo.rank, self.topo.world_size)
-        mc = tc.model_config
-        # The model's files on this node (None: an inline architecture), before the first collective.
-        self.source = None if mc.architecture else local_snapshot(
-            mc.model_name_or_path, store, self.topo.rank, self.topo.local_rank, self.topo.world_size)
-        self.mesh = self._mesh(mc.sharding)
+        stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
+        self.source = model_files(tc.model_config, self.topo)  # before the first collective
+        self.mesh = self._mesh(tc.model_config.sharding)
         self.rank0 = self.topo.rank == 0
         launch = f"{int(PROCESS_START * 1000)}"
         tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
@@ -243,8 +238,8 @@ class Trainer:
         grown = [None] * self.topo.world_size
         dist.all_gather_object(grown, host_peak_bytes() - peak)
         self.log.event(event="model", seconds=round(time.perf_counter() - started, 3),
-                       weights="checkpoint" if resuming and not tc.model_config.lora else
-                       "files" if self.source else "rank 0", host_peak_growth_gib=[round(b / 2**30, 3) for b in grown])
+                       weights=weights_from(tc.model_config, resuming, self.source),
+                       host_peak_growth_gib=[round(b / 2**30, 3) for b in grown])
 
     def _loader(self):
         from torchdata.stateful_dataloader import StatefulDataLoader
@@ -414,8 +409,8 @@ class Trainer:
         return bool(flag.item())
 
 
-def main(argv=None, stop: ElasticStop | None = None) -> int:
-    args = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
+def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
+    """One launch, from the arguments training.runtime.arguments parsed."""
     stop = stop or ElasticStop()
     trainer = None
     try:
