@@ -71,6 +71,16 @@ def launcher_commands() -> list[tuple[str, list[str]]]:
     return found
 
 
+def test_the_readmes_dry_run_output_is_what_its_main_command_prints(launch):
+    """The README shows the main command's output as it is today (the memory column included)."""
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"```\n(llama3-1-8b-sft:.*?)```", readme, re.S).group(1)
+    main = re.search(r"```bash\npip install -r requirements.txt\npython launcher.py (.*?)\n```", readme).group(1)
+    code, out, _ = launch(*shlex.split(main))
+    assert code == 0
+    assert shown.splitlines() == [line for line in out.splitlines() if not line.startswith("wrote ")]
+
+
 def test_the_docs_show_launcher_commands():
     pages = {page for page, _ in launcher_commands()}
     assert {"README.md", "cluster.md", "overrides.md", "rehearsal-and-simulation.md"} <= pages
