@@ -66,3 +66,17 @@ def test_a_recipe_key_left_unset_takes_the_schema_default():
     plain = to_plain(compose(["recipes=llama/tiny_llama_sft"])[0])["recipes"]
     assert plain["training_config"]["training_args"]["adam_beta2"] == TrainingArgs().adam_beta2
     assert plain["elastic_policy"]["faulty_timeout"] == 0  # the recipe's own value wins over the schema
+
+
+def test_the_8_gpu_scale_configs_are_written_from_their_one_description():
+    """scale_configs/gpu8_*.yaml are generated (scripts/scale_configs.py); a hand edit, or a changed
+    description not rerun, fails here. That they hold the vendor's facts: tests/test_catalogue.py."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from scale_configs import files
+
+    generated = files()
+    assert sorted(generated) == sorted(p.name for p in (ROOT / "scale_configs").glob("gpu8_*.yaml"))
+    for name, text in generated.items():
+        assert (ROOT / "scale_configs" / name).read_text() == text, f"rerun python scripts/scale_configs.py ({name})"

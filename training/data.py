@@ -17,12 +17,12 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from training.contract.config import DatasetConfig
-
+from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
 
 IGNORE_INDEX = -100
@@ -386,6 +386,29 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
                   for name in SPLITS)
     return train, val, json.loads((target / _STATS).read_text())
 
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The tokenized rows a run trains and validates on, and what building them counted."""
+
+    train: object  # a datasets.Dataset
+    validation: object | None
+    vocab_size: int  # the tokenizer's: an inline architecture takes it
+    stats: dict
+
+
+def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, cache_root: Path, builder: bool,
+               data_format: str, seed: int) -> TrainingData:
+    """The run's data from its `datasets` section, tokenized by the model's tokenizer (its own files,
+    `source`, where the model has them); `builder` (one process per node) tokenizes into the cache."""
+    from transformers import AutoTokenizer
+
+    tokenizer_name = model.tokenizer_name_or_path or model.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_name_or_path or source or model.model_name_or_path)
+    train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
+                                             data_format=data_format, seed=seed)
+    return TrainingData(train, validation, len(tokenizer), stats)
 
 def collate(rows: list[dict], width_multiple: int = 1) -> dict:
     """Right-pad a micro-batch, with no attention mask: attention is causal, so right padding never

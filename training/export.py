@@ -23,38 +23,9 @@ from typing import Iterator
 import torch
 
 from training.contract.config import JobConfig
+from training.model.lora import adapter_config, adapter_tensors, checkpointed_weights, merged_tensors
 
 SHARD_BYTES = 5 * 10**9
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-def model_tensors(model, merge_lora: bool) -> Iterator[tuple[str, torch.Tensor]]:
-    """(transformers name, full tensor) of every weight, LoRA merged into its base layer."""
-    from training.model.lora import ADAPTER, adapter_layers
-
-    layers = adapter_layers(model) if merge_lora else {}
-    for name, p in model.named_parameters():  # a tied LM head appears once, as the embedding
-        if ".lora_" in name:
-            continue
-        owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
-        if owner in layers and name.endswith("base_layer.weight"):
-            layer = layers[owner]
-            delta = _full(layer.lora_B[ADAPTER].weight).float() @ _full(layer.lora_A[ADAPTER].weight).float()
-            yield f"{owner}.weight", _full(p.detach()).float() + layer.scaling[ADAPTER] * delta
-        else:
-            yield name.replace(".base_layer.", "."), _full(p.detach())
-
-
-def adapter_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """The LoRA weights under peft's saved names (base_model.model.<module>.lora_A.weight)."""
-    from training.model.lora import ADAPTER
-
-    for name, p in model.named_parameters():
-        if ".lora_" in name:
-            yield f"base_model.model.{name.replace(f'.{ADAPTER}.', '.')}", _full(p.detach())
 
 
 class ShardWriter:
@@ -135,19 +106,13 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
 
     written = []
     if not lora or ta.merge_weights:
-        _write(out, model_tensors(model, merge_lora=lora), dtype, rank0, "model", model_files)
+        _write(out, merged_tensors(model, merge=lora), dtype, rank0, "model", model_files)
         written.append(out)
     if lora:
-        from dataclasses import replace
-
-        from training.model.lora import adapter_layers, lora_config
-
-        # The modules that carry adapters, by name: what "all-linear" resolved to on this model.
-        targets = sorted({name.rsplit(".", 1)[-1] for name in adapter_layers(model)})
-        adapter_config = lora_config(replace(mc.peft_config, target_modules=targets), mc.model_name_or_path)
+        config_of_adapters = adapter_config(model, mc.peft_config, mc.model_name_or_path)
         adapter_dir = out.with_name(out.name + "_adapter")
         _write(adapter_dir, adapter_tensors(model), dtype, rank0, "adapter_model",
-               lambda d: adapter_config.save_pretrained(d))
+               lambda d: config_of_adapters.save_pretrained(d))
         written.append(adapter_dir)
     return written
 
@@ -161,7 +126,7 @@ def main(argv=None) -> int:
     from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
     from training.contract.config import load_job_config
     from training.contract.errors import ConfigError, report
-    from training.model.causal_lm import build_sharded_model, checkpointed_weights
+    from training.model.causal_lm import build_sharded_model
     from training.runtime.snapshot import model_files
     from training.runtime.topology import Topology, start_process_group
     from training.state.checkpoint import CheckpointError, fingerprint, load_weights

@@ -19,9 +19,10 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
-
 from training.contract.errors import ConfigError
 from training.data import IGNORE_INDEX
+from training.model.dtensors import local_part
+from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 
 
 def _hf_config(cfg: ModelConfig, source: str | None = None):
@@ -55,18 +56,8 @@ STORED_PREFIXES = ("", "language_model.")  # where a checkpoint may keep the cau
 MXFP4_PARTS = ("_blocks", "_scales")  # GPT-OSS stores an expert weight `w` as w_blocks and w_scales
 
 
-def _local_part(param: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
-    """The tensor this rank holds of `param` and where it sits in the full parameter."""
-    if not hasattr(param, "device_mesh"):
-        return param, tuple(slice(0, n) for n in param.shape)
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
-    return param.to_local(), tuple(slice(o, o + n) for o, n in zip(offset, shape))
-
-
 def _stored_name(key: str, stored) -> str | None:
-    plain = key.replace(".base_layer.", ".")  # LoRA wraps a linear layer's weight as base_layer.weight
+    plain = file_name(key)
     for name in (p + plain for p in STORED_PREFIXES):
         if name in stored or all(name + part in stored for part in MXFP4_PARTS):
             return name
@@ -103,7 +94,7 @@ def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     for file in sorted(Path(path).glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
             files.update(dict.fromkeys(f.keys(), str(file)))
-    state = {k: v for k, v in model.state_dict().items() if ".lora_" not in k}
+    state = {k: v for k, v in model.state_dict().items() if not is_adapter(k)}
     names = {k: _stored_name(k, files) for k in state}
     owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
     filled = {owner.get(k) for k, name in names.items() if name}
@@ -116,26 +107,7 @@ def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     with torch.no_grad():
         for k, name in names.items():
             if name and name not in files:
-                _load_mxfp4(*_local_part(state[k]), name, files)
-
-
-def init_adapters(model: torch.nn.Module, seed: int) -> None:
-    """LoRA's initialization as peft makes it (A: uniform Kaiming, B: zero), each A drawn from a
-    generator seeded by the seed and its name, and each rank writing only its own part: the same
-    adapters at every size and from files or from rank 0, with no full model anywhere."""
-    import math
-    import zlib
-
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".lora_A." not in name and ".lora_B." not in name:
-                continue
-            full = torch.zeros(param.shape)
-            if ".lora_A." in name:
-                generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-                torch.nn.init.kaiming_uniform_(full, a=math.sqrt(5), generator=generator)
-            local, where = _local_part(param)
-            local.copy_(full[where])
+                _load_mxfp4(*local_part(state[k]), name, files)
 
 
 def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> torch.nn.Module:
@@ -319,21 +291,6 @@ def _compile_for_training(layer: torch.nn.Module) -> None:
     layer._compiled_call_impl = call  # where nn.Module.compile puts its compiled function
 
 
-def _with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
-    """The model with its LoRA adapters, if any; under bf16 the frozen base is stored in bf16, the
-    dtype it computes in anyway: half the memory, and half the bytes rank 0 sends."""
-    if not cfg.lora:
-        return hf_model
-    from training.model.lora import apply_lora
-
-    hf_model = apply_lora(hf_model, cfg.peft_config)
-    if cfg.mixed_precision == "bf16":
-        for p in hf_model.parameters():
-            if not p.requires_grad:
-                p.data = p.data.to(torch.bfloat16)
-    return hf_model
-
-
 def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
     _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
     return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
@@ -341,7 +298,7 @@ def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) ->
 
 def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = None) -> CausalLM:
     """The sharded model on the meta device: every module, parameter and FSDP unit, no memory."""
-    return _sharded(_with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
+    return _sharded(with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
 
 
 def weights_from(cfg: ModelConfig, resuming: bool, source: str | None) -> str:
@@ -370,7 +327,7 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     from_rank0 = weights == "rank 0"
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if from_rank0 and (rank0 or single):
-        hf_model = _with_adapters(build_model(cfg, seed), cfg)
+        hf_model = with_adapters(build_model(cfg, seed), cfg)
         full = hf_model.state_dict() if not single else {}
         model = _sharded(hf_model, cfg, mesh, on_gpu)
     else:
@@ -387,14 +344,6 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     if cfg.lora:
         init_adapters(model, seed)
     return model
-
-
-def checkpointed_weights(cfg: ModelConfig):
-    """What a checkpoint holds of the model, for saving, resuming and exporting alike: every weight,
-    or under LoRA only the trainable adapters (the frozen base is read from its source on every start)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(ignore_frozen_params=cfg.lora, strict=not cfg.lora)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

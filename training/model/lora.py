@@ -1,6 +1,8 @@
-"""LoRA adapters through peft: injected into the transformers model before sharding, so FSDP2 shards
-the frozen base and the trainable adapters alike and parameter names stay peft's
-(`...q_proj.base_layer.weight`, `...q_proj.lora_A.default.weight`)."""
+"""LoRA, in one place: the adapters injected through peft into the transformers model before sharding
+(FSDP2 then shards the frozen base and the trainable adapters alike, and parameter names stay
+peft's: `...q_proj.base_layer.weight`, `...q_proj.lora_A.default.weight`), their initialization on
+every rank, what a checkpoint holds of them, the reference forward without them (DPO), and the
+merged or adapter-only weights an export writes."""
 
 from __future__ import annotations
 
@@ -9,9 +11,19 @@ from contextlib import contextmanager
 
 import torch
 
-from training.contract.config import PeftConfig
+from training.contract.config import ModelConfig, PeftConfig
+from training.model.dtensors import full, local_part
 
 ADAPTER = "default"  # peft's name for the one adapter
+
+
+def is_adapter(name: str) -> bool:
+    return ".lora_" in name
+
+
+def file_name(name: str) -> str:
+    """A parameter's name in the model's files: LoRA wraps a linear layer's weight as base_layer.weight."""
+    return name.replace(".base_layer.", ".")
 
 
 def lora_config(cfg: PeftConfig, base_model: str | None = None):
@@ -63,3 +75,74 @@ def adapters_disabled(model: torch.nn.Module):
     finally:
         for layer in layers:
             layer._disable_adapters = False
+
+
+def with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """The model with its LoRA adapters, if any; under bf16 the frozen base is stored in bf16, the
+    dtype it computes in anyway: half the memory, and half the bytes rank 0 sends."""
+    if not cfg.lora:
+        return hf_model
+    hf_model = apply_lora(hf_model, cfg.peft_config)
+    if cfg.mixed_precision == "bf16":
+        for p in hf_model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+    return hf_model
+
+
+def init_adapters(model: torch.nn.Module, seed: int) -> None:
+    """LoRA's initialization as peft makes it (A: uniform Kaiming, B: zero), each A drawn from a
+    generator seeded by the seed and its name, and each rank writing only its own part: the same
+    adapters at every size and from files or from rank 0, with no full model anywhere."""
+    import math
+    import zlib
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not is_adapter(name):
+                continue
+            whole = torch.zeros(param.shape)
+            if ".lora_A." in name:
+                generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                torch.nn.init.kaiming_uniform_(whole, a=math.sqrt(5), generator=generator)
+            local, where = local_part(param)
+            local.copy_(whole[where])
+
+
+def checkpointed_weights(cfg: ModelConfig):
+    """What a checkpoint holds of the model, for saving, resuming and exporting alike: every weight,
+    or under LoRA only the trainable adapters (the frozen base is read from its source on every start)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=cfg.lora, strict=not cfg.lora)
+
+
+def merged_tensors(model: torch.nn.Module, merge: bool):
+    """(transformers name, full tensor) of every weight, with `merge` each adapter folded into its
+    base layer (W + scaling * B @ A)."""
+    layers = adapter_layers(model) if merge else {}
+    for name, p in model.named_parameters():  # a tied LM head appears once, as the embedding
+        if is_adapter(name):
+            continue
+        owner = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
+        if owner in layers and name.endswith("base_layer.weight"):
+            layer = layers[owner]
+            delta = full(layer.lora_B[ADAPTER].weight).float() @ full(layer.lora_A[ADAPTER].weight).float()
+            yield f"{owner}.weight", full(p.detach()).float() + layer.scaling[ADAPTER] * delta
+        else:
+            yield file_name(name), full(p.detach())
+
+
+def adapter_tensors(model: torch.nn.Module):
+    """The LoRA weights under peft's saved names (base_model.model.<module>.lora_A.weight)."""
+    for name, p in model.named_parameters():
+        if is_adapter(name):
+            yield f"base_model.model.{name.replace(f'.{ADAPTER}.', '.')}", full(p.detach())
+
+
+def adapter_config(model: torch.nn.Module, cfg: PeftConfig, base_model: str | None):
+    """peft's config for the adapters as trained: target modules by name (what "all-linear" resolved to)."""
+    from dataclasses import replace
+
+    targets = sorted({name.rsplit(".", 1)[-1] for name in adapter_layers(model)})
+    return lora_config(replace(cfg, target_modules=targets), base_model)

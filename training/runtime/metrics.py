@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from training.contract.config import LoggingConfig
 from training.contract.errors import ConfigError
 from training.contract.records import METRICS, SAMPLES
 
@@ -46,6 +47,15 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 class MetricsLogger:
+    @classmethod
+    def from_config(cls, section: LoggingConfig, run_dir: Path, enabled: bool, config: dict,
+                    launch_id: str) -> "MetricsLogger":
+        """The run's logger from its `logging` section (MLflow through training.tracking when set)."""
+        from training.tracking import Tracker
+
+        tracker = Tracker(section.mlflow, run_dir, enabled, config, launch_id)
+        return cls(run_dir, enabled, section.tensorboard, section.audit_samples, launch_id, tracker)
+
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str,
                  tracker=None):
         self.enabled, self.launch_id, self.tracker = enabled, launch_id, tracker

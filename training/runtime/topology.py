@@ -71,3 +71,14 @@ def start_process_group(topo: Topology, timeout_s: float | None = None):
     dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", timeout=timeout,
                             device_id=device if on_gpu else None)
     return device
+
+
+def device_mesh(topo: Topology, device, sharding: str):
+    """The mesh the model is sharded over: 1-D for FSDP; (nodes x per-node) for HSDP, replicating
+    across the node dimension."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    nodes, world = topo.nodes, topo.world_size
+    if sharding == "hsdp" and nodes > 1 and world % nodes == 0:
+        return init_device_mesh(device.type, (nodes, world // nodes), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device.type, (world,))

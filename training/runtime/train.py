@@ -23,28 +23,26 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
 from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
 from training.contract.config import JobConfig, TrainingArgs, load_job_config  # noqa: E402
 from training.contract.config_files import select_config_file  # noqa: E402
 from training.contract.errors import ConfigError, report  # noqa: E402
-from training.data import describe_drops, load_or_build  # noqa: E402
+from training.data import build_data, describe_drops  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
-from training.model.causal_lm import (attention_flops, build_sharded_model, checkpointed_weights,  # noqa: E402
-                                      matmul_flops_per_token, weights_from)
+from training.model.causal_lm import attention_flops, build_sharded_model, matmul_flops_per_token, weights_from  # noqa: E402,E501
+from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import ElasticStop  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
 from training.runtime.snapshot import model_files  # noqa: E402
-from training.runtime.topology import Topology, collective_timeout, start_process_group  # noqa: E402
+from training.runtime.topology import Topology, collective_timeout, device_mesh, start_process_group  # noqa: E402
 from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
                                        fingerprint, latest_checkpoint, step_dir, step_of)
 from training.state.sampler import GlobalBatchSampler  # noqa: E402
-from training.tracking import Tracker  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
 
@@ -111,15 +109,19 @@ def _writable_run_dir(path: Path) -> Path:
 
 
 class Trainer:
-    """One launch of the training job at one world size."""
+    """One launch of the training job at one world size. Start-up builds each component once, from
+    its own section of the config: process group (topology), tracking (`logging`), data (`datasets`),
+    checkpointer (`checkpoint`), model and optimizer (`model_config`, `training_args`), then resumes.
+    The loaded config is never changed: the config as run is a new object (`as_run`)."""
 
     def __init__(self, args, stop: ElasticStop):
         self.stop, self.topo = stop, Topology.from_env()
+        self.rank0 = self.topo.rank == 0
         config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
-        self.cfg = cfg = load_job_config(config_path)
-        tc = cfg.training_config
+        loaded = load_job_config(config_path)
+        tc = loaded.training_config
         self.plan: BatchPlan = plan_batches(tc.training_args, self.topo.world_size)
-        self.run_dir = _writable_run_dir(Path(args.run_dir or cfg.run.output_dir))
+        self.run_dir = _writable_run_dir(Path(args.run_dir or loaded.run.output_dir))
         self.stop_at_step = args.stop_at_step
         self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
@@ -128,20 +130,18 @@ class Trainer:
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.source = model_files(tc.model_config, self.topo)  # before the first collective
-        self.mesh = self._mesh(tc.model_config.sharding)
-        self.rank0 = self.topo.rank == 0
+        self.mesh = device_mesh(self.topo, self.device, tc.model_config.sharding)
         launch = f"{int(PROCESS_START * 1000)}"
-        tracker = Tracker(tc.logging.mlflow, self.run_dir, self.rank0, asdict(cfg), launch)
-        self.log = MetricsLogger(self.run_dir, self.rank0, tc.logging.tensorboard, tc.logging.audit_samples,
-                                 launch_id=launch, tracker=tracker)
+        self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
         # Packed rows are padded to the packed length: one shape for every micro-batch (compiled layers
         # never meet another). Unpacked rows keep their own length: compiled layers then take one graph
         # with a dynamic length after the first change (torch's automatic dynamic shapes).
-        ds = tc.datasets
-        self.method = load_method(tc.training_args, self.device, ds.max_len if ds.packing else 1)
-        self.dataset, self.validation, vocab_size = self._dataset()
-        # The config as run; from here on nothing changes it (the loaded one is never changed).
-        self.cfg = cfg = as_run(cfg, len(self.dataset), vocab_size)
+        ds, ta = tc.datasets, tc.training_args
+        self.method = load_method(ta, self.device, ds.max_len if ds.packing else 1)
+        self.data = build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
+                               builder=self.topo.local_rank == 0, data_format=self.method.data_format, seed=ta.seed)
+        self._log_data(ds, ta)
+        self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
@@ -156,51 +156,41 @@ class Trainer:
             import yaml
 
             (self.run_dir / "job_config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
-        self._model_and_state()
 
-    def _mesh(self, sharding: str):
-        """1-D for FSDP; (nodes x per-node) for HSDP, replicating across the node dimension."""
-        nodes, world = self.topo.nodes, self.topo.world_size
-        if sharding == "hsdp" and nodes > 1 and world % nodes == 0:
-            return init_device_mesh(self.device.type, (nodes, world // nodes), mesh_dim_names=("replicate", "shard"))
-        return init_device_mesh(self.device.type, (world,))
+        if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
+            # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
+        self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir / "checkpoints", self.topo.rank,
+                                                     self.topo.world_size, self.on_gpu,
+                                                     checkpointed_weights(tc.model_config))
+        self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        self.state = self._model_and_state()
+        self.flops_per_token = matmul_flops_per_token(self.model)
+        self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
+        self.method.prepare(self.model, lambda: build_sharded_model(
+            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
+        ).requires_grad_(False).eval())
 
-    def _dataset(self):
-        from transformers import AutoTokenizer
-
-        mc, ds_cfg = self.cfg.training_config.model_config, self.cfg.training_config.datasets
-        tokenizer_name = mc.tokenizer_name_or_path or mc.model_name_or_path
-        tokenizer = AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or self.source or mc.model_name_or_path)
-        ta = self.cfg.training_config.training_args
-        train, validation, stats = load_or_build(ds_cfg, tokenizer, tokenizer_name, self.run_dir / "data_cache",
-                                                 builder=self.topo.local_rank == 0, data_format=self.method.data_format,
-                                                 seed=ta.seed)
+    def _log_data(self, ds, ta: TrainingArgs) -> None:
+        stats, validation = self.data.stats, self.data.validation
         if ta.eval_steps and not (validation and len(validation)):
             raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
-                              f"(datasets.train_val_split_ratio={ds_cfg.train_val_split_ratio:g} of {stats['rows']} rows): "
+                              f"(datasets.train_val_split_ratio={ds.train_val_split_ratio:g} of {stats['rows']} rows): "
                               f"lower train_val_split_ratio or set eval_steps=0")
         self.log.event(event="data", **stats)
         if self.rank0 and describe_drops(stats):
             print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
-        return train, validation, len(tokenizer)
 
-    def _model_and_state(self) -> None:
+    def _model_and_state(self) -> TrainState:
+        """The model and optimizer, from the newest complete checkpoint where there is one, and the
+        train state to go on from."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
-        ckpt = tc.checkpoint
-        if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
-            # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
-        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", ckpt.keep_last, ckpt.async_save,
-                                         self.topo.rank, self.topo.world_size, ckpt.save_timeout, self.on_gpu,
-                                         model_options=checkpointed_weights(tc.model_config))
-        self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         agent_restart_point = self.agent.restart_point()
         resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
         self._build_model(resuming)
-        self.flops_per_token = matmul_flops_per_token(self.model)
-        self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
-        fp = fingerprint(self.cfg, len(self.dataset))
-        state = self.checkpointer.load(self.model, self.optimizer, fp, ckpt.ignore_fingerprint) if resuming else None
+        fp = fingerprint(self.cfg, len(self.data.train))
+        state = self.checkpointer.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint) if resuming \
+            else None
         if state is not None:
             # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
             # one that is the newest means the last launch died: a failure.
@@ -216,17 +206,15 @@ class Trainer:
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
         if state is not None and state.schedule not in (None, schedule) and self.rank0:
             print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
-        self.state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
-                             stopped=False)
         resumed = step_dir(self.run_dir / "checkpoints", state.step) if state else None
-        if self.state.step < self.last_step:
-            save_steps = tc.checkpoint.save_steps
-            self.checkpointer.check_space(self.model, min(self.last_step, (self.state.step // save_steps + 1) * save_steps))
         if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
             print(f"warning: {why}", file=sys.stderr, flush=True)
-        self.method.prepare(self.model, lambda: build_sharded_model(
-            tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
-        ).requires_grad_(False).eval())
+        state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
+                        stopped=False)
+        if state.step < self.last_step:
+            save_steps = tc.checkpoint.save_steps
+            self.checkpointer.check_space(self.model, min(self.last_step, (state.step // save_steps + 1) * save_steps))
+        return state
 
     def _build_model(self, resuming: bool) -> None:
         """The sharded model and its optimizer; logs how long the build took and how far it raised
@@ -247,9 +235,9 @@ class Trainer:
         # The loader only prefetches; its position comes from the sampler's global counter, never from a
         # restored per-rank loader state (which does not survive a resize).
         ds_cfg, ta = self.cfg.training_config.datasets, self.cfg.training_config.training_args
-        sampler = GlobalBatchSampler(len(self.dataset), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
+        sampler = GlobalBatchSampler(len(self.data.train), self.plan, self.topo.rank, ta.seed, self.state.consumed_samples)
         workers = ds_cfg.num_workers
-        return iter(StatefulDataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.method.collate, num_workers=workers,
+        return iter(StatefulDataLoader(self.data.train, batch_sampler=sampler, collate_fn=self.method.collate, num_workers=workers,
                                        pin_memory=self.on_gpu, prefetch_factor=4 if workers else None,
                                        persistent_workers=workers > 0))
 
@@ -322,7 +310,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """The method's validation metrics over the whole held-out set (each rank a strided share,
         one all-reduce): the same numbers at every size."""
-        val, micro = self.validation, self.plan.micro_batch
+        val, micro = self.data.validation, self.plan.micro_batch
         mine = list(range(self.topo.rank, len(val), self.topo.world_size))
         rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
         self.model.eval()

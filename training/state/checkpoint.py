@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 
 from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
                                                latest_checkpoint, step_dir, step_of)
-from training.contract.config import RESUME_INVARIANTS, JobConfig, get_path
+from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
 
 STATE_FILE = "train_state.json"
@@ -136,10 +136,17 @@ def _nonfinite_count(model) -> int:
 
 
 class Checkpointer:
+    @classmethod
+    def from_config(cls, section: CheckpointConfig, root: Path, rank: int, world_size: int, on_gpu: bool,
+                    model_options: StateDictOptions) -> "Checkpointer":
+        """The run's checkpointer from its `checkpoint` section."""
+        return cls(root, section.keep_last, section.async_save, rank, world_size, section.save_timeout, on_gpu,
+                   model_options)
+
     def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
                  timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None):
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
-        # Which weights are saved and loaded (training.model.causal_lm.checkpointed_weights: LoRA keeps only the adapters).
+        # Which weights are saved and loaded (training.model.lora.checkpointed_weights: LoRA keeps only the adapters).
         self._options = model_options or StateDictOptions()
         self.async_save, self.timeout_s = async_save, timeout_s
         self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
