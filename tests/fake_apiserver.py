@@ -1,6 +1,6 @@
 """A small Kubernetes API server on loopback for the cluster-action tests: the real `kubernetes`
 client talks HTTP to it. It serves the few endpoints the launcher uses (CRD discovery, ConfigMaps,
-the two job custom resources, pods), enforces bearer-token auth (401), forbidden namespaces (403),
+the three job custom resources, pods), enforces bearer-token auth (401), forbidden namespaces (403),
 unknown resources (404), duplicates (409), the CRD schemas (422) and dryRun=All, and records what
 it stored. Pod logs are served as the real server does: `pods/<name>/log` with `container`,
 `sinceSeconds`, `tailLines`, `timestamps` and `follow` (streamed until the pod goes), 404 for a pod
@@ -16,15 +16,15 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-import jsonschema
 import yaml
 
-from k8s_schema import SCHEMAS
+from k8s_schema import crd_errors
 
 CRDS = {
     "hyperpod": ("sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs", "HyperPodPyTorchJob",
                  "hyperpodpytorchjob.schema.yaml"),
     "kubeflow": ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "pytorchjob.schema.yaml"),
+    "trainjob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "trainjob.v2.3.0.schema.json"),
 }
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -38,7 +38,7 @@ def status(code: int, reason: str, message: str, causes=None) -> dict:
 
 
 class FakeApiServer:
-    def __init__(self, crds=("hyperpod", "kubeflow"), forbidden_namespaces=(), token="t0k3n", user="tester"):
+    def __init__(self, crds=("hyperpod", "kubeflow", "trainjob"), forbidden_namespaces=(), token="t0k3n", user="tester"):
         self.crds = {CRDS[c][2]: CRDS[c] for c in crds}
         self.forbidden, self.token, self.user = set(forbidden_namespaces), token, user
         self.store: dict[tuple[str, str, str], dict] = {}  # (resource plural, namespace, name) -> object
@@ -67,14 +67,15 @@ class FakeApiServer:
         return str(path)
 
     # --- pods, as a test drives them ----------------------------------------------------------------
-    def add_pod(self, name: str, job: str, phase: str = "Running", labels: dict | None = None) -> None:
+    def add_pod(self, name: str, job: str, phase: str = "Running", labels: dict | None = None,
+                container: str = "pytorch") -> None:
         created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.pods.append({"apiVersion": "v1", "kind": "Pod",
                           "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created,
                                        "labels": {"HPJob": job, **(labels or {})}},
-                          "spec": {"containers": [{"name": "pytorch", "image": "x"}], "nodeName": f"node-{name}"},
+                          "spec": {"containers": [{"name": container, "image": "x"}], "nodeName": f"node-{name}"},
                           "status": {"phase": phase, "containerStatuses": [
-                              {"name": "pytorch", "restartCount": 0, "ready": True, "image": "x", "imageID": "x"}]}})
+                              {"name": container, "restartCount": 0, "ready": True, "image": "x", "imageID": "x"}]}})
         self.logs[name] = []
 
     def remove_pod(self, name: str) -> None:
@@ -150,7 +151,8 @@ class FakeApiServer:
                                                  f'"pods/log" in API group "" in the namespace "{namespace}"')
         if pod not in self.logs:
             return 404, status(404, "NotFound", f'pods "{pod}" not found')
-        if query.get("container", ["pytorch"]) != ["pytorch"]:
+        container = next(p["spec"]["containers"][0]["name"] for p in self.pods if p["metadata"]["name"] == pod)
+        if query.get("container", [container]) != [container]:
             return 400, status(400, "BadRequest", f"container {query['container'][0]} is not valid for pod {pod}")
         return 200, {"pod": pod, "query": query}  # the handler renders (or streams) the text
 
@@ -172,10 +174,8 @@ class FakeApiServer:
         if plural == "configmaps":
             bad = [k for k, v in (body.get("data") or {}).items() if not isinstance(v, str)]
             return [{"field": f"data[{k}]", "message": "must be a string", "reason": "FieldValueInvalid"} for k in bad]
-        schema = yaml.safe_load((SCHEMAS / self.crds[plural][4]).read_text())
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(body), key=lambda e: list(e.path))
-        return [{"field": ".".join(map(str, e.path)) or "<root>", "message": e.message, "reason": "FieldValueInvalid"}
-                for e in errors]
+        return [{"field": field, "message": message, "reason": "FieldValueInvalid"}
+                for field, message in crd_errors(body, self.crds[plural][4])]
 
     def _handler(self):
         server = self

@@ -370,3 +370,77 @@ def test_list_shows_the_jobs_this_launcher_submitted(launch, running):
     assert rows["watched"][1:7] == ["HyperPodPyTorchJob", "llama.llama3_1_8b_sft", "Running", "2", "/", "2..8"]
     assert rows["watched"][7] == "10/100" and rows["watched"][8].endswith("s")  # age: seconds since creation
     assert rows["other"][3] == "Pending" and rows["other"][7] == "-"  # no pod yet
+
+
+# --- a Kubeflow Trainer v2 TrainJob: the same actions -----------------------------------------------
+TRAINJOB = ["recipes=llama/llama3_1_8b_sft", "target=trainjob", "cluster.job_name=tj"]
+
+
+def trainjob_pod(api, name: str, job: str, replicated_job: str = "node") -> None:
+    """A pod as the JobSet of a TrainJob names and labels it, its trainer container named `node`."""
+    api.add_pod(name, job, labels={"jobset.sigs.k8s.io/jobset-name": job,
+                                   "jobset.sigs.k8s.io/replicatedjob-name": replicated_job}, container="node")
+
+
+def test_a_trainjob_is_submitted_followed_listed_and_deleted(launch, api):
+    code, out, err = launch(*TRAINJOB, IMAGE, "action=submit")
+    assert code == 0, err
+    assert "submitted trainjob/tj in namespace team-a" in out and api.names("trainjobs") == ["tj"]
+    assert "config-n2.yaml" in api.store[("configmaps", "team-a", "training-config-tj")]["data"]
+    job = api.store[("trainjobs", "team-a", "tj")]
+    # The runtime starts the JobSet: one pod per node (named <job>-node-<node>-0) and an initializer.
+    job["status"] = {"jobsStatus": [{"name": "node", "active": 1, "ready": 1, "failed": 0, "succeeded": 0,
+                                     "suspended": 0}]}
+    for pod in ("tj-node-0-0", "tj-node-1-0"):
+        trainjob_pod(api, pod, "tj")
+    trainjob_pod(api, "tj-dataset-initializer-0-0", "tj", replicated_job="dataset-initializer")
+    start = time.time() - 60
+    api.log("tj-node-1-0", node_line(1, 2), "rank 1 says hello")
+    api.log("tj-node-0-0", node_line(0, 2), *launch_records(start, 2, range(1, 11), "l1"))
+    api.log("tj-dataset-initializer-0-0", "downloading")
+
+    code, out, err = launch(*TRAINJOB, "action=status")
+    assert code == 0, err
+    job_row = out.splitlines()[1].split()
+    assert job_row[:3] == ["tj", "Running", "2"] and job_row[-1] == "2/2"  # numNodes; the initializer is not a node
+    assert "step 10/100 at 2 node(s) (16 processes)" in out and "trainer status" not in out
+    job["status"]["trainerStatus"] = {"progressPercentage": 10, "estimatedRemainingSeconds": 180,
+                                      "metrics": [{"name": "loss", "value": "1.9"}],
+                                      "lastUpdatedTime": "2026-11-24T10:00:00Z"}
+    out = launch(*TRAINJOB, "action=status")[1]
+    assert ("trainer status (reported by the runtime at 2026-11-24T10:00:00Z): 10% done, about 3m00s left, "
+            "loss 1.9") in out
+
+    code, out, err = launch(*TRAINJOB, "action=logs")  # node rank 0, from the `node` container
+    assert code == 0 and '"step": 10' in out and "hello" not in out and "downloading" not in out, err
+    assert "rank 1 says hello" in launch(*TRAINJOB, "action=logs", "cluster.rank=1")[1]
+
+    code, out, err = launch(*TRAINJOB, "action=list")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert code == 0 and rows["tj"][1:8] == ["TrainJob", "llama.llama3_1_8b_sft", "Running", "2", "/", "static",
+                                                 "10/100"], out
+
+    job["status"]["conditions"] = [{"type": "Complete", "status": "True", "reason": "JobsCompleted"}]
+    code, out, _ = launch(*TRAINJOB, "action=status")
+    assert code == 0 and out.splitlines()[1].split()[1] == "Complete"
+    code, out, err = launch(*TRAINJOB, "action=delete")
+    assert code == 0 and "deleted trainjobs and configmaps of tj" in out, err
+    assert api.names("trainjobs") == [] and ("configmaps", "team-a", "training-config-tj") not in api.store
+
+
+def test_a_trainjob_the_v2_3_0_schema_rejects_is_refused_with_its_field(launch, api):
+    """The loopback API server holds the CRD's schema: what it refuses comes back as one line naming
+    the field, and the ConfigMap created for it is removed again."""
+    code, _, err = launch(*TRAINJOB, f"cluster.image=registry.example/{'t' * 500}", "action=submit")
+    line = one_line_error(err)
+    assert code == 2 and "rejected as invalid (422)" in line and "spec.trainer.image" in line
+    assert api.store == {}
+
+
+def test_a_cluster_without_trainer_v2_is_told_what_to_install(launch, tmp_path, monkeypatch):
+    with FakeApiServer(crds=("hyperpod", "kubeflow")) as server:
+        monkeypatch.setenv("KUBECONFIG", server.kubeconfig(tmp_path / "kubeconfig"))
+        code, _, err = launch(*TRAINJOB, IMAGE, "action=submit")
+    line = one_line_error(err)
+    assert code == 2 and "TrainJob CRD (trainjobs.trainer.kubeflow.org) is not installed" in line
+    assert "kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0" in line

@@ -1,4 +1,4 @@
-"""Rendered manifests: schema checks of both job kinds, the fields users rely on, and golden files."""
+"""Rendered manifests: schema checks of the three job kinds, the fields users rely on, and golden files."""
 
 import os
 
@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from conftest import MAIN_COMMAND, ROOT
-from k8s_schema import check_k8s, hyperpod_sdk_model, validate_crd
+from k8s_schema import check_k8s, crd_errors, hyperpod_sdk_model, validate_crd
 
 GOLDEN = ROOT / "tests" / "golden"
 FULL_CLUSTER = ["cluster.image=123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0", "cluster.namespace=team-a",
@@ -115,10 +115,79 @@ def test_kubeflow_fields_users_rely_on(launch, tmp_path):
     assert {f"config-n{n}.yaml" for n in range(2, 9)} <= set(configmap["data"])
 
 
-@pytest.mark.parametrize("target", ["hyperpod", "kubeflow"])
+TRAINJOB_CLUSTER = [o for o in FULL_CLUSTER if not o.startswith("cluster.priority_class")]
+STATIC_8B = ["recipes=llama/llama3_1_8b_sft", "target=trainjob"]
+
+
+def trainjob_pod(job):
+    """The pod template of the launcher's runtime patch."""
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+    return patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+
+
+def test_trainjob_passes_the_trainer_v2_3_0_schema(launch, tmp_path):
+    _, configmap, job = render(launch, tmp_path, *STATIC_8B, *TRAINJOB_CLUSTER)
+    validate_crd(job, "trainjob.v2.3.0.schema.json")
+    check_k8s(trainjob_pod(job), "V1PodTemplateSpec")
+    check_k8s(configmap, "V1ConfigMap")
+    # The check is strict: a pod field the runtime patch does not carry is an error, not dropped.
+    trainjob_pod(job)["spec"]["priorityClassName"] = "high"
+    assert [field for field, _ in crd_errors(job, "trainjob.v2.3.0.schema.json")] == [
+        "spec.runtimePatches.0.trainingRuntimeSpec.template.spec.replicatedJobs.0.template.spec.template.spec"]
+
+
+def test_trainjob_fields_users_rely_on(launch, tmp_path):
+    _, configmap, job = render(launch, tmp_path, *STATIC_8B, *TRAINJOB_CLUSTER)
+    spec = job["spec"]
+    assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                  "name": "torch-distributed"}
+    trainer = spec["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 8)  # the recipe's trainer.num_nodes
+    assert trainer["image"].endswith("/train:1.0") and trainer["command"] == ["torchrun"]
+    assert trainer["args"] == ["-m", "training", "--config-dir=/config"]
+    # The runtime gives torchrun its node count, rank and master (PET_*): nothing of ours competes.
+    env = {e["name"]: e for e in trainer["env"]}
+    assert not set(env) & {"NNODES", "NPROC_PER_NODE", "ELASTIC_STOP_WAIT_S", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    assert not any(name.startswith("PET_") for name in env)
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "8"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "hyperpod-ns-team-a-localqueue"
+    assert spec["runtimePatches"][0]["manager"] == "elastic-launcher"
+    pod = trainjob_pod(job)
+    assert pod["metadata"]["labels"]["elastic-launcher/job"] == job["metadata"]["name"]
+    assert pod["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"] == "ml.p5.48xlarge"
+    assert pod["spec"]["serviceAccountName"] == "trainer" and pod["spec"]["terminationGracePeriodSeconds"] == 630
+    [container] = pod["spec"]["containers"]
+    assert container["name"] == "node"  # the runtime's trainer container, which the patch extends
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"training-config": "/config", "shm": "/dev/shm", "checkpoints": "/checkpoints",
+                      "datasets": "/datasets"}
+    assert {v["name"] for v in pod["spec"]["volumes"]} == set(mounts)
+    assert "config-n2.yaml" in configmap["data"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true"],
+     "target=trainjob runs at a fixed size (Kubeflow Trainer v2.3 has no elastic policy) but "
+     "recipes.elastic_policy.is_elastic=true: set it to false (the job runs at recipes.trainer.num_nodes), or use "
+     "target=hyperpod or target=kubeflow to resize"),
+    ([*STATIC_8B[:1], "cluster.runtime=deepspeed-distributed"], "cluster.runtime='deepspeed-distributed' is a stock"),
+    ([*STATIC_8B[:1], "+cluster.env.PET_NNODES=4"], "cluster.env.PET_NNODES is set by the TrainJob's runtime"),
+    ([*STATIC_8B[:1], "cluster.priority_class=high"], "cluster.priority_class='high' has no field in a TrainJob"),
+    ([*STATIC_8B[:1], "cluster.job_name=7b-run"], "a TrainJob's name must start with a letter"),
+], ids=["elastic", "runtime", "reserved-env", "priority-class", "name"])
+def test_trainjob_refuses_what_it_cannot_run_in_one_line(launch, tmp_path, overrides, message):
+    code, out, err = launch(*overrides, "target=trainjob")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("target", ["hyperpod", "kubeflow", "trainjob"])
 def test_golden_manifest(launch, tmp_path, target):
-    text, _, _ = render(launch, tmp_path, "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
-                        *FULL_CLUSTER, f"target={target}")
+    policy = "recipes.elastic_policy.is_elastic=" + ("false" if target == "trainjob" else "true")
+    cluster = TRAINJOB_CLUSTER if target == "trainjob" else FULL_CLUSTER
+    text, _, _ = render(launch, tmp_path, "recipes=llama/tiny_llama_sft", policy, *cluster, f"target={target}")
     golden = GOLDEN / f"{target}_tiny_llama_sft.yaml"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(text)

@@ -109,15 +109,16 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
         raise LauncherError(f"no {kind.kind} named {name!r} in namespace {cluster.namespace}: check cluster.job_name "
                             f"(submit prints the full name) and cluster.namespace")
     st, spec = obj.get("status") or {}, obj.get("spec") or {}
-    replica_specs = spec.get("replicaSpecs") or [{"replicas": (spec.get("pytorchReplicaSpecs") or {})
-                                                  .get("Worker", {}).get("replicas")}]
+    replicas = ((spec.get("replicaSpecs") or [{}])[0].get("replicas")  # HyperPodPyTorchJob
+                or (spec.get("pytorchReplicaSpecs") or {}).get("Worker", {}).get("replicas")  # PyTorchJob
+                or (spec.get("trainer") or {}).get("numNodes") or "-")  # TrainJob
     elastic = st.get("elasticScalingStatus") or {}
     target = ",".join(str(v) for v in (elastic.get("targetReplicas") or {}).values()) or "-"
     pods = cluster.call("list pods", cluster.core.list_namespaced_pod, cluster.namespace,
                         label_selector=kind.pod_selector.format(name))
     phase = job_phase(obj)
     rows = [("job", "phase", "replicas", "target", "restarts", "pods running"),
-            (name, phase, str(replica_specs[0].get("replicas", "-")), target, str(st.get("restartCount", 0)),
+            (name, phase, str(replicas), target, str(st.get("restartCount", 0)),
              f"{sum(p.status.phase == 'Running' for p in pods.items)}/{len(pods.items)}")]
     for c in (st.get("conditions") or [])[-3:]:
         rows.append(("  condition", c.get("type", ""), str(c.get("status", "")), "", "", (c.get("message") or "")[:60]))
@@ -126,11 +127,26 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
         rows.append(("  pod " + p.metadata.name, p.status.phase or "", "", "", str(restarts), p.spec.node_name or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows))
+    if st.get("trainerStatus"):
+        print(trainer_status(st["trainerStatus"]))
     if pods.items:
         observe.print_progress(cluster, kind, name, None if target == "-" else target)
     elif phase not in observe.DONE_PHASES:
         print("training: between sizes: no pod of the job exists now (the operator is restarting or resizing it)")
     return 1 if phase == "Failed" else 0
+
+
+def trainer_status(ts: dict) -> str:
+    """A TrainJob's `status.trainerStatus` (what its runtime reports of the trainer) in one line."""
+    from elastic_launcher.cluster.training_progress import duration
+
+    parts = []
+    if ts.get("progressPercentage") is not None:
+        parts.append(f"{ts['progressPercentage']}% done")
+    if ts.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"about {duration(ts['estimatedRemainingSeconds'])} left")
+    parts += [f"{m['name']} {m['value']}" for m in ts.get("metrics") or []]
+    return f"trainer status (reported by the runtime at {ts.get('lastUpdatedTime', '?')}): " + (", ".join(parts) or "-")
 
 
 def run(job: Job) -> int:

@@ -21,6 +21,7 @@ class JobKind:
     plural: str
     operator: str  # what to install when the CRD is missing
     pod_selector: str  # label selector of the job's pods, formatted with the job name
+    container: str = "pytorch"  # the trainer's container in those pods
 
 
 KINDS = {
@@ -31,6 +32,10 @@ KINDS = {
                         "the Kubeflow training operator v1 (kubectl apply --server-side -k \"github.com/kubeflow/"
                         "training-operator.git/manifests/overlays/standalone?ref=v1.9.0\")",
                         "training.kubeflow.org/job-name={}"),
+    "trainjob": JobKind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs",
+                        "Kubeflow Trainer v2 with its runtimes (kubectl apply --server-side -k \"github.com/kubeflow/"
+                        "trainer.git/manifests/overlays/manager?ref=v2.3.0\" and .../overlays/runtimes?ref=v2.3.0)",
+                        "jobset.sigs.k8s.io/jobset-name={},jobset.sigs.k8s.io/replicatedjob-name=node", "node"),
 }
 
 
@@ -165,6 +170,13 @@ def get_job(cluster: Cluster, kind: JobKind, name: str) -> dict | None:
 
 
 def job_phase(obj: dict) -> str:
-    conditions = (obj.get("status") or {}).get("conditions") or []
+    """The newest true condition; a TrainJob, which has none while it runs, is Running while a child
+    job of its JobSet is active."""
+    st = obj.get("status") or {}
+    conditions = st.get("conditions") or []
     true = [c for c in conditions if str(c.get("status")) == "True"]
-    return true[-1]["type"] if true else ("Pending" if not conditions else conditions[-1]["type"])
+    if true:
+        return true[-1]["type"]
+    if any(j.get("active") for j in st.get("jobsStatus") or []):
+        return "Running"
+    return "Pending" if not conditions else conditions[-1]["type"]

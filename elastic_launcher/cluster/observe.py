@@ -19,11 +19,10 @@ from elastic_launcher.job import Job
 from elastic_launcher.render.manifests import MANAGED_BY_SELECTOR
 from training.contract.records import parse_line
 
-CONTAINER = "pytorch"
 STATUS_TAIL_LINES = 5000  # a status reads the end of the rank-0 log: the newest step and its launch
 LOG_RBAC = ('add to the Role of your user: {apiGroups: [""], resources: ["pods/log"], verbs: ["get"]} (and '
             '"pods": ["get", "list"])')
-DONE_PHASES = ("Completed", "Succeeded", "Failed")
+DONE_PHASES = ("Completed", "Complete", "Succeeded", "Failed")
 
 
 def _created(pod) -> float:
@@ -37,10 +36,10 @@ def job_pods(cluster, kind, name: str) -> list:
     return sorted(pods.items, key=lambda p: (_created(p), p.metadata.name))
 
 
-def read_log(cluster, pod: str, tail_lines: int | None = None, since_seconds: int | None = None,
+def read_log(cluster, kind, pod: str, tail_lines: int | None = None, since_seconds: int | None = None,
              timestamps: bool = False) -> str | None:
-    """A pod's log, or None when the pod is gone (404)."""
-    kwargs = {"container": CONTAINER, "timestamps": timestamps}
+    """The trainer container's log of a pod, or None when the pod is gone (404)."""
+    kwargs = {"container": kind.container, "timestamps": timestamps}
     if tail_lines:
         kwargs["tail_lines"] = tail_lines
     if since_seconds:
@@ -62,7 +61,7 @@ def rank0_records(cluster, kind, name: str, tail_lines: int = STATUS_TAIL_LINES)
     """The trainer's records from the pod of node rank 0: the pod whose log holds the newest step or event."""
     best: list[dict] = []
     for pod in job_pods(cluster, kind, name):
-        found = [r for r in records_of(read_log(cluster, pod.metadata.name, tail_lines=tail_lines))
+        found = [r for r in records_of(read_log(cluster, kind, pod.metadata.name, tail_lines=tail_lines))
                  if r.get("event") != "node"]
         if found and (not best or found[-1].get("time", 0) > best[-1].get("time", 0)):
             best = found
@@ -86,11 +85,11 @@ def watch(show, finished, interval: float) -> int:
 
 
 # --- logs ------------------------------------------------------------------------------------------
-def node_ranks(cluster, pods: list) -> dict[int, str]:
+def node_ranks(cluster, kind, pods: list) -> dict[int, str]:
     """Node rank -> pod name, from each pod's newest `node` record."""
     ranks = {}
     for pod in pods:
-        nodes = [r for r in records_of(read_log(cluster, pod.metadata.name)) if r.get("event") == "node"]
+        nodes = [r for r in records_of(read_log(cluster, kind, pod.metadata.name)) if r.get("event") == "node"]
         if nodes:
             ranks[int(nodes[-1]["node_rank"])] = pod.metadata.name
     return ranks
@@ -102,7 +101,7 @@ def pods_to_show(cluster, kind, name: str, rank) -> list[str]:
         return []
     if str(rank) == "all":
         return [p.metadata.name for p in pods]
-    ranks = node_ranks(cluster, pods)
+    ranks = node_ranks(cluster, kind, pods)
     if int(rank) in ranks:
         return [ranks[int(rank)]]
     if int(rank) == 0 and len(pods) == 1:  # one pod: it is rank 0 even before its first `node` line
@@ -149,13 +148,13 @@ def logs(job: Job, cluster, kind) -> int:
             raise LauncherError(f"no pod of job {name!r} runs node rank {settings.rank} (yet): the job runs at fewer "
                                 f"nodes or is starting; cluster.rank=all shows every pod")
         if settings.follow and len(shown) == 1:  # one pod: stream its log until it ends, then find the next
-            _stream(cluster, shown[0], since, seen)
+            _stream(cluster, kind, shown[0], since, seen)
             if _finished(cluster, kind, name):
                 return 0
             time.sleep(1)
             continue
         for pod in shown:
-            text = read_log(cluster, pod, since_seconds=since, timestamps=True)
+            text = read_log(cluster, kind, pod, since_seconds=since, timestamps=True)
             if text is None:
                 if not settings.follow:
                     raise LauncherError(f"pod {pod} of job {name!r} is gone (the job was resized or restarted): run "
@@ -168,9 +167,9 @@ def logs(job: Job, cluster, kind) -> int:
         time.sleep(2)
 
 
-def _stream(cluster, pod: str, since: int | None, seen: dict[str, str]) -> None:
+def _stream(cluster, kind, pod: str, since: int | None, seen: dict[str, str]) -> None:
     """Print a pod's log as it grows (follow=true) until the pod's container ends or the pod goes."""
-    kwargs = {"container": CONTAINER, "timestamps": True, "follow": True, "_preload_content": False}
+    kwargs = {"container": kind.container, "timestamps": True, "follow": True, "_preload_content": False}
     if since:
         kwargs["since_seconds"] = since
     response = cluster.call("get pods/log", cluster.core.read_namespaced_pod_log, pod, cluster.namespace,

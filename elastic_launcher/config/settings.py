@@ -10,7 +10,7 @@ from training.contract.typed import ranged
 
 ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "logs", "list", "delete", "local", "rehearse",
            "simulate")
-TARGETS = ("hyperpod", "kubeflow")
+TARGETS = ("hyperpod", "kubeflow", "trainjob")
 
 
 @dataclass
@@ -39,6 +39,7 @@ class ClusterSettings:
     job_max_retry_count: int = ranged(3, ge=0)
     restart_eval_period: int = ranged(3600, ge=1)  # seconds over which restarts are counted
     max_restarts: int = ranged(10, ge=0)  # Kubeflow: torchrun --max-restarts
+    runtime: str = "torch-distributed"  # TrainJob: the ClusterTrainingRuntime it runs on (torchrun)
     replace: bool = False  # submit: replace an existing job of the same name
     unique_name: bool = True  # submit: append a short unique suffix to the job name
     watch: bool = False  # status: refresh until the job ends
@@ -87,7 +88,7 @@ class SimulateSettings:
 @dataclass
 class LauncherSettings:
     action: str = "dry_run"  # one of ACTIONS
-    target: str = "hyperpod"  # hyperpod (HyperPodPyTorchJob) | kubeflow (Kubeflow PyTorchJob)
+    target: str = "hyperpod"  # hyperpod (HyperPodPyTorchJob) | kubeflow (PyTorchJob) | trainjob (Trainer v2 TrainJob)
     output_dir: str = "results"  # dry-run artifacts go to <output_dir>/<job name>/
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     local: LocalSettings = field(default_factory=LocalSettings)

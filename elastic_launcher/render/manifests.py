@@ -19,7 +19,16 @@ from training.contract.config_files import STOP_WAIT_ENV
 from training.contract.errors import ConfigError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
-TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2"}
+TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2", "trainjob": "trainjob.yaml.j2"}
+RESIZING_TARGETS = ("hyperpod", "kubeflow")
+# Kubeflow Trainer v2.3.0's stock ClusterTrainingRuntimes (manifests/base/runtimes): the one that runs
+# torchrun with the job's command, and the others (other frameworks, or a fixed torchtune command).
+TORCHRUN_RUNTIMES = ("torch-distributed",)
+OTHER_STOCK_RUNTIMES = ("torch-distributed-with-cache", "deepspeed-distributed", "jax-distributed",
+                        "mlx-distributed", "xgboost-distributed", "torchtune-llama3.2-1b", "torchtune-llama3.2-3b",
+                        "torchtune-qwen2.5-1.5b")
+TRAINJOB_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 TRAINING_COMMAND = ["-m", "training"]  # the entrypoint module, run by hyperpodrun / torchrun
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY", re.IGNORECASE)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "elastic-launcher"}  # on every job and pod this launcher renders
@@ -76,6 +85,9 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str) -> list[dict]:
     if plan.instance.efa:
         env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"})
     for name, value in cluster.env.items():
+        if target == "trainjob" and name in TRAINJOB_RESERVED_ENV:
+            raise ConfigError(f"cluster.env.{name} is set by the TrainJob's runtime for torchrun (reserved by "
+                              f"Kubeflow Trainer): remove it; the node count is recipes.trainer.num_nodes")
         if SECRET_NAME.search(str(name)):
             raise ConfigError(f"cluster.env.{name} looks like a secret: reference a Kubernetes Secret with "
                               f"cluster.secret_env.{name}={{secret: <name>, key: <key>}} instead of plain text")
@@ -106,9 +118,31 @@ def _volumes(cluster: ClusterSettings, job_name: str) -> tuple[list[dict], list[
     return volumes, mounts
 
 
+def check_trainjob(plan: Plan, cluster: ClusterSettings) -> None:
+    """What a Kubeflow Trainer v2.3 TrainJob can express, refused in one line where it cannot."""
+    if plan.policy.is_elastic:
+        raise ConfigError(f"target=trainjob runs at a fixed size (Kubeflow Trainer v2.3 has no elastic policy) but "
+                          f"recipes.elastic_policy.is_elastic=true: set it to false (the job runs at "
+                          f"recipes.trainer.num_nodes), or use target={' or target='.join(RESIZING_TARGETS)} to resize")
+    if cluster.runtime in OTHER_STOCK_RUNTIMES:
+        raise ConfigError(f"cluster.runtime={cluster.runtime!r} is a stock Trainer runtime that does not run the "
+                          f"job's torchrun command: use cluster.runtime={TORCHRUN_RUNTIMES[0]}, or a "
+                          f"ClusterTrainingRuntime of your own with mlPolicy.torch")
+    if not RFC1035_LABEL.match(plan.job_name):
+        raise ConfigError(f"job name {plan.job_name!r}: a TrainJob's name must start with a letter (RFC 1035): "
+                          f"set cluster.job_name=<name starting with a letter>")
+    for key, value, default in (("priority_class", cluster.priority_class, None),
+                                ("image_pull_policy", cluster.image_pull_policy, "IfNotPresent")):
+        if value != default:
+            raise ConfigError(f"cluster.{key}={value!r} has no field in a TrainJob (Trainer v2.3's runtime patches "
+                              f"do not carry it): set it in the ClusterTrainingRuntime, or use target=kubeflow")
+
+
 def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, recipe: str) -> Rendered:
     if target not in TEMPLATES:
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
+    if target == "trainjob":
+        check_trainjob(plan, cluster)
     configs = config_files(plan)
     labels = {**MANAGED_BY, "elastic-launcher/recipe": _label_value(recipe),
               **{str(k): str(v) for k, v in cluster.labels.items()}}
@@ -138,6 +172,7 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
         "ports": [{"containerPort": AGENT_PORT, "name": "elastic-agent"}] if target == "hyperpod" else [],
         "resources": plan.instance.resources(), "volumes": volumes, "volume_mounts": mounts,
         "configmap_name": configmap_name(plan.job_name), "configs": configs,
+        "patch_manager": MANAGED_BY["app.kubernetes.io/managed-by"],
     }
     configmap = _env.get_template("configmap.yaml.j2").render(context)
     size = len(configmap.encode())
