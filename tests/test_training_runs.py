@@ -147,6 +147,38 @@ def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, mome
     assert not partial
 
 
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("async_save", [True, False], ids=["async-save", "blocking-save"])
+def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path, async_save):
+    """Every worker of three gets SIGTERM (a pod deletion) just after start-up began its last part
+    (rank 0 has logged `start`; the checkpointer, whose async writer creates a process group through
+    the store, comes next): each is gone within a few seconds, none waits on a store call the main
+    thread holds."""
+    configs = render_configs(tmp_path / "configs", *TINY, "recipes.training_config.training_args.max_steps=100000",
+                             f"recipes.training_config.checkpoint.async_save={str(async_save).lower()}")
+    run_dir = tmp_path / "run"
+    log = tmp_path / "torchrun.log"
+    proc = local_job(configs, run_dir).start(nodes=3, log=open(log, "wb"))
+    try:
+        wait_for(lambda: any(r.get("event") == "start" for r in records(run_dir)), timeout=120, interval=0.01)
+        time.sleep(0.1)
+        workers = child_pids(proc.pid)
+        for pid in workers:
+            os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not any(alive(pid) for pid in workers), timeout=5, interval=0.05)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert log.read_text().count("SIGTERM during start-up: exiting without a checkpoint") == 3
+
+
 def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, fixed_run, tmp_path):
     run_dir = tmp_path / "run"
     train(configs, run_dir, nodes=2, stop_at_step=4)

@@ -45,6 +45,7 @@ AGENT_SOCKET_ENV = "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"  # set by hyperpod
 NO_OWN_STOP_EXIT = 3  # a peer stopped, this node's agent never asked: a fault, not a completion
 STOP_KEY, STOPPED_KEY = "elastic/stop", "elastic/stopped"  # in the job's rendezvous store
 STORE_WAIT_S = 15.0  # how long a signal before the process group waits for the store to announce the stop
+STORE_OP_TIMEOUT_S = 5.0  # one announcement or check; the store's host may be gone
 POLL_S = 0.2
 
 
@@ -90,7 +91,17 @@ class ElasticStop:
 
     # --- phases (called by the trainer's main thread) -------------------------------------------
     def attach_store(self, store, rank: int, world_size: int) -> None:
-        """The job's rendezvous store, once the process group exists: announcements go through it."""
+        """The job's rendezvous store, once the process group exists: announcements go through it, on
+        a connection of their own. The main thread may be blocked inside a store call (creating a
+        process group waits on the store for every rank); on its connection an announcement would
+        wait behind that call for as long as the collective timeout."""
+        from datetime import timedelta
+
+        try:
+            store = store.clone()
+            store.set_timeout(timedelta(seconds=STORE_OP_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - a store that cannot open another connection: share its own
+            pass
         self._store, self._rank, self._world_size = store, rank, world_size
         self._store_ready.set()
         threading.Thread(target=self._watch, name="stop-watch", daemon=True).start()
@@ -134,6 +145,8 @@ class ElasticStop:
                 os._exit(0)
             _say(f"{name} during {'start-up' if phase == 'starting' else 'the final steps'}: "
                  f"exiting without a checkpoint")
+            # Nothing is saved in these phases, so nothing may keep this rank alive for long.
+            threading.Timer(STORE_WAIT_S + 2 * STORE_OP_TIMEOUT_S, os._exit, (0,)).start()
             alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
             if not alone and self._store_ready.wait(STORE_WAIT_S):
                 self._announce()
