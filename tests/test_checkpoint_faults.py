@@ -101,7 +101,7 @@ def test_a_full_disk_mid_save_leaves_no_partial_and_says_so(tmp_path, process_gr
 
     model, optimizer, ckpt = make(tmp_path)
 
-    def write_half_then_fail(state_dict, checkpoint_id, **kwargs):
+    def write_half_then_fail(state_dict, **kwargs):
         (tmp_path / "step-00000004" / "__0_0.distcp").write_bytes(b"x" * 1000)
         raise OSError(errno.ENOSPC, "No space left on device")
 

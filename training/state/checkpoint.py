@@ -2,13 +2,14 @@
 and a corrupted file.
 
 Layout: <run_dir>/checkpoints/step-00000012/ holding DCP's shards, `.metadata`, per-rank RNG state,
-`train_state.json` and, written last, `COMPLETE`: a JSON manifest of every file's size and CRC32.
+`train_state.json` and, written last, `COMPLETE`: a JSON manifest of every file's size (and the CRC32
+of the small ones; every item of a shard carries its own, training.state.item_checksums).
 Only a directory with `COMPLETE` is a checkpoint. A save becomes COMPLETE only when every rank
 reports success (an agreement, not a barrier, so one failed rank fails all of them with its message
 instead of leaving them waiting); a failed save's directory is removed at once. A save is refused
-when the model state is not finite or the disk lacks room for it. On load the manifest is verified
-(each rank checks a share of the files); a checkpoint that fails is renamed aside and the next older
-one is used, so a bad newest checkpoint never turns into a crash loop.
+when the model state is not finite or the disk lacks room for it. On load the manifest's sizes are
+checked before anything is read and every item as DCP reads it; a checkpoint that fails is renamed
+aside and the next older one is used, so a bad newest checkpoint never turns into a crash loop.
 
 Model and optimizer state are DTensor shards that DCP reshards on load. The learning rate is not
 checkpointed: it is a function of the global step and the live size's config. Per-rank RNG state is
@@ -31,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
@@ -39,6 +41,7 @@ from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complet
                                                latest_checkpoint, step_dir, step_of)
 from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
+from training.state import item_checksums
 
 STATE_FILE = "train_state.json"
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
@@ -95,23 +98,27 @@ def _write_durably(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _own_files(target: Path, rank: int) -> dict[str, list[int]]:
-    """Size and CRC32 of the files this rank wrote (DCP names its shards __<rank>_<n>.distcp)."""
-    mine = [*target.glob(f"__{rank}_*.distcp"), target / "rng" / f"rank{rank}.pt"]
-    if rank == 0 and (target / ".metadata").exists():
-        mine.append(target / ".metadata")
-    return {str(f.relative_to(target)): [f.stat().st_size, _crc32(f)] for f in mine}
+def _own_files(target: Path, rank: int) -> dict[str, list]:
+    """Size and CRC32 of the files this rank wrote (DCP names its shards __<rank>_<n>.distcp). A
+    shard's items carry their own checksums (training.state.item_checksums), checked as DCP reads
+    them: the manifest holds only its size (None for the CRC), so a load reads it once."""
+    shards = list(target.glob(f"__{rank}_*.distcp"))
+    small = [target / "rng" / f"rank{rank}.pt", *([target / ".metadata"] if rank == 0 else [])]
+    return {**{str(f.relative_to(target)): [f.stat().st_size, None] for f in shards},
+            **{str(f.relative_to(target)): [f.stat().st_size, _crc32(f)] for f in small if f.exists()}}
 
 
 def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str | None:
-    """This rank's share of the verification: every size, and the CRC32 of every world_size-th file."""
+    """This rank's share of the verification before anything is read: every file's size, and the
+    CRC32 of every world_size-th file that has one in the manifest (small files, and every file of
+    a checkpoint written before shards carried item checksums)."""
     for i, (name, (size, crc)) in enumerate(sorted(manifest.items())):
         f = path / name
         if not f.is_file():
             return f"{f} is missing"
         if f.stat().st_size != size:
             return f"{f} has {f.stat().st_size} bytes, {size} expected (truncated or overwritten)"
-        if i % world_size == rank and _crc32(f) != crc:
+        if crc is not None and i % world_size == rank and _crc32(f) != crc:
             return f"{f} fails its checksum (corrupted bytes)"
     return None
 
@@ -250,7 +257,7 @@ class Checkpointer:
         return target
 
     def _write(self, app: dict, target: Path, group) -> dict[str, list[int]]:
-        dcp.save(app, checkpoint_id=str(target), process_group=group)
+        dcp.save(app, storage_writer=item_checksums.writer(target), process_group=group)
         return _own_files(target, self.rank)
 
     @property
@@ -324,7 +331,7 @@ class Checkpointer:
                 _check_fingerprint(path, state, fingerprint, ignore_fingerprint)
                 try:
                     self._read(path, model, optimizer)
-                except Exception as e:  # noqa: BLE001 - a file the manifest could not vouch for
+                except (Exception, CheckpointException) as e:  # noqa: BLE001 - an item that fails its checksum, ...
                     problem = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
                 problem = self._agree(problem)
             if problem is None:
@@ -337,7 +344,7 @@ class Checkpointer:
         marks = [time.perf_counter()]
         app = self._app_state(model, optimizer)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
-        dcp.load(app, checkpoint_id=str(path))
+        dcp.load(app, storage_reader=item_checksums.reader(path))
         marks.append(time.perf_counter())
         set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"],
                        options=self._options)
@@ -390,7 +397,11 @@ def load_weights(path: Path, model, options: StateDictOptions, expected: dict, r
         raise CheckpointError(f"checkpoint {path} is unusable ({problem}): export an older step-N directory")
     _check_fingerprint(path, state, expected, ignore=False)
     model_state = {"model": get_model_state_dict(model, options=options)}
-    dcp.load(model_state, checkpoint_id=str(path))
+    try:
+        dcp.load(model_state, storage_reader=item_checksums.reader(path))
+    except CheckpointException as e:
+        raise CheckpointError(f"checkpoint {path} is unusable ({str(e).strip().splitlines()[-1][:300]}): export an "
+                              f"older step-N directory") from None
     set_model_state_dict(model, model_state["model"], options=options)
     return state
 
