@@ -50,9 +50,15 @@ def by_family(recipes: list[str]) -> str:
 
 def dry_run(job: Job) -> int:
     from elastic_launcher.render.dry_run import summary, write_job
+    from elastic_launcher.render.manifests import node_local_size
+    from training.contract.config_files import NODE_LOCAL_MOUNT
 
     out = write_job(job)
     print(summary(job.plan, job.settings.target))
+    if gib := node_local_size(job.plan, job.settings.cluster):
+        print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
+              f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "
+              f"{job.plan.instance.name}: restarts in a pod that stayed read its checkpoint there")
     if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
         print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")
     if not job.settings.cluster.image:

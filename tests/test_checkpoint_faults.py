@@ -1,6 +1,7 @@
 """Checkpoints under faults, in one process (gloo world of one): a corrupted or truncated newest
 checkpoint falls back to the previous one, a non-finite model is never saved, a full disk is a
-clear error with nothing left behind, and pruning keeps the newest checkpoint."""
+clear error with nothing left behind, pruning keeps the newest checkpoint, and the node-local tier
+is used only where its copy is whole and current."""
 
 import errno
 import shutil
@@ -11,6 +12,7 @@ import torch
 from conftest import tiny_causal_lm
 from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
                                        complete_checkpoints, step_dir)
+from training.state.node_local import NODE_LOCAL, SHARED, NodeLocalTier
 
 
 def make(tmp_path, keep_last=3):
@@ -120,3 +122,91 @@ def test_keep_last_one_keeps_the_newest_and_drops_partials(tmp_path, process_gro
     assert [p.name for p in tmp_path.iterdir()] == ["step-00000004"]
     manifest = (step_dir(tmp_path, 4) / COMPLETE).read_text()
     assert "__0_0.distcp" in manifest and ".metadata" in manifest
+
+
+# --- the node-local tier ------------------------------------------------------------------------------
+def tiered(tmp_path):
+    """A checkpointer whose node keeps a copy of its shards in tmp_path/node (the pod's memory volume)."""
+    model = tiny_causal_lm("llama")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, optimizer, Checkpointer(tmp_path / "shared", keep_last=3, async_save=False, rank=0, world_size=1,
+                                          node_local=NodeLocalTier(tmp_path / "node"))
+
+
+def save_tiered(tmp_path, *steps):
+    model, optimizer, ckpt = tiered(tmp_path)
+    for step in steps:
+        with torch.no_grad():
+            model.lm_head.weight.fill_(float(step))
+        ckpt.save(model, optimizer, TrainState(step=step, consumed_samples=8 * step))
+
+
+def load_tiered(tmp_path):
+    model, optimizer, ckpt = tiered(tmp_path)
+    state = ckpt.load(model, optimizer, {}, ignore_fingerprint=False)
+    return state, float(model.lm_head.weight[0, 0].detach()), ckpt.load_tiers
+
+
+def shard_bytes(path):
+    return sum(f.stat().st_size for f in path.glob("*.distcp"))
+
+
+def test_a_restart_reads_the_nodes_own_copy_and_the_node_keeps_only_the_newest(tmp_path, process_group):
+    save_tiered(tmp_path, 4, 8)
+    assert [p.name for p in (tmp_path / "node").iterdir()] == ["step-00000008"]  # step 4's copy dropped
+    state, weight, tiers = load_tiered(tmp_path)
+    assert (state.step, weight) == (8, 8.0)
+    assert tiers[NODE_LOCAL] == shard_bytes(step_dir(tmp_path / "shared", 8)) and tiers[SHARED] == 0
+
+
+@pytest.mark.parametrize("damage", ["lost", "truncated", "stale", "corrupted"])
+def test_a_node_copy_that_is_gone_partial_stale_or_corrupt_is_read_from_the_shared_volume(tmp_path, process_group,
+                                                                                           capsys, damage):
+    save_tiered(tmp_path, 4)
+    stale = tmp_path / "stale"
+    shutil.copytree(tmp_path / "node", stale)
+    save_tiered(tmp_path, 8)
+    node_copy = largest_shard(tmp_path / "node" / "step-00000008")
+    if damage == "lost":  # the node died, or left and came back empty
+        shutil.rmtree(tmp_path / "node")
+    elif damage == "truncated":  # memory ran short mid-copy
+        node_copy.write_bytes(node_copy.read_bytes()[:1000])
+    elif damage == "stale":  # the node holds an older step than the shared volume's newest
+        shutil.rmtree(tmp_path / "node")
+        shutil.copytree(stale, tmp_path / "node")
+    else:  # same size, other bytes: only the items' checksums can tell
+        data = bytearray(node_copy.read_bytes())
+        data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
+        node_copy.write_bytes(bytes(data))
+    whole = shard_bytes(step_dir(tmp_path / "shared", 8))
+    state, weight, tiers = load_tiered(tmp_path)
+    assert (state.step, weight) == (8, 8.0)  # never step 4, and never the damaged bytes
+    # A truncated file is read from the shared volume, the node's other files from its memory; a
+    # corrupted copy makes the load repeat from the shared volume alone.
+    from_shared = largest_shard(step_dir(tmp_path / "shared", 8)).stat().st_size if damage == "truncated" else whole
+    assert tiers == {NODE_LOCAL: whole - from_shared, SHARED: from_shared}
+    assert step_dir(tmp_path / "shared", 8).is_dir() and "unusable" not in capsys.readouterr().err
+
+
+def test_a_node_copy_of_a_step_the_shared_volume_does_not_show_complete_is_never_used(tmp_path, process_group):
+    """The shared volume lags (or the save failed there): its COMPLETE is the only authority."""
+    save_tiered(tmp_path, 4, 8)
+    (step_dir(tmp_path / "shared", 8) / COMPLETE).unlink()
+    state, weight, tiers = load_tiered(tmp_path)
+    assert (state.step, weight) == (4, 4.0) and tiers[NODE_LOCAL] == 0
+
+
+def test_a_full_node_memory_volume_keeps_no_partial_copy_and_the_save_completes(tmp_path, process_group, capsys,
+                                                                                monkeypatch):
+    def full(src, dst, **kwargs):
+        open(dst, "wb").write(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    save_tiered(tmp_path, 4, 8)
+    assert (step_dir(tmp_path / "shared", 8) / COMPLETE).exists()
+    assert not [f for f in (tmp_path / "node").rglob("*") if f.is_file()]
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 1 and "node-local copy of step-00000004 failed (No space left on device)" in warnings[0]
+    monkeypatch.undo()
+    assert load_tiered(tmp_path)[0].step == 8

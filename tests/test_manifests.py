@@ -87,6 +87,23 @@ def test_hyperpod_fields_users_rely_on(launch, tmp_path):
     assert mounts["training-config"] == "/config" and mounts["shm"] == "/dev/shm"
     assert mounts["checkpoints"] == "/checkpoints"
     assert yaml.safe_load(configmap["data"]["config-n3.yaml"])["trainer"]["num_nodes"] == 3
+    # The node-local checkpoint tier: memory that outlives the training processes, sized to twice a
+    # node's share of the 8B model's 96 GB checkpoint at 2 nodes, +10%.
+    volumes = {v["name"]: v for v in pod_spec(job)["spec"]["volumes"]}
+    assert volumes["node-local"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "99Gi"}
+    assert mounts["node-local"] == "/node-local" and env["ELASTIC_NODE_LOCAL_DIR"]["value"] == "/node-local"
+
+
+def test_the_node_local_tier_is_sized_against_the_instances_memory(launch, tmp_path):
+    code, out, _ = launch(*MAIN_COMMAND)
+    assert code == 0 and "node-local tier: a 99 GiB memory volume per pod at /node-local" in out
+    _, _, job = render(launch, tmp_path, *MAIN_COMMAND, "cluster.node_local=false")
+    assert "node-local" not in {v["name"] for v in pod_spec(job)["spec"]["volumes"]}
+    # 70B at one node: 2 x 847 GB would take more than half of a p5's memory.
+    code, _, err = launch("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true",
+                          "recipes.elastic_policy.min_nodes=1")
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "node-local checkpoint tier needs 1,735 GiB of memory per node" in err and "cluster.node_local=false" in err
 
 
 def test_static_job_has_no_elastic_policy(launch, tmp_path):
@@ -162,7 +179,7 @@ def test_trainjob_fields_users_rely_on(launch, tmp_path):
     assert container["name"] == "node"  # the runtime's trainer container, which the patch extends
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts == {"training-config": "/config", "shm": "/dev/shm", "checkpoints": "/checkpoints",
-                      "datasets": "/datasets"}
+                      "datasets": "/datasets", "node-local": "/node-local"}
     assert {v["name"] for v in pod["spec"]["volumes"]} == set(mounts)
     assert "config-n2.yaml" in configmap["data"]
 

@@ -14,6 +14,7 @@ import hashlib
 
 from elastic_launcher.cluster import observe
 from elastic_launcher.cluster.kube import KINDS, Cluster, JobKind, get_job, job_phase, submitted_name, unique_name
+from elastic_launcher.cluster.training_progress import duration
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.render.manifests import configmap_name, render
@@ -138,8 +139,6 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
 
 def trainer_status(ts: dict) -> str:
     """A TrainJob's `status.trainerStatus` (what its runtime reports of the trainer) in one line."""
-    from elastic_launcher.cluster.training_progress import duration
-
     parts = []
     if ts.get("progressPercentage") is not None:
         parts.append(f"{ts['progressPercentage']}% done")

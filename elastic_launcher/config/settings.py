@@ -32,6 +32,7 @@ class ClusterSettings:
     checkpoint_mount: str = "/checkpoints"
     host_paths: dict[str, Any] = field(default_factory=dict)  # name: {path: /host/dir, mount: /container/dir}
     shm_size: str | None = None  # /dev/shm size limit, e.g. 256Gi (None: no limit)
+    node_local: bool = True  # each node keeps the newest checkpoint in a memory volume (restarts read it there)
     env: dict[str, Any] = field(default_factory=dict)  # extra plain environment variables
     secret_env: dict[str, Any] = field(default_factory=dict)  # ENV_NAME: {secret: <secret name>, key: <key>}
     config_mount: str = "/config"  # where the ConfigMap of per-size training configs is mounted

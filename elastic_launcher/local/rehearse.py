@@ -76,6 +76,7 @@ class Rehearsal:
         if not workers:
             return
         os.kill(workers[-1], signal.SIGKILL)
+        self.local.lose_nodes(len(workers) // self.local.nproc_per_node - 1)  # the dead node's memory with it
         self.operator.lose_node()
         self.dying = True
         self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.operator.available)
@@ -101,6 +102,7 @@ class Rehearsal:
             return
         old = self.operator.size
         self.stop_gracefully(decision.reason)
+        self.local.lose_nodes(*range(decision.nodes or 0, old))  # the pods a scale-down deletes
         if decision.nodes:
             self.launch(decision.nodes, "scale down" if decision.nodes < old else "scale up")
 

@@ -22,6 +22,8 @@ class Transition:
     relaunch_to_first_step_s: float | None  # relaunch -> the first step at the new size starts
     downtime_s: float | None  # end of the last step at the old size -> start of the first at the new one
     steps_recomputed: int
+    load_s: float | None = None  # of the relaunch: reading the checkpoint (allocation, read, apply)
+    read_mb: dict | None = None  # what the load read from each tier (node memory, shared volume)
 
 
 @dataclass
@@ -37,12 +39,14 @@ class Report:
     matched: bool | None = None  # None: no comparison run
 
     def summary(self) -> str:
-        header = ("#", "cause", "nodes", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "downtime", "redo")
+        header = ("#", "cause", "nodes", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "load",
+                  "read MB node/shared", "downtime", "redo")
         fmt = lambda v, unit="s": "-" if v is None else f"{v:.2f}{unit}"  # noqa: E731
+        tiers = lambda mb: "-" if not mb else "/".join(f"{v:.0f}" for v in mb.values())  # noqa: E731
         rows = [header] + [(str(i + 1), t.cause, f"{t.from_nodes}->{t.to_nodes}", fmt(t.signal_to_exit_s),
                             fmt(t.checkpoint_save_s), fmt(t.checkpoint_bytes and t.checkpoint_bytes / 1e6, ""),
-                            fmt(t.relaunch_to_first_step_s), fmt(t.downtime_s), str(t.steps_recomputed))
-                           for i, t in enumerate(self.transitions)]
+                            fmt(t.relaunch_to_first_step_s), fmt(t.load_s), tiers(t.read_mb), fmt(t.downtime_s),
+                            str(t.steps_recomputed)) for i, t in enumerate(self.transitions)]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
         lines.append(f"capacity utilization: {self.utilization:.1%} ({self.node_seconds_used:.0f} of "
@@ -67,7 +71,8 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
     old_steps = [r for r in records if "loss" in r and launched["time"] <= r["time"] <= relaunched["time"]]
     to_first_step = _first_start(records, relaunched)
     first_start = relaunched["time"] + to_first_step if to_first_step is not None else None
-    resumed = next((r["step"] for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), 0)
+    resume = next((r for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), None)
+    resumed = resume["step"] if resume else 0
     return Transition(
         cause="failure" if failed else "resize", from_nodes=launched["nodes"], to_nodes=relaunched["nodes"],
         signal_to_exit_s=ended["time"] - cause["time"] if cause and ended else None,
@@ -75,7 +80,9 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
         checkpoint_bytes=checkpoint["bytes"] if checkpoint else None,
         relaunch_to_first_step_s=to_first_step,
         downtime_s=first_start - old_steps[-1]["time"] if first_start is not None and old_steps else None,
-        steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed))
+        steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed),
+        load_s=sum(v for k, v in resume.items() if k.startswith("load_")) if resume else None,
+        read_mb=resume.get("read_mb") if resume else None)
 
 
 def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Report:

@@ -14,6 +14,7 @@ import copy
 import ctypes
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from elastic_launcher.job import Job
 from elastic_launcher.render.configs import config_files, write_files
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 from training.contract.config import JobConfig
-from training.contract.config_files import NUM_NODES_ENV
+from training.contract.config_files import NODE_LOCAL_DIR_ENV, NUM_NODES_ENV
 from training.contract.records import human, parse_line, read_records
 
 
@@ -50,13 +51,23 @@ class LocalJob:
         cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
         return cmd + ([f"--pause-at-steps={','.join(map(str, pause_at))}"] if pause_at else [])
 
+    def node_local_dir(self, node: int) -> Path:
+        """Where emulated node `node` keeps its node-local checkpoint tier (a pod's memory volume)."""
+        return self.run_dir / "node-local" / f"node{node}"
+
+    def lose_nodes(self, *nodes: int) -> None:
+        """Nodes leave (scale-down) or die: their node-local tier goes with them."""
+        for node in nodes:
+            shutil.rmtree(self.node_local_dir(node), ignore_errors=True)
+
     def env(self, nodes: int) -> dict[str, str]:
         tmp = self.run_dir / "tmp"  # torchrun leaves a directory per launch in TMPDIR
         tmp.mkdir(parents=True, exist_ok=True)
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "PYTHONUNBUFFERED": "1",
-                "TMPDIR": str(tmp), "PYTHONPATH": path}
+                "TMPDIR": str(tmp), "PYTHONPATH": path,
+                NODE_LOCAL_DIR_ENV: str(self.run_dir / "node-local" / "node{node_rank}")}
 
     def start(self, nodes: int, stop_at_step: int | None = None, log=None, pause_at: list[int] = ()) -> subprocess.Popen:
         """torchrun in its own session (so a resize can signal the whole job at once), dying with us."""

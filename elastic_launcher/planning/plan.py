@@ -4,6 +4,7 @@ written, so a bad recipe fails on the laptop instead of on the cluster."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,6 +351,35 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, world_size: int, micro:
                     sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample)
 
 
+def checkpoint_gb(model_shape: dict, mc) -> float:
+    """A checkpoint's size: fp32 weights and AdamW's two moments, 12 bytes per trained parameter
+    (under LoRA the adapters only: the frozen base is read from the model's files)."""
+    shape = ModelShape.from_config(model_shape)
+    return 12 * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
+
+
+NODE_LOCAL_SHARE = 0.5  # of the pod's memory the node-local checkpoint tier may take
+
+
+def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, min_nodes: int) -> float | None:
+    """The memory-backed volume of each pod for its node's copy of the newest checkpoint: the largest
+    share a node holds (the checkpoint over the fewest nodes allowed), twice (a save writes the new
+    copy before the old one is dropped), with 10% to spare. None where the model's size is unknown."""
+    config = hardware.model_shape or cfg.training_config.model_config.architecture
+    try:
+        gb = checkpoint_gb(config, cfg.training_config.model_config)
+    except (ConfigError, KeyError, TypeError):
+        return None
+    gib = max(1.0, math.ceil(2 * gb * 1e9 / 2**30 / min_nodes * 1.1))
+    pod_gib = instance.memory_gib
+    if gib > NODE_LOCAL_SHARE * pod_gib:
+        raise ConfigError(f"the node-local checkpoint tier needs {gib:,.0f} GiB of memory per node (twice a node's share "
+                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s)), more than {NODE_LOCAL_SHARE:.0%} of "
+                          f"the {pod_gib} GiB of {instance.name}: raise recipes.elastic_policy.min_nodes, or set "
+                          f"cluster.node_local=false (restarts then read every byte from the shared volume)")
+    return float(gib)
+
+
 def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan],
                         write_gb_per_s: float | None) -> list[str]:
     """A stop is a blocking save of the weights and AdamW's moments (12 bytes per trained parameter)
@@ -357,9 +387,7 @@ def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[S
     write bandwidth the simulator also assumes (simulate.write_gb_per_s, all nodes together)."""
     if not (hardware.model_shape and policy.use_graceful_shutdown and write_gb_per_s):
         return []
-    mc = sizes[0].config.training_config.model_config
-    shape = ModelShape.from_config(hardware.model_shape)
-    gb = 12 * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
+    gb = checkpoint_gb(hardware.model_shape, sizes[0].config.training_config.model_config)
     if gb / write_gb_per_s <= policy.graceful_shutdown_timeout:
         return []
     return [f"a stop saves {gb:,.0f} GB: ~{gb / write_gb_per_s:.0f} s at simulate.write_gb_per_s={write_gb_per_s:g}, "

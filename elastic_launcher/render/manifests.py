@@ -13,22 +13,14 @@ import yaml
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
-from elastic_launcher.planning.plan import Plan
+from elastic_launcher.planning.plan import Plan, node_local_gib
 from elastic_launcher.render.configs import config_files, dump_yaml
-from training.contract.config_files import STOP_WAIT_ENV
+from elastic_launcher.render.trainjob import TRAINJOB_RESERVED_ENV, check_trainjob
+from training.contract.config_files import NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
 from training.contract.errors import ConfigError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
 TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2", "trainjob": "trainjob.yaml.j2"}
-RESIZING_TARGETS = ("hyperpod", "kubeflow")
-# Kubeflow Trainer v2.3.0's stock ClusterTrainingRuntimes (manifests/base/runtimes): the one that runs
-# torchrun with the job's command, and the others (other frameworks, or a fixed torchtune command).
-TORCHRUN_RUNTIMES = ("torch-distributed",)
-OTHER_STOCK_RUNTIMES = ("torch-distributed-with-cache", "deepspeed-distributed", "jax-distributed",
-                        "mlx-distributed", "xgboost-distributed", "torchtune-llama3.2-1b", "torchtune-llama3.2-3b",
-                        "torchtune-qwen2.5-1.5b")
-TRAINJOB_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
-RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 TRAINING_COMMAND = ["-m", "training"]  # the entrypoint module, run by hyperpodrun / torchrun
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY", re.IGNORECASE)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "elastic-launcher"}  # on every job and pod this launcher renders
@@ -69,8 +61,8 @@ def _label_value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", ".", text)[:63].strip("-_.")
 
 
-def _env_list(plan: Plan, cluster: ClusterSettings, target: str) -> list[dict]:
-    env = {"PYTHONUNBUFFERED": "1"}
+def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: float | None) -> list[dict]:
+    env = {"PYTHONUNBUFFERED": "1", **({NODE_LOCAL_DIR_ENV: NODE_LOCAL_MOUNT} if node_local else {})}
     if target == "hyperpod":
         # hyperpodrun's rendezvous reads NNODES when it starts (KeyError without it); the live node
         # count and rank come from the operator's /start, so the initial size is the honest value.
@@ -101,12 +93,22 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str) -> list[dict]:
     return out
 
 
-def _volumes(cluster: ClusterSettings, job_name: str) -> tuple[list[dict], list[dict]]:
+def node_local_size(plan: Plan, cluster: ClusterSettings) -> float | None:
+    """GiB of the memory volume each pod gives its node-local checkpoint tier (None: no tier)."""
+    if not cluster.node_local:
+        return None
+    return node_local_gib(plan.hardware, plan.base, plan.instance, plan.sizes[0].nodes)
+
+
+def _volumes(cluster: ClusterSettings, job_name: str, node_local: float | None) -> tuple[list[dict], list[dict]]:
     shm = {"medium": "Memory", **({"sizeLimit": cluster.shm_size} if cluster.shm_size else {})}
     volumes = [{"name": "training-config", "configMap": {"name": configmap_name(job_name)}},
                {"name": "shm", "emptyDir": shm}]
     mounts = [{"name": "training-config", "mountPath": cluster.config_mount, "readOnly": True},
               {"name": "shm", "mountPath": "/dev/shm"}]
+    if node_local:  # survives the training processes' restart in the pod (a resize), not the pod
+        volumes.append({"name": "node-local", "emptyDir": {"medium": "Memory", "sizeLimit": f"{node_local:.0f}Gi"}})
+        mounts.append({"name": "node-local", "mountPath": NODE_LOCAL_MOUNT})
     if cluster.checkpoint_pvc:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": cluster.checkpoint_pvc}})
         mounts.append({"name": "checkpoints", "mountPath": cluster.checkpoint_mount})
@@ -116,26 +118,6 @@ def _volumes(cluster: ClusterSettings, job_name: str) -> tuple[list[dict], list[
         volumes.append({"name": str(name), "hostPath": {"path": spec["path"], "type": "DirectoryOrCreate"}})
         mounts.append({"name": str(name), "mountPath": spec["mount"]})
     return volumes, mounts
-
-
-def check_trainjob(plan: Plan, cluster: ClusterSettings) -> None:
-    """What a Kubeflow Trainer v2.3 TrainJob can express, refused in one line where it cannot."""
-    if plan.policy.is_elastic:
-        raise ConfigError(f"target=trainjob runs at a fixed size (Kubeflow Trainer v2.3 has no elastic policy) but "
-                          f"recipes.elastic_policy.is_elastic=true: set it to false (the job runs at "
-                          f"recipes.trainer.num_nodes), or use target={' or target='.join(RESIZING_TARGETS)} to resize")
-    if cluster.runtime in OTHER_STOCK_RUNTIMES:
-        raise ConfigError(f"cluster.runtime={cluster.runtime!r} is a stock Trainer runtime that does not run the "
-                          f"job's torchrun command: use cluster.runtime={TORCHRUN_RUNTIMES[0]}, or a "
-                          f"ClusterTrainingRuntime of your own with mlPolicy.torch")
-    if not RFC1035_LABEL.match(plan.job_name):
-        raise ConfigError(f"job name {plan.job_name!r}: a TrainJob's name must start with a letter (RFC 1035): "
-                          f"set cluster.job_name=<name starting with a letter>")
-    for key, value, default in (("priority_class", cluster.priority_class, None),
-                                ("image_pull_policy", cluster.image_pull_policy, "IfNotPresent")):
-        if value != default:
-            raise ConfigError(f"cluster.{key}={value!r} has no field in a TrainJob (Trainer v2.3's runtime patches "
-                              f"do not carry it): set it in the ClusterTrainingRuntime, or use target=kubeflow")
 
 
 def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, recipe: str) -> Rendered:
@@ -150,7 +132,8 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
         labels["kueue.x-k8s.io/queue-name"] = cluster.queue_name
     if cluster.kueue_priority:
         labels["kueue.x-k8s.io/priority-class"] = cluster.kueue_priority
-    volumes, mounts = _volumes(cluster, plan.job_name)
+    node_local = node_local_size(plan, cluster)
+    volumes, mounts = _volumes(cluster, plan.job_name, node_local)
     agent_args = []
     if target == "hyperpod":
         # hyperpodrun rejects MIN:MAX; the operator tells it the live node count on every start.
@@ -168,7 +151,7 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
         "node_selector": {"node.kubernetes.io/instance-type": plan.instance.name, **cluster.node_selector},
         "command": ["hyperpodrun" if target == "hyperpod" else "torchrun"],
         "args": agent_args + TRAINING_COMMAND + [f"--config-dir={cluster.config_mount}"],
-        "env": _env_list(plan, cluster, target),
+        "env": _env_list(plan, cluster, target, node_local),
         "ports": [{"containerPort": AGENT_PORT, "name": "elastic-agent"}] if target == "hyperpod" else [],
         "resources": plan.instance.resources(), "volumes": volumes, "volume_mounts": mounts,
         "configmap_name": configmap_name(plan.job_name), "configs": configs,

@@ -19,6 +19,11 @@ NUM_NODES_ENV = "ELASTIC_NUM_NODES"
 # the policy's default (elastic_launcher.planning.plan.ElasticPolicy) and the trainer's fallback.
 STOP_WAIT_ENV = "ELASTIC_STOP_WAIT_S"
 GRACEFUL_SHUTDOWN_TIMEOUT_S = 600
+# The node's own copy of the newest checkpoint (training.state.node_local): a memory-backed volume of
+# the pod, which outlives the training processes (a resize restarts them in the pod), not the pod.
+# `{node_rank}` in it is replaced by the node's rank (local runs keep one directory per emulated node).
+NODE_LOCAL_DIR_ENV = "ELASTIC_NODE_LOCAL_DIR"
+NODE_LOCAL_MOUNT = "/node-local"
 
 
 def config_file_for(nodes: int) -> str:

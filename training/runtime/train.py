@@ -31,7 +31,8 @@ from training.contract.errors import ConfigError, report  # noqa: E402
 from training.data import build_data, describe_drops  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
-from training.model.causal_lm import attention_flops, build_sharded_model, matmul_flops_per_token, weights_from  # noqa: E402,E501
+from training.model.causal_lm import (attention_flops, build_sharded_model, matmul_flops_per_token,  # noqa: E402
+                                      weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
@@ -42,6 +43,7 @@ from training.runtime.snapshot import model_files  # noqa: E402
 from training.runtime.topology import Topology, collective_timeout, device_mesh, start_process_group  # noqa: E402
 from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
                                        fingerprint, latest_checkpoint, step_dir, step_of)
+from training.state.node_local import NodeLocalTier  # noqa: E402
 from training.state.sampler import GlobalBatchSampler  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -162,7 +164,8 @@ class Trainer:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
         self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir / "checkpoints", self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
-                                                     checkpointed_weights(tc.model_config))
+                                                     checkpointed_weights(tc.model_config),
+                                                     NodeLocalTier.from_env(self.topo.node_rank))
         self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.state = self._model_and_state()
         self.flops_per_token = matmul_flops_per_token(self.model)
@@ -197,10 +200,14 @@ class Trainer:
             cause = "failure" if not state.stopped else "resize" if state.world_size != self.topo.world_size else "restart"
             state.history = [*state.history, {"time": time.time(), "step": state.step, "from": state.world_size,
                                               "to": self.topo.world_size, "cause": cause}]
+            tiers = self._bytes_read_by_tier()
             self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
                            world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
-                           history=state.history,
+                           history=state.history, read_mb=tiers,
                            **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
+            if self.rank0:
+                print(f"resumed from {step_dir(self.run_dir / 'checkpoints', state.step).name}: "
+                      + ", ".join(f"{mb:,.0f} MB from the {tier}" for tier, mb in tiers.items()), flush=True)
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
@@ -215,6 +222,13 @@ class Trainer:
             save_steps = tc.checkpoint.save_steps
             self.checkpointer.check_space(self.model, min(self.last_step, (state.step // save_steps + 1) * save_steps))
         return state
+
+    def _bytes_read_by_tier(self) -> dict[str, float]:
+        """MB the load read from node memory and from the shared volume, over every rank."""
+        tiers = self.checkpointer.load_tiers
+        counts = torch.tensor(list(tiers.values()), dtype=torch.float64, device=self.device)
+        dist.all_reduce(counts)
+        return {tier: round(n / 1e6, 1) for tier, n in zip(tiers, counts.tolist())}
 
     def _build_model(self, resuming: bool) -> None:
         """The sharded model and its optimizer; logs how long the build took and how far it raised

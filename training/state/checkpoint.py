@@ -42,6 +42,7 @@ from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complet
 from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
 from training.state import item_checksums
+from training.state.node_local import NodeLocalTier, TieredReader
 
 STATE_FILE = "train_state.json"
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
@@ -61,6 +62,13 @@ class TrainState:
     schedule: dict | None = None  # the LR schedule's max_steps and warmup_steps when it was saved
     stopped: bool = False  # saved for a stop (resize, restart), not periodically
     history: list = field(default_factory=list)  # {time, step, from, to, cause} for every restart so far
+
+
+def io_threads() -> int:
+    """Threads a rank writes and reads its checkpoint files with: the node's cores shared by its
+    ranks, at most 4 (each thread writes a file of its own)."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, min(4, (os.cpu_count() or 1) // ranks_here))
 
 
 def bytes_on_disk(path: Path) -> int:
@@ -145,14 +153,18 @@ def _nonfinite_count(model) -> int:
 class Checkpointer:
     @classmethod
     def from_config(cls, section: CheckpointConfig, root: Path, rank: int, world_size: int, on_gpu: bool,
-                    model_options: StateDictOptions) -> "Checkpointer":
+                    model_options: StateDictOptions, node_local: NodeLocalTier) -> "Checkpointer":
         """The run's checkpointer from its `checkpoint` section."""
         return cls(root, section.keep_last, section.async_save, rank, world_size, section.save_timeout, on_gpu,
-                   model_options)
+                   model_options, node_local)
 
     def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
-                 timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None):
+                 timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None,
+                 node_local: NodeLocalTier = NodeLocalTier(None)):
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
+        self.node_local = node_local  # this node's copy of the newest checkpoint (training.state.node_local)
+        self.io_threads = io_threads()
+        self.load_tiers: dict[str, int] = {}  # bytes the last load read from each tier
         # Which weights are saved and loaded (training.model.lora.checkpointed_weights: LoRA keeps only the adapters).
         self._options = model_options or StateDictOptions()
         self.async_save, self.timeout_s = async_save, timeout_s
@@ -256,9 +268,11 @@ class Checkpointer:
             self.wait()
         return target
 
-    def _write(self, app: dict, target: Path, group) -> dict[str, list[int]]:
-        dcp.save(app, storage_writer=item_checksums.writer(target), process_group=group)
-        return _own_files(target, self.rank)
+    def _write(self, app: dict, target: Path, group) -> dict[str, list]:
+        dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads), process_group=group)
+        own = _own_files(target, self.rank)
+        self.node_local.keep(target, [name for name in own if name.endswith(".distcp")])
+        return own
 
     @property
     def writing(self) -> bool:
@@ -299,6 +313,7 @@ class Checkpointer:
             _write_durably(target / COMPLETE, json.dumps({"files": files}))  # last: the checkpoint exists
             self._prune(step_of(target))
         dist.barrier()
+        self.node_local.drop_all_but(target.name)
         self.last_saved = (target, time.perf_counter() - started)
 
     def _prune(self, newest: int) -> None:
@@ -344,7 +359,17 @@ class Checkpointer:
         marks = [time.perf_counter()]
         app = self._app_state(model, optimizer)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
-        dcp.load(app, storage_reader=item_checksums.reader(path))
+        manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
+        reader = TieredReader(path, self.node_local.holding(path, manifest), self.io_threads)
+        try:
+            dcp.load(app, storage_reader=reader)
+        except CheckpointException:  # raised on every rank, whichever rank's read failed
+            if _agree("node copies read" if reader.local_names else None, self.world_size) is None:
+                raise
+            # A node's copy may be what failed: read the shared volume alone before giving the checkpoint up.
+            reader = TieredReader(path, {}, self.io_threads)
+            dcp.load(app, storage_reader=reader)
+        self.load_tiers = reader.bytes_read
         marks.append(time.perf_counter())
         set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optim"],
                        options=self._options)

@@ -66,9 +66,9 @@ class ItemCrc32(StreamTransformExtension):
         return io.BytesIO(payload)
 
 
-def writer(path) -> FileSystemWriter:
-    """DCP's file writer, every item with its checksum."""
-    return FileSystemWriter(path, _extensions=[ItemCrc32()])
+def writer(path, threads: int = 1) -> FileSystemWriter:
+    """DCP's file writer, every item with its checksum; `threads` files per rank, written at once."""
+    return FileSystemWriter(path, thread_count=threads, _extensions=[ItemCrc32()])
 
 
 def reader(path) -> FileSystemReader:

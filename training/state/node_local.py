@@ -1,0 +1,131 @@
+"""The node-local tier: each node keeps its ranks' shards of the newest checkpoint in node memory (a
+memory-backed volume of the pod, $ELASTIC_NODE_LOCAL_DIR), beside the durable copy on the shared
+volume, so a restart in a pod that stayed reads them from memory.
+
+- Written: after a rank's shards reach the shared volume, it copies them here (a failed copy, e.g.
+  a full memory volume, is dropped with a warning: the shared copy is the checkpoint). Once a
+  checkpoint is COMPLETE on the shared volume, the node drops every older step it holds.
+- Read: for the newest checkpoint COMPLETE on the shared volume (the only authority: a copy here
+  of a step the shared volume does not show complete is never used), each shard file this node
+  holds with the size the manifest gives is read from here, every other from the shared volume;
+  every item is checked against its own checksum either way. A node that was lost took its copy
+  with it: its shards come from the shared volume. If a copy here fails its checksums, the load is
+  repeated from the shared volume alone before the checkpoint is given up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from torch.distributed.checkpoint._extension import ExtensionRegistry
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
+from torch.futures import Future
+
+from training.contract.config_files import NODE_LOCAL_DIR_ENV
+from training.state.item_checksums import ItemCrc32
+
+SHARED, NODE_LOCAL = "shared volume", "node memory"
+
+
+class NodeLocalTier:
+    """This node's directory of checkpoint shards (None when the job has no node-local tier)."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+        self._warned = False
+
+    @classmethod
+    def from_env(cls, node_rank: int) -> "NodeLocalTier":
+        value = os.environ.get(NODE_LOCAL_DIR_ENV)
+        return cls(Path(value.replace("{node_rank}", str(node_rank))) if value else None)
+
+    def keep(self, step_dir: Path, names: list[str]) -> None:
+        """Copy this rank's files of `step_dir` (on the shared volume) here; a failed copy leaves none."""
+        if self.root is None:
+            return
+        target = self.root / step_dir.name
+        for name in names:
+            tmp = target / f"{name}.tmp-{os.getpid()}"
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(step_dir / name, tmp)
+                os.replace(tmp, target / name)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                (target / name).unlink(missing_ok=True)
+                if not self._warned:
+                    print(f"warning: node-local copy of {step_dir.name} failed ({e.strerror}): restarts read it from "
+                          f"the shared volume", file=sys.stderr, flush=True)
+                    self._warned = True
+
+    def drop_all_but(self, step_name: str) -> None:
+        if self.root is not None and self.root.is_dir():
+            for other in self.root.iterdir():
+                if other.name != step_name:
+                    shutil.rmtree(other, ignore_errors=True)
+
+    def holding(self, step_dir: Path, manifest: dict) -> dict[str, Path]:
+        """Shard name -> this node's copy, for every shard of `step_dir` held here whole (the size in
+        the manifest; which bytes are right, the items' checksums tell)."""
+        if self.root is None:
+            return {}
+        here = self.root / step_dir.name
+        return {name: here / name for name, (size, _) in manifest.items()
+                if name.endswith(".distcp") and (here / name).is_file() and (here / name).stat().st_size == size}
+
+
+class _TieredFileSystem(FileSystem):
+    def __init__(self, shared: Path, held: dict[str, Path]):
+        super().__init__()
+        self.moved = {str(shared / name): path for name, path in held.items()}
+
+    @contextmanager
+    def create_stream(self, path, mode):
+        with super().create_stream(Path(self.moved.get(str(path), path)), mode) as stream:
+            yield stream
+
+
+class TieredReader(FileSystemReader):
+    """DCP's file reader over the shared step directory, taking the files in `held` from the node's
+    copy; counts the bytes it read from each tier. Every checksummed item is checked. The files are
+    read on `threads` threads (reading, checksums and copies release the GIL), one file each."""
+
+    def __init__(self, path: Path, held: dict[str, Path], threads: int = 1):
+        registry = ExtensionRegistry()
+        registry.register(ItemCrc32)
+        super().__init__(path, _extension_registry=registry)
+        self.fs = _TieredFileSystem(Path(path), held)
+        self.local_names = {str(p) for p in held.values()}
+        self.threads = threads
+        self.bytes_read = {NODE_LOCAL: 0, SHARED: 0}
+        self._lock = threading.Lock()
+
+    def _slice_file(self, file, sinfo):
+        with self._lock:
+            self.bytes_read[NODE_LOCAL if getattr(file, "name", None) in self.local_names else SHARED] += sinfo.length
+        return super()._slice_file(file, sinfo)
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        by_file: dict[str, list] = {}
+        for item in plan.items:
+            by_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        if self.threads <= 1 or len(by_file) <= 1:
+            return super().read_data(plan, planner)
+
+        def read_file(items: list) -> None:  # DCP's own reader, for one file's items
+            super(TieredReader, self).read_data(dataclasses.replace(plan, items=items), planner)
+
+        with ThreadPoolExecutor(max_workers=min(self.threads, len(by_file)), thread_name_prefix="ckpt-read") as pool:
+            for done in [pool.submit(read_file, items) for items in by_file.values()]:
+                done.result()
+        future: Future = Future()
+        future.set_result(None)
+        return future
