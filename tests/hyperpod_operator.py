@@ -2,7 +2,8 @@
 
 Each simulated node ("pod") is one real `hyperpodrun` (hyperpod-elastic-agent, from the image's
 virtualenv) started with the rendered manifest's own container command, args and env; only paths
-(config mount, log dir) and the agent's port are adapted. The operator drives the agents through
+(config mount, log dir, the pod's node-local memory volume) and the agent's port are adapted. A pod's
+memory volume lives as long as the pod: a removed pod (deleted or its node dead) takes it along. The operator drives the agents through
 their HTTP API as the training operator does: `POST /start` (rank, nnodes, master address and port,
 rank IPs, fault count, the progress it read from `/status`), `POST /stop` (graceful: SIGUSR1 to the
 workers, then SIGKILL after `timeout`), `GET /status`, `POST /shutdown`. A watcher polls every
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from training.contract.config_files import NODE_LOCAL_DIR_ENV
 
 
 def free_port() -> int:
@@ -91,6 +95,8 @@ class Operator:
                    f"--server-port={port}", *args]
         env = {**os.environ, **self.container.env, "PATH": f"{self.venv_bin}{os.pathsep}{os.environ['PATH']}",
                "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "VIRTUAL_ENV": str(self.venv_bin.parent)}
+        if NODE_LOCAL_DIR_ENV in env:  # the pod's memory-backed emptyDir
+            env[NODE_LOCAL_DIR_ENV] = str(self.node_local(name))
         env.pop("PYTHONPATH", None)  # the image's packages only; the working directory holds `training`
         proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -99,9 +105,15 @@ class Operator:
         self.wait_status([pod], {"ready"}, timeout=90)
         return pod
 
+    def node_local(self, name: str) -> Path:
+        return self.work / name / "node-local"
+
     def remove(self, pod: Pod, sig: int = signal.SIGTERM) -> None:
-        """Kubernetes deleting the pod (SIGTERM to the agent, PID 1) or the node dying (SIGKILL)."""
+        """Kubernetes deleting the pod (SIGTERM to the agent, PID 1) or the node dying (SIGKILL); the
+        pod's memory volume goes when its processes have."""
         pod.proc.send_signal(sig)
+        threading.Thread(target=lambda: (pod.proc.wait(), shutil.rmtree(self.node_local(pod.name), ignore_errors=True)),
+                         daemon=True).start()
 
     # --- the agent API ------------------------------------------------------------------------------
     def _call(self, pod: Pod, method: str, path: str, body: dict | None = None) -> dict | None:

@@ -4,6 +4,7 @@ clear error with nothing left behind, pruning keeps the newest checkpoint, and t
 is used only where its copy is whole and current."""
 
 import errno
+import os
 import shutil
 
 import pytest
@@ -151,8 +152,18 @@ def shard_bytes(path):
     return sum(f.stat().st_size for f in path.glob("*.distcp"))
 
 
-def test_a_restart_reads_the_nodes_own_copy_and_the_node_keeps_only_the_newest(tmp_path, process_group):
+def cross_device(src, dst):
+    raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+
+@pytest.mark.parametrize("copy", ["linked", "copied"])
+def test_a_restart_reads_the_nodes_own_copy_and_the_node_keeps_only_the_newest(tmp_path, process_group, monkeypatch,
+                                                                               copy):
+    if copy == "copied":  # a pod's memory volume is another filesystem than the shared volume
+        monkeypatch.setattr(os, "link", cross_device)
     save_tiered(tmp_path, 4, 8)
+    node_copy = largest_shard(tmp_path / "node" / "step-00000008")
+    assert (node_copy.stat().st_ino == largest_shard(step_dir(tmp_path / "shared", 8)).stat().st_ino) == (copy == "linked")
     assert [p.name for p in (tmp_path / "node").iterdir()] == ["step-00000008"]  # step 4's copy dropped
     state, weight, tiers = load_tiered(tmp_path)
     assert (state.step, weight) == (8, 8.0)
@@ -167,17 +178,22 @@ def test_a_node_copy_that_is_gone_partial_stale_or_corrupt_is_read_from_the_shar
     shutil.copytree(tmp_path / "node", stale)
     save_tiered(tmp_path, 8)
     node_copy = largest_shard(tmp_path / "node" / "step-00000008")
+
+    def damage_node_copy(data: bytes) -> None:  # the node's copy only (here a hard link of the shared file)
+        node_copy.with_suffix(".new").write_bytes(data)
+        node_copy.with_suffix(".new").replace(node_copy)
+
     if damage == "lost":  # the node died, or left and came back empty
         shutil.rmtree(tmp_path / "node")
     elif damage == "truncated":  # memory ran short mid-copy
-        node_copy.write_bytes(node_copy.read_bytes()[:1000])
+        damage_node_copy(node_copy.read_bytes()[:1000])
     elif damage == "stale":  # the node holds an older step than the shared volume's newest
         shutil.rmtree(tmp_path / "node")
         shutil.copytree(stale, tmp_path / "node")
     else:  # same size, other bytes: only the items' checksums can tell
         data = bytearray(node_copy.read_bytes())
         data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
-        node_copy.write_bytes(bytes(data))
+        damage_node_copy(bytes(data))
     whole = shard_bytes(step_dir(tmp_path / "shared", 8))
     state, weight, tiers = load_tiered(tmp_path)
     assert (state.step, weight) == (8, 8.0)  # never step 4, and never the damaged bytes
@@ -202,6 +218,7 @@ def test_a_full_node_memory_volume_keeps_no_partial_copy_and_the_save_completes(
         open(dst, "wb").write(b"x" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    monkeypatch.setattr(os, "link", cross_device)  # a pod's memory volume: the bytes are copied
     monkeypatch.setattr(shutil, "copyfile", full)
     save_tiered(tmp_path, 4, 8)
     assert (step_dir(tmp_path / "shared", 8) / COMPLETE).exists()

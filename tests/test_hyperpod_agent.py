@@ -1,8 +1,9 @@
 """The rendered HyperPod job under the real elastic agent (`hyperpodrun`, hyperpod-elastic-agent and
 torch as the Dockerfile pins them), one agent per simulated node on loopback, driven as the
-operator drives it (tests/hyperpod_operator.py): start at 2 nodes, graceful stop; start at 3,
-graceful stops seconds apart; start at 3, a pod deleted on scale-down (SIGTERM); start at 2, a pod
-killed without a graceful stop; start at 1, finish; shutdown.
+operator drives it (tests/hyperpod_operator.py): start at 2 nodes, graceful stop; start at 3 (the
+two pods that stayed read their shards from their node-local memory), graceful stops seconds apart;
+start at 3, a pod deleted on scale-down (SIGTERM); start at 2, a pod killed without a graceful stop
+(its node's memory lost: its shards come from the shared volume); start at 1, finish; shutdown.
 
 It checks what the operator relies on: every graceful stop checkpoints and leaves the agents
 `ready` within the graceful timeout, no agent reports `completed` before the last step, every
@@ -85,6 +86,7 @@ def test_resize_2_3_1_under_the_real_agent(job):
     def resumed_from(step, nodes):
         resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
         assert (resume["step"], resume["world_size"]) == (step, nodes)
+        return resume["read_mb"]
 
     def progress_names_newest(pods):
         newest = latest_checkpoint(run_dir / "checkpoints").resolve()
@@ -105,7 +107,8 @@ def test_resize_2_3_1_under_the_real_agent(job):
 
         # 3 nodes; the operator's stops reach the pods 3 s apart: nobody reports completed.
         start([p0, p1, p2], stopped)
-        resumed_from(stopped, 3)
+        read = resumed_from(stopped, 3)
+        assert read["node memory"] > 0 and read["shared volume"] > 0, read  # pod 2 holds nothing yet
         wait_step(run_dir, stopped + 3, 3)
         graceful_stop([p2, p0, p1], apart=3.0)
         stopped = newest_step(run_dir)
@@ -139,10 +142,13 @@ def test_resize_2_3_1_under_the_real_agent(job):
         operator.wait_status([p0], {"ready"}, timeout=30)
         p3 = operator.add_pod()
         stopped = newest_step(run_dir)
+        wait_for(lambda: not operator.node_local(p1.name).exists(), timeout=30)
 
-        # 1 node to the end: the only completion.
+        # 1 node to the end: the only completion. Pod 0 reads its shards from its memory, the dead
+        # node's from the shared volume.
         start([p0], stopped)
-        resumed_from(stopped, 1)
+        read = resumed_from(stopped, 1)
+        assert read["node memory"] > 0 and read["shared volume"] > 0, read
         operator.wait_status([p0], {"completed"}, timeout=180)
         assert max(losses(run_dir)) == STEPS
         for pod in (p0, p3):

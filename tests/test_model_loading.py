@@ -211,14 +211,21 @@ def test_gpt_oss_mxfp4_experts_split_over_3_processes_train_as_on_one(tmp_path, 
 def test_lora_reads_its_base_from_the_files_on_every_start(tmp_path, hub_cache):
     """LoRA from a hub id: the base comes from the files on the first start and on a restart at
     another size (the checkpoint holds only the adapters), and the adapters start as rank 0's
-    build would start them: the run equals the inline-architecture run step for step."""
+    build would start them: the run equals the inline-architecture run step for step. Each node
+    copies the files into its memory once (the node-local tier) and reads them there on every
+    later start."""
     put_snapshot(hub_cache, build_model(ModelConfig(architecture=architecture("llama")), seed=42))
     steps = "recipes.training_config.training_args.max_steps=4"
     train(render_configs(tmp_path / "arch", steps, recipe="llama/tiny_llama_sft_lora"), tmp_path / "rank0", nodes=2)
     hub_configs = render_configs(tmp_path / "hub", steps, *FROM_HUB, recipe="llama/tiny_llama_sft_lora")
     train(hub_configs, tmp_path / "files", nodes=2, stop_at_step=2)
+    (node0_copy,) = (tmp_path / "files" / "node-local" / "node0" / "model").iterdir()
+    copied_at = (node0_copy / ".complete").stat().st_mtime_ns
     train(hub_configs, tmp_path / "files", nodes=3)
     assert [e["weights"] for e in events(tmp_path / "files", "model")] == ["files", "files"]
+    assert [e["files"] for e in events(tmp_path / "files", "model")] == [str(node0_copy)] * 2
+    assert (node0_copy / ".complete").stat().st_mtime_ns == copied_at  # not copied again
+    assert all(any((tmp_path / "files" / "node-local" / f"node{n}" / "model").iterdir()) for n in range(3))
     reference, got = losses(tmp_path / "rank0"), losses(tmp_path / "files")
     assert got.keys() == reference.keys() == {1, 2, 3, 4}
     assert all(abs(got[s] - reference[s]) <= 1e-5 * reference[s] for s in reference), (reference, got)

@@ -364,17 +364,21 @@ NODE_LOCAL_SHARE = 0.5  # of the pod's memory the node-local checkpoint tier may
 def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, min_nodes: int) -> float | None:
     """The memory-backed volume of each pod for its node's copy of the newest checkpoint: the largest
     share a node holds (the checkpoint over the fewest nodes allowed), twice (a save writes the new
-    copy before the old one is dropped), with 10% to spare. None where the model's size is unknown."""
-    config = hardware.model_shape or cfg.training_config.model_config.architecture
+    copy before the old one is dropped), plus under LoRA the frozen base's files (2 bytes per
+    parameter), with 10% to spare. None where the model's size is unknown."""
+    mc = cfg.training_config.model_config
+    config = hardware.model_shape or mc.architecture
     try:
-        gb = checkpoint_gb(config, cfg.training_config.model_config)
+        gb = checkpoint_gb(config, mc)
+        base_gb = 2 * ModelShape.from_config(config).params / 1e9 if mc.lora and not mc.architecture else 0.0
     except (ConfigError, KeyError, TypeError):
         return None
-    gib = max(1.0, math.ceil(2 * gb * 1e9 / 2**30 / min_nodes * 1.1))
+    gib = max(1.0, math.ceil((2 * gb / min_nodes + base_gb) * 1e9 / 2**30 * 1.1))
     pod_gib = instance.memory_gib
     if gib > NODE_LOCAL_SHARE * pod_gib:
         raise ConfigError(f"the node-local checkpoint tier needs {gib:,.0f} GiB of memory per node (twice a node's share "
-                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s)), more than {NODE_LOCAL_SHARE:.0%} of "
+                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s)"
+                          f"{f', and the model files ({base_gb:,.0f} GB)' if base_gb else ''}), more than {NODE_LOCAL_SHARE:.0%} of "
                           f"the {pod_gib} GiB of {instance.name}: raise recipes.elastic_policy.min_nodes, or set "
                           f"cluster.node_local=false (restarts then read every byte from the shared volume)")
     return float(gib)

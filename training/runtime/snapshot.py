@@ -31,19 +31,21 @@ def _fetch(name: str) -> str:
                           f"hub id, HF_TOKEN and the network, or give a local directory") from None
 
 
-def local_snapshot(name: str, store, rank: int, local_rank: int, world_size: int) -> str:
-    """The local directory holding `name`'s files (the directory itself when `name` is one)."""
-    if Path(name).is_dir():
-        return name
+def local_snapshot(name: str, store, rank: int, local_rank: int, world_size: int, keep=None) -> str:
+    """The local directory holding `name`'s files (the directory itself when `name` is one), or the
+    copy `keep(directory)` makes of it on this node."""
     # A node's ranks are numbered contiguously: its local rank 0 is global rank `rank - local_rank`.
     node_key, job_key = f"snapshot/node-of-rank-{rank - local_rank}", "snapshot/all-ready"
+    if Path(name).is_dir() and keep is None:
+        return name
     if local_rank == 0:
         try:
-            path = _fetch(name)
+            path = name if Path(name).is_dir() else _fetch(name)
         except ConfigError as e:  # every waiting rank, on every node, reports it too instead of waiting
             for key in (node_key, job_key):
                 store.set(key, _ERROR + str(e))
             raise
+        path = keep(path) if keep else path
         store.set(node_key, path)
     else:
         path = _awaited(store, node_key)
@@ -54,15 +56,18 @@ def local_snapshot(name: str, store, rank: int, local_rank: int, world_size: int
     return path
 
 
-def model_files(mc, topo) -> str | None:
+def model_files(mc, topo, node_local=None) -> str | None:
     """The local directory of the model's files for this process (None: an inline architecture,
-    built from its config), through the job's rendezvous store."""
+    built from its config), through the job's rendezvous store. Under LoRA, whose every start reads
+    the frozen base from the files, they are read from this node's memory (`node_local`, a
+    training.state.node_local.NodeLocalTier) after the node's first start."""
     if mc.architecture:
         return None
     import torch.distributed as dist
 
+    keep = node_local.model_copy if node_local is not None and node_local.volume is not None and mc.lora else None
     return local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(), topo.rank,
-                          topo.local_rank, topo.world_size)
+                          topo.local_rank, topo.world_size, keep)
 
 
 def _awaited(store, key: str) -> str:

@@ -131,7 +131,8 @@ class Trainer:
         self.on_gpu = self.device.type == "cuda"
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
-        self.source = model_files(tc.model_config, self.topo)  # before the first collective
+        self.node_local = NodeLocalTier.from_env(self.topo.node_rank)
+        self.source = model_files(tc.model_config, self.topo, self.node_local)  # before the first collective
         self.mesh = device_mesh(self.topo, self.device, tc.model_config.sharding)
         launch = f"{int(PROCESS_START * 1000)}"
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
@@ -164,8 +165,7 @@ class Trainer:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
         self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir / "checkpoints", self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
-                                                     checkpointed_weights(tc.model_config),
-                                                     NodeLocalTier.from_env(self.topo.node_rank))
+                                                     checkpointed_weights(tc.model_config), self.node_local)
         self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.state = self._model_and_state()
         self.flops_per_token = matmul_flops_per_token(self.model)
@@ -240,7 +240,7 @@ class Trainer:
         grown = [None] * self.topo.world_size
         dist.all_gather_object(grown, host_peak_bytes() - peak)
         self.log.event(event="model", seconds=round(time.perf_counter() - started, 3),
-                       weights=weights_from(tc.model_config, resuming, self.source),
+                       weights=weights_from(tc.model_config, resuming, self.source), files=self.source,
                        host_peak_growth_gib=[round(b / 2**30, 3) for b in grown])
 
     def _loader(self):

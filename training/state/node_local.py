@@ -5,6 +5,9 @@ volume, so a restart in a pod that stayed reads them from memory.
 - Written: after a rank's shards reach the shared volume, it copies them here (a failed copy, e.g.
   a full memory volume, is dropped with a warning: the shared copy is the checkpoint). Once a
   checkpoint is COMPLETE on the shared volume, the node drops every older step it holds.
+- The model's files: a LoRA (or DPO with LoRA) job reads its frozen base from the model's files on
+  every start; one process per node copies them here on the first start, and every later start on
+  the node reads them from memory.
 - Read: for the newest checkpoint COMPLETE on the shared volume (the only authority: a copy here
   of a step the shared volume does not show complete is never used), each shard file this node
   holds with the size the manifest gives is read from here, every other from the shared volume;
@@ -33,13 +36,16 @@ from training.contract.config_files import NODE_LOCAL_DIR_ENV
 from training.state.item_checksums import ItemCrc32
 
 SHARED, NODE_LOCAL = "shared volume", "node memory"
+READY = ".complete"  # a whole copy of the model's files
 
 
 class NodeLocalTier:
-    """This node's directory of checkpoint shards (None when the job has no node-local tier)."""
+    """This node's memory volume (None when the job has none): `checkpoints/` holds this node's
+    shards of the newest checkpoint, `model/` the frozen base model's files of a LoRA job."""
 
-    def __init__(self, root: Path | None):
-        self.root = root
+    def __init__(self, volume: Path | None):
+        self.volume = volume
+        self.root = volume / "checkpoints" if volume is not None else None
         self._warned = False
 
     @classmethod
@@ -48,7 +54,9 @@ class NodeLocalTier:
         return cls(Path(value.replace("{node_rank}", str(node_rank))) if value else None)
 
     def keep(self, step_dir: Path, names: list[str]) -> None:
-        """Copy this rank's files of `step_dir` (on the shared volume) here; a failed copy leaves none."""
+        """Copy this rank's files of `step_dir` (on the shared volume) here; a failed copy leaves none.
+        Where both are one filesystem (local runs) a hard link is the copy: checkpoint files are
+        never changed in place, and the link keeps the bytes when the shared file is pruned."""
         if self.root is None:
             return
         target = self.root / step_dir.name
@@ -56,7 +64,10 @@ class NodeLocalTier:
             tmp = target / f"{name}.tmp-{os.getpid()}"
             try:
                 target.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(step_dir / name, tmp)
+                try:
+                    os.link(step_dir / name, tmp)
+                except OSError:  # another filesystem (a pod's memory volume): copy the bytes
+                    shutil.copyfile(step_dir / name, tmp)
                 os.replace(tmp, target / name)
             except OSError as e:
                 tmp.unlink(missing_ok=True)
@@ -65,6 +76,32 @@ class NodeLocalTier:
                     print(f"warning: node-local copy of {step_dir.name} failed ({e.strerror}): restarts read it from "
                           f"the shared volume", file=sys.stderr, flush=True)
                     self._warned = True
+
+    def model_copy(self, source: str) -> str:
+        """The model's files (`source`, on the shared volume or the hub cache) copied once into this
+        node's memory, the copy's directory returned; `source` itself where there is no memory volume
+        or the copy fails (a full volume: warned, the files are read where they are). Called by one
+        process per node."""
+        if self.volume is None:
+            return source
+        import hashlib
+
+        target = self.volume / "model" / hashlib.sha256(str(Path(source).resolve()).encode()).hexdigest()[:16]
+        if (target / READY).exists():
+            return str(target)
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*"))  # follows the hub cache's links
+            (tmp / READY).touch()
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"warning: node-local copy of the model's files failed ({e.strerror}): every start reads them from "
+                  f"{source}", file=sys.stderr, flush=True)
+            return source
+        return str(target)
 
     def drop_all_but(self, step_name: str) -> None:
         if self.root is not None and self.root.is_dir():
