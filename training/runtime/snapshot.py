@@ -67,7 +67,7 @@ def model_files(mc, topo, node_local=None) -> str | None:
 
     keep = node_local.model_copy if node_local is not None and node_local.volume is not None and mc.lora else None
     return local_snapshot(mc.model_name_or_path, dist.distributed_c10d._get_default_store(), topo.rank,
-                          topo.local_rank, topo.world_size, keep)
+                          topo.rank_in_node, topo.world_size, keep)
 
 
 def _awaited(store, key: str) -> str:

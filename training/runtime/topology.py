@@ -22,6 +22,12 @@ class Topology:
     def node_rank(self) -> int:
         return self.rank // max(1, self.world_size // self.nodes)
 
+    @property
+    def rank_in_node(self) -> int:
+        """This rank's place among its node's ranks: the local rank, also where a local run emulates
+        several nodes in one torchrun (whose local ranks then span them all)."""
+        return self.rank % max(1, self.world_size // self.nodes)
+
     @classmethod
     def from_env(cls) -> "Topology":
         if "WORLD_SIZE" not in os.environ:  # plain `python -m training`: a world of one
