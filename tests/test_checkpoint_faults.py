@@ -16,14 +16,17 @@ from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, C
 from training.state.node_local import NODE_LOCAL, SHARED, NodeLocalTier
 
 
-def make(tmp_path, keep_last=3):
+def make(root, keep_last=3, node_memory=None):
+    """A checkpointer over `root`; with `node_memory`, its node keeps a copy of its shards there (the
+    pod's memory volume)."""
     model = tiny_causal_lm("llama")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return model, optimizer, Checkpointer(tmp_path, keep_last=keep_last, async_save=False, rank=0, world_size=1)
+    return model, optimizer, Checkpointer(root, keep_last=keep_last, async_save=False, rank=0, world_size=1,
+                                          node_local=NodeLocalTier(node_memory))
 
 
-def save_steps(tmp_path, *steps):
-    model, optimizer, ckpt = make(tmp_path)
+def save_steps(root, *steps, node_memory=None):
+    model, optimizer, ckpt = make(root, node_memory=node_memory)
     for step in steps:
         with torch.no_grad():
             model.lm_head.weight.fill_(float(step))
@@ -31,10 +34,10 @@ def save_steps(tmp_path, *steps):
     return model
 
 
-def load(tmp_path):
-    model, optimizer, ckpt = make(tmp_path)
+def load(root, node_memory=None):
+    model, optimizer, ckpt = make(root, node_memory=node_memory)
     state = ckpt.load(model, optimizer, {}, ignore_fingerprint=False)
-    return state, model
+    return state, model, ckpt
 
 
 def largest_shard(path):
@@ -51,7 +54,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, proc
     else:
         data = data[: len(data) // 2]
     shard.write_bytes(bytes(data))
-    state, model = load(tmp_path)
+    state, model, _ = load(tmp_path)
     assert state.step == 4 and torch.all(model.lm_head.weight == 4.0)
     assert (tmp_path / f"step-00000008{CORRUPT_SUFFIX}").is_dir() and not step_dir(tmp_path, 8).exists()
     warning = capsys.readouterr().err.strip().splitlines()
@@ -126,26 +129,18 @@ def test_keep_last_one_keeps_the_newest_and_drops_partials(tmp_path, process_gro
 
 
 # --- the node-local tier ------------------------------------------------------------------------------
-def tiered(tmp_path):
-    """A checkpointer whose node keeps a copy of its shards in tmp_path/node (the pod's memory volume)."""
-    model = tiny_causal_lm("llama")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return model, optimizer, Checkpointer(tmp_path / "shared", keep_last=3, async_save=False, rank=0, world_size=1,
-                                          node_local=NodeLocalTier(tmp_path / "node"))
-
-
 def save_tiered(tmp_path, *steps):
-    model, optimizer, ckpt = tiered(tmp_path)
-    for step in steps:
-        with torch.no_grad():
-            model.lm_head.weight.fill_(float(step))
-        ckpt.save(model, optimizer, TrainState(step=step, consumed_samples=8 * step))
+    save_steps(tmp_path / "shared", *steps, node_memory=tmp_path / "node")
 
 
 def load_tiered(tmp_path):
-    model, optimizer, ckpt = tiered(tmp_path)
-    state = ckpt.load(model, optimizer, {}, ignore_fingerprint=False)
+    state, model, ckpt = load(tmp_path / "shared", node_memory=tmp_path / "node")
     return state, float(model.lm_head.weight[0, 0].detach()), ckpt.load_tiers
+
+
+def node_steps(tmp_path):
+    """Where the node keeps its copies of checkpoint shards."""
+    return tmp_path / "node" / "checkpoints"
 
 
 def shard_bytes(path):
@@ -162,9 +157,9 @@ def test_a_restart_reads_the_nodes_own_copy_and_the_node_keeps_only_the_newest(t
     if copy == "copied":  # a pod's memory volume is another filesystem than the shared volume
         monkeypatch.setattr(os, "link", cross_device)
     save_tiered(tmp_path, 4, 8)
-    node_copy = largest_shard(tmp_path / "node" / "step-00000008")
+    node_copy = largest_shard(node_steps(tmp_path) / "step-00000008")
     assert (node_copy.stat().st_ino == largest_shard(step_dir(tmp_path / "shared", 8)).stat().st_ino) == (copy == "linked")
-    assert [p.name for p in (tmp_path / "node").iterdir()] == ["step-00000008"]  # step 4's copy dropped
+    assert [p.name for p in node_steps(tmp_path).iterdir()] == ["step-00000008"]  # step 4's copy dropped
     state, weight, tiers = load_tiered(tmp_path)
     assert (state.step, weight) == (8, 8.0)
     assert tiers[NODE_LOCAL] == shard_bytes(step_dir(tmp_path / "shared", 8)) and tiers[SHARED] == 0
@@ -175,9 +170,9 @@ def test_a_node_copy_that_is_gone_partial_stale_or_corrupt_is_read_from_the_shar
                                                                                            capsys, damage):
     save_tiered(tmp_path, 4)
     stale = tmp_path / "stale"
-    shutil.copytree(tmp_path / "node", stale)
+    shutil.copytree(node_steps(tmp_path), stale)
     save_tiered(tmp_path, 8)
-    node_copy = largest_shard(tmp_path / "node" / "step-00000008")
+    node_copy = largest_shard(node_steps(tmp_path) / "step-00000008")
 
     def damage_node_copy(data: bytes) -> None:  # the node's copy only (here a hard link of the shared file)
         node_copy.with_suffix(".new").write_bytes(data)
@@ -188,8 +183,8 @@ def test_a_node_copy_that_is_gone_partial_stale_or_corrupt_is_read_from_the_shar
     elif damage == "truncated":  # memory ran short mid-copy
         damage_node_copy(node_copy.read_bytes()[:1000])
     elif damage == "stale":  # the node holds an older step than the shared volume's newest
-        shutil.rmtree(tmp_path / "node")
-        shutil.copytree(stale, tmp_path / "node")
+        shutil.rmtree(node_steps(tmp_path))
+        shutil.copytree(stale, node_steps(tmp_path))
     else:  # same size, other bytes: only the items' checksums can tell
         data = bytearray(node_copy.read_bytes())
         data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
