@@ -178,6 +178,10 @@ def test_resize_2_3_1_under_the_real_agent(job):
     # Restarts agreed with the agent's progress; nothing is left running.
     assert not any(re.search(r"warning: the agent's progress", p.log.read_text()) for p in operator.pods)
     wait_for(lambda: not own_processes(work / "pods"), timeout=30)
+    loads = [(sum(v for k, v in r.items() if k.startswith("load_")), r["read_mb"])
+             for r in records(run_dir) if r.get("event") == "resume"]
     print(f"\nstop -> agents ready (s): {[round(t, 2) for t in timings['stop_to_ready']]}; "
-          f"/start -> first step (s): {[round(t, 2) for t in timings['start_to_step']]}")
+          f"/start -> first step (s): {[round(t, 2) for t in timings['start_to_step']]}; "
+          f"of it the load (s, MB from node memory / shared volume): "
+          f"{[(round(s, 2), '/'.join(str(v) for v in mb.values())) for s, mb in loads]}")
     assert os.path.isdir(step_dir(run_dir / "checkpoints", STEPS))

@@ -376,11 +376,12 @@ def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, m
     gib = max(1.0, math.ceil((2 * gb / min_nodes + base_gb) * 1e9 / 2**30 * 1.1))
     pod_gib = instance.memory_gib
     if gib > NODE_LOCAL_SHARE * pod_gib:
+        files = f", and the model files ({base_gb:,.0f} GB)" if base_gb else ""
         raise ConfigError(f"the node-local checkpoint tier needs {gib:,.0f} GiB of memory per node (twice a node's share "
-                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s)"
-                          f"{f', and the model files ({base_gb:,.0f} GB)' if base_gb else ''}), more than {NODE_LOCAL_SHARE:.0%} of "
-                          f"the {pod_gib} GiB of {instance.name}: raise recipes.elastic_policy.min_nodes, or set "
-                          f"cluster.node_local=false (restarts then read every byte from the shared volume)")
+                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s){files}), more than "
+                          f"{NODE_LOCAL_SHARE:.0%} of the {pod_gib} GiB of {instance.name}: raise "
+                          f"recipes.elastic_policy.min_nodes, or set cluster.node_local=false (restarts then read every "
+                          f"byte from the shared volume)")
     return float(gib)
 
 

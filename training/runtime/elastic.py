@@ -145,10 +145,10 @@ class ElasticStop:
                 os._exit(0)
             _say(f"{name} during {'start-up' if phase == 'starting' else 'the final steps'}: "
                  f"exiting without a checkpoint")
-            # Nothing is saved in these phases, so nothing may keep this rank alive for long.
-            threading.Timer(STORE_WAIT_S + 2 * STORE_OP_TIMEOUT_S, os._exit, (0,)).start()
             alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
             if not alone and self._store_ready.wait(STORE_WAIT_S):
+                # Nothing is saved in these phases: the announcement must not keep this rank alive for long.
+                threading.Timer(3 * STORE_OP_TIMEOUT_S, os._exit, (0,)).start()
                 self._announce()
             os._exit(0)
 

@@ -160,9 +160,9 @@ class Checkpointer:
 
     def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
                  timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None,
-                 node_local: NodeLocalTier = NodeLocalTier(None)):
+                 node_local: NodeLocalTier | None = None):
         self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
-        self.node_local = node_local  # this node's copy of the newest checkpoint (training.state.node_local)
+        self.node_local = node_local or NodeLocalTier(None)  # this node's copy of the newest checkpoint
         self.io_threads = io_threads()
         self.load_tiers: dict[str, int] = {}  # bytes the last load read from each tier
         # Which weights are saved and loaded (training.model.lora.checkpointed_weights: LoRA keeps only the adapters).
@@ -367,7 +367,7 @@ class Checkpointer:
             if _agree("node copies read" if reader.local_names else None, self.world_size) is None:
                 raise
             # A node's copy may be what failed: read the shared volume alone before giving the checkpoint up.
-            reader = TieredReader(path, {}, self.io_threads)
+            reader = TieredReader(path, threads=self.io_threads)
             dcp.load(app, storage_reader=reader)
         self.load_tiers = reader.bytes_read
         marks.append(time.perf_counter())
@@ -423,7 +423,7 @@ def load_weights(path: Path, model, options: StateDictOptions, expected: dict, r
     _check_fingerprint(path, state, expected, ignore=False)
     model_state = {"model": get_model_state_dict(model, options=options)}
     try:
-        dcp.load(model_state, storage_reader=item_checksums.reader(path))
+        dcp.load(model_state, storage_reader=TieredReader(path))
     except CheckpointException as e:
         raise CheckpointError(f"checkpoint {path} is unusable ({str(e).strip().splitlines()[-1][:300]}): export an "
                               f"older step-N directory") from None

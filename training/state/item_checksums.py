@@ -14,7 +14,7 @@ import io
 import zlib
 
 from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 TRAILER = 4
 
@@ -71,8 +71,8 @@ def writer(path, threads: int = 1) -> FileSystemWriter:
     return FileSystemWriter(path, thread_count=threads, _extensions=[ItemCrc32()])
 
 
-def reader(path) -> FileSystemReader:
-    """DCP's file reader, checking every checksummed item it reads."""
-    registry = ExtensionRegistry()
-    registry.register(ItemCrc32)
-    return FileSystemReader(path, _extension_registry=registry)
+def registry() -> ExtensionRegistry:
+    """What a DCP reader needs to check every checksummed item it reads."""
+    extensions = ExtensionRegistry()
+    extensions.register(ItemCrc32)
+    return extensions

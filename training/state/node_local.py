@@ -27,13 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from torch.distributed.checkpoint._extension import ExtensionRegistry
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
 from torch.futures import Future
 
 from training.contract.config_files import NODE_LOCAL_DIR_ENV
-from training.state.item_checksums import ItemCrc32
+from training.state import item_checksums
 
 SHARED, NODE_LOCAL = "shared volume", "node memory"
 READY = ".complete"  # a whole copy of the model's files
@@ -135,10 +134,9 @@ class TieredReader(FileSystemReader):
     copy; counts the bytes it read from each tier. Every checksummed item is checked. The files are
     read on `threads` threads (reading, checksums and copies release the GIL), one file each."""
 
-    def __init__(self, path: Path, held: dict[str, Path], threads: int = 1):
-        registry = ExtensionRegistry()
-        registry.register(ItemCrc32)
-        super().__init__(path, _extension_registry=registry)
+    def __init__(self, path: Path, held: dict[str, Path] | None = None, threads: int = 1):
+        super().__init__(path, _extension_registry=item_checksums.registry())
+        held = held or {}
         self.fs = _TieredFileSystem(Path(path), held)
         self.local_names = {str(p) for p in held.values()}
         self.threads = threads
