@@ -387,7 +387,6 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
     return train, val, json.loads((target / _STATS).read_text())
 
 
-
 @dataclass(frozen=True)
 class TrainingData:
     """The tokenized rows a run trains and validates on, and what building them counted."""
@@ -409,6 +408,7 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
                                              data_format=data_format, seed=seed)
     return TrainingData(train, validation, len(tokenizer), stats)
+
 
 def collate(rows: list[dict], width_multiple: int = 1) -> dict:
     """Right-pad a micro-batch, with no attention mask: attention is causal, so right padding never

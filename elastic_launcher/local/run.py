@@ -51,7 +51,7 @@ class LocalJob:
         cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
         return cmd + ([f"--pause-at-steps={','.join(map(str, pause_at))}"] if pause_at else [])
 
-    def node_local_dir(self, node: int) -> Path:
+    def node_local_dir(self, node: int | str) -> Path:
         """Where emulated node `node` keeps its node-local checkpoint tier (a pod's memory volume)."""
         return self.run_dir / "node-local" / f"node{node}"
 
@@ -67,7 +67,7 @@ class LocalJob:
         return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "PYTHONUNBUFFERED": "1",
                 "TMPDIR": str(tmp), "PYTHONPATH": path,
-                NODE_LOCAL_DIR_ENV: str(self.run_dir / "node-local" / "node{node_rank}")}
+                NODE_LOCAL_DIR_ENV: str(self.node_local_dir("{node_rank}"))}  # the trainer fills in its node
 
     def start(self, nodes: int, stop_at_step: int | None = None, log=None, pause_at: list[int] = ()) -> subprocess.Popen:
         """torchrun in its own session (so a resize can signal the whole job at once), dying with us."""

@@ -15,7 +15,7 @@ from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
 from elastic_launcher.planning.plan import Plan, node_local_gib
 from elastic_launcher.render.configs import config_files, dump_yaml
-from elastic_launcher.render.trainjob import TRAINJOB_RESERVED_ENV, check_trainjob
+from elastic_launcher.render.trainjob import check_trainjob
 from training.contract.config_files import NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
 from training.contract.errors import ConfigError
 
@@ -77,9 +77,6 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: flo
     if plan.instance.efa:
         env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"})
     for name, value in cluster.env.items():
-        if target == "trainjob" and name in TRAINJOB_RESERVED_ENV:
-            raise ConfigError(f"cluster.env.{name} is set by the TrainJob's runtime for torchrun (reserved by "
-                              f"Kubeflow Trainer): remove it; the node count is recipes.trainer.num_nodes")
         if SECRET_NAME.search(str(name)):
             raise ConfigError(f"cluster.env.{name} looks like a secret: reference a Kubernetes Secret with "
                               f"cluster.secret_env.{name}={{secret: <name>, key: <key>}} instead of plain text")

@@ -35,8 +35,13 @@ def check_trainjob(plan: Plan, cluster: ClusterSettings) -> None:
     if not RFC1035_LABEL.match(plan.job_name):
         raise ConfigError(f"job name {plan.job_name!r}: a TrainJob's name must start with a letter (RFC 1035): "
                           f"set cluster.job_name=<name starting with a letter>")
-    for key, value, default in (("priority_class", cluster.priority_class, None),
-                                ("image_pull_policy", cluster.image_pull_policy, "IfNotPresent")):
-        if value != default:
-            raise ConfigError(f"cluster.{key}={value!r} has no field in a TrainJob (Trainer v2.3's runtime patches "
-                              f"do not carry it): set it in the ClusterTrainingRuntime, or use target=kubeflow")
+    defaults = ClusterSettings()
+    for key in ("priority_class", "image_pull_policy"):
+        if getattr(cluster, key) != getattr(defaults, key):
+            raise ConfigError(f"cluster.{key}={getattr(cluster, key)!r} has no field in a TrainJob (Trainer v2.3's "
+                              f"runtime patches do not carry it): set it in the ClusterTrainingRuntime, or use "
+                              f"target=kubeflow")
+    for name in cluster.env:
+        if name in TRAINJOB_RESERVED_ENV:
+            raise ConfigError(f"cluster.env.{name} is set by the TrainJob's runtime for torchrun (reserved by "
+                              f"Kubeflow Trainer): remove it; the node count is recipes.trainer.num_nodes")

@@ -19,6 +19,7 @@ volume, so a restart in a pod that stayed reads them from memory.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 import sys
@@ -83,8 +84,6 @@ class NodeLocalTier:
         process per node."""
         if self.volume is None:
             return source
-        import hashlib
-
         target = self.volume / "model" / hashlib.sha256(str(Path(source).resolve()).encode()).hexdigest()[:16]
         if (target / READY).exists():
             return str(target)
