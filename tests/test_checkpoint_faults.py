@@ -61,12 +61,14 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, proc
     assert len(warning) == 1 and "step-00000008" in warning[0] and "previous one" in warning[0]
 
 
-def test_a_non_finite_model_is_never_saved(tmp_path, process_group):
+@pytest.mark.parametrize("values", [["nan"], ["inf"], ["inf", "-inf"]])  # opposite infinities must not cancel out
+def test_a_non_finite_model_is_never_saved(tmp_path, process_group, values):
     model = save_steps(tmp_path, 4)
     _, optimizer, ckpt = make(tmp_path)
     with torch.no_grad():
-        model.lm_head.weight[0, 0] = float("nan")
-    with pytest.raises(CheckpointError, match="step-00000008 has 1 non-finite values: not saved.*stays step-00000004"):
+        for i, value in enumerate(values):
+            model.lm_head.weight[0, i] = float(value)
+    with pytest.raises(CheckpointError, match=r"step-00000008 holds non-finite values on 1 rank\(s\): not saved.*stays step-00000004"):
         ckpt.save(model, optimizer, TrainState(step=8))
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-00000004"]
     assert not step_dir(tmp_path, 8).exists()

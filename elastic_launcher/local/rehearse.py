@@ -26,7 +26,8 @@ from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.local import report as rehearsal_report
-from elastic_launcher.local.run import LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job
+from elastic_launcher.local.run import (LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job,
+                                        stop_workers)
 from elastic_launcher.local.timeline import Timeline
 from elastic_launcher.planning.plan import Plan, make_plan
 from training.contract.errors import ConfigError
@@ -65,9 +66,8 @@ class Rehearsal:
     def stop_gracefully(self, reason: str) -> None:
         workers = child_pids(self.proc.pid)
         self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.operator.size, reason=reason)
-        code, graceful = stop_job(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
-        self.timeline.add("exit", code=code, graceful=graceful,
-                          **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
+        graceful = stop_workers(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
+        self.timeline.add("exit", graceful=graceful, **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
         self.proc = None
         self.operator.stopped(time.time())
 

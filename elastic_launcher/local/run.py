@@ -76,15 +76,16 @@ class LocalJob:
                                 preexec_fn=_die_with_launcher)
 
 
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid` (torchrun's workers), read from /proc."""
+def child_pids(pid: int, running: bool = False) -> list[int]:
+    """Direct children of `pid` (torchrun's workers), read from /proc; with `running`, only those that
+    have not exited (an exited child stays listed until its parent reaps it)."""
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid:
+        if int(fields[1]) == pid and not (running and fields[0] in "ZX"):
             children.append(int(stat.parent.name))
     return sorted(children)
 
@@ -105,6 +106,35 @@ def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) ->
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait(), False
+
+
+def stop_workers(proc: subprocess.Popen, grace: float, sig: int) -> bool:
+    """Ask every worker to checkpoint and exit (`sig`) and wait up to `grace` seconds for the workers
+    alone; kill the job past that. Returns whether they exited in time. A resize ends when its
+    workers have exited: the HyperPod agent (and torchrun restarting its own workers) stays up between
+    the stop and the next start, so torchrun's own exit is no part of a resize; it goes on in the
+    background and is reaped there."""
+    workers = child_pids(proc.pid)
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.monotonic() + grace
+    while child_pids(proc.pid, running=True) and proc.poll() is None:
+        if time.monotonic() > deadline:
+            stop_job(proc, grace=0)
+            return False
+        time.sleep(0.02)
+    threading.Thread(target=_reap, args=(proc,), name="reap-torchrun", daemon=True).start()
+    return True
+
+
+def _reap(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 class Terminated(KeyboardInterrupt):

@@ -131,23 +131,27 @@ def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str
     return None
 
 
-def _allocate_adamw_state(optimizer) -> None:
-    """Give a fresh AdamW its (zero) state so DCP has tensors to load into. torch's generic fallback
-    runs a whole optimizer step for this, which dominates resume time for large models on CPU."""
+def _allocate_adamw_state(optimizer, to_load: bool) -> None:
+    """Give a fresh AdamW its state so DCP has tensors to save or to load into. torch's generic
+    fallback runs a whole optimizer step for this, which dominates resume time for large models on
+    CPU. Tensors that a load overwrites whole are left unwritten (a failed load rebuilds the optimizer)."""
     if optimizer.state or not isinstance(optimizer, torch.optim.AdamW):
         return
+    new = torch.empty_like if to_load else torch.zeros_like
     for group in optimizer.param_groups:
         for p in group["params"]:
-            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            state = {"step": torch.tensor(0.0), "exp_avg": new(p), "exp_avg_sq": new(p)}
             if group["amsgrad"]:
-                state["max_exp_avg_sq"] = torch.zeros_like(p)
+                state["max_exp_avg_sq"] = new(p)
             optimizer.state[p] = state
 
 
-def _nonfinite_count(model) -> int:
-    """Non-finite values in this rank's parameter shards (a device-side count, one host sync)."""
-    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
-    return int(sum((~torch.isfinite(t)).sum() for t in local if t.numel()))
+def _all_finite(model) -> bool:
+    """Whether this rank's parameter shards hold only finite values: one float64 sum per shard (a NaN
+    or inf anywhere makes it non-finite, and float64 cannot overflow on fp32/bf16 values), one host sync."""
+    sums = [t.sum(dtype=torch.float64) for p in model.parameters()
+            if (t := p.to_local() if hasattr(p, "to_local") else p).numel()]
+    return not sums or bool(torch.isfinite(torch.stack(sums).sum()))
 
 
 class Checkpointer:
@@ -182,8 +186,8 @@ class Checkpointer:
         else:
             self._group = None
 
-    def _app_state(self, model, optimizer) -> dict:
-        _allocate_adamw_state(optimizer)
+    def _app_state(self, model, optimizer, to_load: bool = False) -> dict:
+        _allocate_adamw_state(optimizer, to_load)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         return {"model": model_sd, "optim": optim_sd}
 
@@ -223,18 +227,18 @@ class Checkpointer:
 
     def _preflight(self, model, target: Path) -> None:
         """Refuse a save that would be poisoned or would not fit, before writing a byte. One
-        collective: non-finite parameters summed over ranks, plus rank 0's view of the disk."""
+        collective: the ranks whose parameters are not all finite, plus rank 0's view of the disk."""
         newest = latest_checkpoint(self.root)
         free = shutil.disk_usage(self.root).free if self.rank == 0 else 0
         device = next(model.parameters()).device
-        found = torch.tensor([_nonfinite_count(model), self._space_needed(model), free],
+        found = torch.tensor([not _all_finite(model), self._space_needed(model), free],
                              dtype=torch.float64, device=device)
         dist.all_reduce(found)
         bad, need, free = found.tolist()
         keep = newest.name if newest else "(none)"
         if bad:
-            raise CheckpointError(f"model state at {target.name} has {bad:.0f} non-finite values: not saved; the "
-                                  f"newest checkpoint stays {keep}")
+            raise CheckpointError(f"model state at {target.name} holds non-finite values on {bad:.0f} rank(s): not "
+                                  f"saved; the newest checkpoint stays {keep}")
         self._check_space(need, free, target)
 
     def save(self, model, optimizer, state: TrainState, blocking: bool = False) -> Path:
@@ -357,7 +361,7 @@ class Checkpointer:
 
     def _read(self, path: Path, model, optimizer) -> None:
         marks = [time.perf_counter()]
-        app = self._app_state(model, optimizer)  # allocates the optimizer state to read into
+        app = self._app_state(model, optimizer, to_load=True)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
         manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
         reader = TieredReader(path, self.node_local.holding(path, manifest), self.io_threads)

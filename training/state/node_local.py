@@ -28,8 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
-from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
 from training.contract.config_files import NODE_LOCAL_DIR_ENV
@@ -128,10 +130,23 @@ class _TieredFileSystem(FileSystem):
             yield stream
 
 
+def _row_major(lengths: list[int], stride: tuple[int, ...]) -> bool:
+    """Whether elements with these lengths and strides lie one after another (C order, no gaps)."""
+    expected = 1
+    for n, s in reversed(list(zip(lengths, stride))):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
 class TieredReader(FileSystemReader):
     """DCP's file reader over the shared step directory, taking the files in `held` from the node's
-    copy; counts the bytes it read from each tier. Every checksummed item is checked. The files are
-    read on `threads` threads (reading, checksums and copies release the GIL), one file each."""
+    copy; counts the bytes it read from each tier. A tensor item with block checksums is read as the
+    byte range this rank needs, straight into its destination where the layouts allow (a rank that
+    holds half of a stored tensor reads half of it); every other item the usual way, whole. Every
+    checksummed byte read is checked. The files are read on `threads` threads (reading, checksums
+    and copies release the GIL), one file each."""
 
     def __init__(self, path: Path, held: dict[str, Path] | None = None, threads: int = 1):
         super().__init__(path, _extension_registry=item_checksums.registry())
@@ -142,23 +157,66 @@ class TieredReader(FileSystemReader):
         self.bytes_read = {NODE_LOCAL: 0, SHARED: 0}
         self._lock = threading.Lock()
 
-    def _slice_file(self, file, sinfo):
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
+        super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        self.tensors = metadata.state_dict_metadata
+
+    def _count(self, file_name: str | None, n: int) -> None:
         with self._lock:
-            self.bytes_read[NODE_LOCAL if getattr(file, "name", None) in self.local_names else SHARED] += sinfo.length
+            self.bytes_read[NODE_LOCAL if file_name in self.local_names else SHARED] += n
+
+    def _slice_file(self, file, sinfo):
+        self._count(getattr(file, "name", None), sinfo.length)
         return super()._slice_file(file, sinfo)
+
+    def _ranged(self, req: ReadItem) -> bool:
+        return req.type == LoadItemType.TENSOR and \
+            self.storage_data[req.storage_index].transform_descriptors == [item_checksums.BLOCKS_DESCRIPTOR]
+
+    def _read_range(self, file, req: ReadItem, planner: LoadPlanner) -> bool:
+        """Read `req` as the byte range it needs; False when the stored tensor's layout is not a plain
+        one (then it is read whole)."""
+        info = self.storage_data[req.storage_index]
+        dtype = self.tensors[req.storage_index.fqn].properties.dtype
+        size = dtype.itemsize
+        item = item_checksums.ChecksummedItem(file, info.offset, info.length)
+        try:
+            layout = item_checksums.tensor_layout(item, size)
+            if layout is None:
+                return False
+            lengths, stride = list(req.lengths), layout.stride
+            count = 1 + sum((n - 1) * s for n, s in zip(lengths, stride)) if all(lengths) else 0
+            start = layout.start + sum(o * s for o, s in zip(req.storage_offsets, stride)) * size
+            target = planner.resolve_tensor(req).detach()
+            if _row_major(lengths, stride) and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous():
+                item.read(start, memoryview(target.reshape(-1).view(torch.uint8).numpy()))  # straight in
+            else:
+                buffer = bytearray(count * size)
+                item.read(start, memoryview(buffer))
+                if count:
+                    target.copy_(torch.frombuffer(buffer, dtype=dtype).as_strided(lengths, stride))
+            planner.commit_tensor(req, target)
+            return True
+        finally:
+            self._count(file.name, item.bytes_read)
+
+    def _read_file(self, name: str, items: list, plan: LoadPlan, planner: LoadPlanner) -> None:
+        whole = [req for req in items if not self._ranged(req)]
+        ranged = [req for req in items if self._ranged(req)]
+        if ranged:
+            shared = self.fs.concat_path(self.path, name)
+            with open(self.fs.moved.get(str(shared), shared), "rb") as file:
+                whole += [req for req in ranged if not self._read_range(file, req, planner)]
+        if whole:
+            super().read_data(dataclasses.replace(plan, items=whole), planner)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         by_file: dict[str, list] = {}
         for item in plan.items:
             by_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
-        if self.threads <= 1 or len(by_file) <= 1:
-            return super().read_data(plan, planner)
-
-        def read_file(items: list) -> None:  # DCP's own reader, for one file's items
-            super(TieredReader, self).read_data(dataclasses.replace(plan, items=items), planner)
-
-        with ThreadPoolExecutor(max_workers=min(self.threads, len(by_file)), thread_name_prefix="ckpt-read") as pool:
-            for done in [pool.submit(read_file, items) for items in by_file.values()]:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.threads, len(by_file))),
+                                thread_name_prefix="ckpt-read") as pool:
+            for done in [pool.submit(self._read_file, name, items, plan, planner) for name, items in by_file.items()]:
                 done.result()
         future: Future = Future()
         future.set_result(None)
