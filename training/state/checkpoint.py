@@ -18,6 +18,7 @@ kept only when the world size is unchanged.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 
@@ -69,6 +71,26 @@ def io_threads() -> int:
     ranks, at most 4 (each thread writes a file of its own)."""
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     return max(1, min(4, (os.cpu_count() or 1) // ranks_here))
+
+
+@contextmanager
+def lean_io():
+    """What a checkpoint's save or load does without:
+    - Python's cyclic garbage collector: DCP pickles and unpickles its plans and metadata, many small
+      objects that set it off, and each collection walks the whole heap (torch, transformers, the
+      model); measured, half the time of a save of a 58M-parameter model, a third of its load. A
+      save or load leaves no cycles worth collecting on the way.
+    - torch.save's own CRC32 of every record: every item already carries its block checksums, and
+      torch.load never checks it; it is a second pass over every byte written."""
+    enabled, crc = gc.isenabled(), torch.serialization.get_crc32_options()
+    gc.disable()
+    torch.serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(crc)
+        if enabled:
+            gc.enable()
 
 
 def bytes_on_disk(path: Path) -> int:
@@ -147,9 +169,11 @@ def _allocate_adamw_state(optimizer, to_load: bool) -> None:
 
 
 def _all_finite(model) -> bool:
-    """Whether this rank's parameter shards hold only finite values: one float64 sum per shard (a NaN
-    or inf anywhere makes it non-finite, and float64 cannot overflow on fp32/bf16 values), one host sync."""
-    sums = [t.sum(dtype=torch.float64) for p in model.parameters()
+    """Whether this rank's parameter shards hold only finite values: one sum per shard in its own
+    dtype (vectorized; a float64 sum converts element by element, 18x slower), one host sync. A NaN
+    or inf anywhere makes the sum non-finite (opposite infinities make a NaN); a finite shard's sum
+    overflows only at magnitudes (~1e38 / its size) no trainable model holds."""
+    sums = [t.sum().double() for p in model.parameters()
             if (t := p.to_local() if hasattr(p, "to_local") else p).numel()]
     return not sums or bool(torch.isfinite(torch.stack(sums).sum()))
 
@@ -273,7 +297,8 @@ class Checkpointer:
         return target
 
     def _write(self, app: dict, target: Path, group) -> dict[str, list]:
-        dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads), process_group=group)
+        with lean_io():
+            dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads), process_group=group)
         own = _own_files(target, self.rank)
         self.node_local.keep(target, [name for name in own if name.endswith(".distcp")])
         return own
@@ -349,7 +374,8 @@ class Checkpointer:
             if problem is None:
                 _check_fingerprint(path, state, fingerprint, ignore_fingerprint)
                 try:
-                    self._read(path, model, optimizer)
+                    with lean_io():
+                        self._read(path, model, optimizer)
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - an item that fails its checksum, ...
                     problem = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
                 problem = self._agree(problem)
@@ -427,7 +453,8 @@ def load_weights(path: Path, model, options: StateDictOptions, expected: dict, r
     _check_fingerprint(path, state, expected, ignore=False)
     model_state = {"model": get_model_state_dict(model, options=options)}
     try:
-        dcp.load(model_state, storage_reader=TieredReader(path))
+        with lean_io():
+            dcp.load(model_state, storage_reader=TieredReader(path))
     except CheckpointException as e:
         raise CheckpointError(f"checkpoint {path} is unusable ({str(e).strip().splitlines()[-1][:300]}): export an "
                               f"older step-N directory") from None
