@@ -184,3 +184,28 @@ def test_hsdp_over_two_local_nodes_matches_fsdp(tmp_path):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for step in a:
         assert a[step] == pytest.approx(b[step], rel=1e-5)
+
+
+FAKE_TORCHRUN = """
+import signal, subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGUSR1, lambda *a: "
+                           "exit(0)); print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+worker.stdout.readline()
+print('ready', flush=True)
+worker.wait()
+time.sleep(float(sys.argv[1]))  # a launcher tearing itself down after its workers are gone
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_resize_stop_ends_when_the_workers_exit_and_the_launcher_is_reaped_later():
+    """A rehearsal's stop waits for the workers (what holds the node), not for torchrun's own teardown,
+    which the HyperPod agent never does between a stop and the next start; torchrun is still reaped."""
+    from elastic_launcher.local.run import stop_workers
+
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_TORCHRUN, "3"], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    assert stop_workers(proc, grace=30, sig=signal.SIGUSR1) is True
+    assert child_pids(proc.pid, running=True) == [] and proc.poll() is None  # the launcher is still tearing down
+    wait_for(lambda: proc.poll() is not None, timeout=30, interval=0.1)  # reaped in the background
+    assert proc.returncode == 0
