@@ -68,7 +68,8 @@ def test_a_non_finite_model_is_never_saved(tmp_path, process_group, values):
     with torch.no_grad():
         for i, value in enumerate(values):
             model.lm_head.weight[0, i] = float(value)
-    with pytest.raises(CheckpointError, match=r"step-00000008 holds non-finite values on 1 rank\(s\): not saved.*stays step-00000004"):
+    with pytest.raises(CheckpointError,
+                       match=r"step-00000008 holds non-finite values on 1 rank\(s\): not saved.*stays step-00000004"):
         ckpt.save(model, optimizer, TrainState(step=8))
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-00000004"]
     assert not step_dir(tmp_path, 8).exists()

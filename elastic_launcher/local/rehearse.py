@@ -67,7 +67,8 @@ class Rehearsal:
         workers = child_pids(self.proc.pid)
         self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.operator.size, reason=reason)
         graceful = stop_workers(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
-        self.timeline.add("exit", graceful=graceful, **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
+        self.timeline.add("exit", graceful=graceful,
+                          **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
         self.proc = None
         self.operator.stopped(time.time())
 

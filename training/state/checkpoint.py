@@ -81,7 +81,9 @@ def lean_io():
       model); measured, half the time of a save of a 58M-parameter model, a third of its load. A
       save or load leaves no cycles worth collecting on the way.
     - torch.save's own CRC32 of every record: every item already carries its block checksums, and
-      torch.load never checks it; it is a second pass over every byte written."""
+      torch.load never checks it; it is a second pass over every byte written.
+    Both settings are the process's: during an async save's write the training thread runs without
+    the collector too (its cycles wait for the end of the write; nothing leaks)."""
     enabled, crc = gc.isenabled(), torch.serialization.get_crc32_options()
     gc.disable()
     torch.serialization.set_crc32_options(False)

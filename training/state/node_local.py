@@ -11,7 +11,8 @@ volume, so a restart in a pod that stayed reads them from memory.
 - Read: for the newest checkpoint COMPLETE on the shared volume (the only authority: a copy here
   of a step the shared volume does not show complete is never used), each shard file this node
   holds with the size the manifest gives is read from here, every other from the shared volume;
-  every item is checked against its own checksum either way. A node that was lost took its copy
+  of a stored tensor a rank reads only the byte range it holds at its world size, and every
+  block it reads is checked against its checksum either way. A node that was lost took its copy
   with it: its shards come from the shared volume. If a copy here fails its checksums, the load is
   repeated from the shared volume alone before the checkpoint is given up.
 """
@@ -188,7 +189,8 @@ class TieredReader(FileSystemReader):
             count = 1 + sum((n - 1) * s for n, s in zip(lengths, stride)) if all(lengths) else 0
             start = layout.start + sum(o * s for o, s in zip(req.storage_offsets, stride)) * size
             target = planner.resolve_tensor(req).detach()
-            if _row_major(lengths, stride) and target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous():
+            direct = target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
+            if direct and _row_major(lengths, stride):
                 item.read(start, memoryview(target.reshape(-1).view(torch.uint8).numpy()))  # straight in
             else:
                 buffer = bytearray(count * size)
