@@ -32,27 +32,41 @@ class ItemChecksumError(ValueError):
     """An item's bytes are not the bytes that were saved."""
 
 
-class _ChecksummingWriter(io.RawIOBase):
-    def __init__(self, output):
-        self.output, self.crcs, self.crc, self.filled = output, [], 0, 0
+class _BlockCrcs:
+    """The CRC32s of consecutive BLOCK-byte blocks of a byte stream fed in pieces of any size."""
 
-    def writable(self) -> bool:
-        return True
+    def __init__(self):
+        self.done, self.crc, self.filled = [], 0, 0
 
-    def write(self, data) -> int:
+    def feed(self, data) -> None:
         view, at = memoryview(data).cast("B"), 0
         while at < len(view):
             take = min(BLOCK - self.filled, len(view) - at)
             self.crc = zlib.crc32(view[at : at + take], self.crc)
             self.filled, at = self.filled + take, at + take
             if self.filled == BLOCK:
-                self.crcs.append(self.crc)
+                self.done.append(self.crc)
                 self.crc = self.filled = 0
+
+    def finish(self) -> list[int]:
+        """Every block's CRC32, the last one short where the stream ended inside it."""
+        return self.done + ([self.crc] if self.filled else [])
+
+
+class _ChecksummingWriter(io.RawIOBase):
+    def __init__(self, output):
+        self.output, self.blocks = output, _BlockCrcs()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.blocks.feed(data)
         return self.output.write(data)
 
     def close(self) -> None:
         if not self.closed:
-            crcs = self.crcs + ([self.crc] if self.filled else [])
+            crcs = self.blocks.finish()
             self.output.write(struct.pack(f"<{len(crcs)}I", *crcs) + struct.pack("<I", len(crcs)))
             self.output.close()
         super().close()
@@ -62,21 +76,29 @@ def _blocks(size: int) -> int:
     return -(-size // BLOCK)
 
 
-def _check_blocks(first: int, segments, crcs, size: int) -> None:
-    """Check the payload bytes from block `first` on, given as consecutive `segments` covering whole blocks."""
-    block, crc, filled = first, 0, 0
+def _payload_size(length: int, count: int) -> int:
+    """The payload's size in an item of `length` bytes whose trailer counts `count` blocks."""
+    size = length - 4 - 4 * count
+    if count < 0 or size < 0 or _blocks(size) != count:
+        raise ItemChecksumError(f"an item of {length} bytes has no valid checksum trailer (truncated bytes)")
+    return size
+
+
+def _check_blocks(first: int, segments, crcs) -> None:
+    """Check the payload bytes from block `first` on, given as consecutive `segments` that end at a
+    block's end or the payload's."""
+    blocks = _BlockCrcs()
     for segment in segments:
-        view, at = memoryview(segment).cast("B"), 0
-        while at < len(view):
-            want = min(BLOCK, size - block * BLOCK)
-            take = min(want - filled, len(view) - at)
-            crc = zlib.crc32(view[at : at + take], crc)
-            filled, at = filled + take, at + take
-            if filled == want:
-                if crc != crcs[block]:
-                    raise ItemChecksumError(f"block {block} of an item of {size} bytes fails its checksum "
-                                            f"(corrupted bytes)")
-                block, crc, filled = block + 1, 0, 0
+        blocks.feed(segment)
+    for block, crc in enumerate(blocks.finish(), start=first):
+        if crc != crcs[block]:
+            raise ItemChecksumError(f"block {block} of an item of {len(crcs)} blocks fails its checksum "
+                                    f"(corrupted bytes)")
+
+
+def element_span(size, stride) -> int:
+    """Elements from a strided tensor's first to its last, both included (0 when it is empty)."""
+    return 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
 
 
 class ItemCrc32(StreamTransformExtension):
@@ -109,10 +131,8 @@ class ItemCrc32(StreamTransformExtension):
                 raise ItemChecksumError(f"an item of {len(data)} bytes fails its checksum (corrupted or truncated bytes)")
             return io.BytesIO(payload)
         count = int.from_bytes(data[-4:], "little") if len(data) >= 4 else -1
-        size = len(data) - 4 - 4 * count
-        if count < 0 or size < 0 or _blocks(size) != count:
-            raise ItemChecksumError(f"an item of {len(data)} bytes has no valid checksum trailer (truncated bytes)")
-        _check_blocks(0, [data[:size]], struct.unpack_from(f"<{count}I", data, size), size)
+        size = _payload_size(len(data), count)
+        _check_blocks(0, [data[:size]], struct.unpack_from(f"<{count}I", data, size))
         return io.BytesIO(data[:size])
 
 
@@ -123,9 +143,7 @@ class ChecksummedItem:
     def __init__(self, file, offset: int, length: int):
         self.fd, self.offset = file.fileno(), offset
         count = int.from_bytes(self._pread(length - 4, 4), "little")
-        self.size = length - 4 - 4 * count
-        if self.size < 0 or _blocks(self.size) != count:
-            raise ItemChecksumError(f"an item of {length} bytes has no valid checksum trailer (truncated bytes)")
+        self.size = _payload_size(length, count)
         self.crcs = struct.unpack(f"<{count}I", self._pread(self.size, 4 * count))
         self.bytes_read = 4 + 4 * count
         self.first = b""  # the first block, once read: where torch.save put the tensor's header
@@ -164,7 +182,7 @@ class ChecksummedItem:
                 raise ItemChecksumError(f"an item ends {len(into) - done} bytes early (truncated file)")
             done += got
         self.bytes_read += high - low
-        _check_blocks(low // BLOCK, [head, into, tail], self.crcs, self.size)
+        _check_blocks(low // BLOCK, [head, into, tail], self.crcs)
 
 
 @dataclass(frozen=True)
@@ -214,8 +232,7 @@ def tensor_layout(item: ChecksummedItem, element_size: int) -> TensorLayout | No
     begin = records.get(pickled[0][: -len(b"data.pkl")] + b"data/" + str(key).encode())
     if begin is None:
         return None
-    extent = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
-    if begin + extent * element_size > item.size:
+    if begin + (offset + element_span(size, stride)) * element_size > item.size:
         return None
     return TensorLayout(begin + offset * element_size, size, stride)
 

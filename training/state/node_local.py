@@ -186,7 +186,7 @@ class TieredReader(FileSystemReader):
             if layout is None:
                 return False
             lengths, stride = list(req.lengths), layout.stride
-            count = 1 + sum((n - 1) * s for n, s in zip(lengths, stride)) if all(lengths) else 0
+            count = item_checksums.element_span(lengths, stride)
             start = layout.start + sum(o * s for o, s in zip(req.storage_offsets, stride)) * size
             target = planner.resolve_tensor(req).detach()
             direct = target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
