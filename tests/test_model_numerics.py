@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_causal_lm
-from training.data import IGNORE_INDEX, collate, pack
+from training.data import IGNORE_INDEX, BatchShape, collate, pack
 from training.methods.base import model_inputs
 from training.model.causal_lm import linear_cross_entropy
 
@@ -28,6 +28,30 @@ def loss_and_grads(model, batch):
     loss = model(**model_inputs(batch, "cpu"))  # packed rows: their document ids keep samples apart
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "llama4_text"])
+def test_padding_rows_and_a_bucketed_width_add_no_loss_no_gradient_and_no_samples(model_type):
+    """The trainer pads every micro-batch to the plan's rows and a bucketed width (one shape for
+    compiled functions): the padded step is the unpadded one, in float64."""
+    rng = random.Random(1)
+    rows = [sample(rng, 11), sample(rng, 19)]
+    shape = BatchShape(rows=4, max_len=64, packed=False)
+    plain, padded = collate(rows), collate(rows, shape)
+    assert padded["input_ids"].shape == (4, 32) and plain["input_ids"].shape == (2, 19)
+    assert [plain[k] for k in ("sample_ids", "label_tokens", "tokens", "squared_lengths")] == \
+        [padded[k] for k in ("sample_ids", "label_tokens", "tokens", "squared_lengths")]
+    model = tiny_causal_lm(model_type, float64=True)
+    loss, grads = loss_and_grads(model, plain)
+    padded_loss, padded_grads = loss_and_grads(model, padded)
+    assert padded_loss.item() == pytest.approx(loss.item(), rel=1e-12)
+    assert grads.keys() == padded_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+    empty = collate([], shape)  # a rank's empty micro-batch: padding rows alone
+    assert empty["input_ids"].shape == (4, 16) and (empty["sample_ids"], empty["label_tokens"], empty["tokens"]) == ([], 0, 0)
+    assert BatchShape(rows=4, max_len=48, packed=False).width(40) == 48 and shape.width(1) == 16
+    assert BatchShape(rows=4, max_len=64, packed=True).width(3) == 64
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "qwen2", "qwen3", "llama4_text"])

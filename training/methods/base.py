@@ -6,6 +6,8 @@ from typing import Callable
 
 import torch
 
+from training.data import BatchShape
+
 
 def model_inputs(micro: dict, device) -> dict:
     """The tensors of a collated micro-batch that the model takes, on `device`."""
@@ -27,19 +29,20 @@ class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
 
-    def __init__(self, args, options, device: torch.device, width_multiple: int = 1):
+    rows_per_sample = 1  # rows of a micro-batch per sample (DPO: chosen and rejected)
+
+    def __init__(self, args, options, device: torch.device, shape: BatchShape | None = None):
         self.args = args  # TrainingArgs
         self.options = options  # the method's own keys: its module's `Args`, from training_args.method_args
         self.device = device
-        self.width_multiple = width_multiple  # rows are padded to a multiple of this (training.data.collate)
+        self.shape = shape  # what every micro-batch is padded to (training.data.BatchShape); None: as it comes
 
     def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module]) -> None:
         """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy
         of the initial model for a method that compares against one."""
 
     def collate(self, rows: list[dict]) -> dict:
-        """A padded micro-batch (rows `width_multiple` wide) with host-side `label_tokens`, `tokens`
-        and `sample_ids`."""
+        """A padded micro-batch (of `self.shape`) with host-side `label_tokens`, `tokens` and `sample_ids`."""
         raise NotImplementedError
 
     def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,

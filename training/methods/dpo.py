@@ -69,6 +69,7 @@ def reward_stats(sums: list[float], pairs: float) -> dict:
 
 class DPO(TrainingMethod):
     data_format = "pairs"
+    rows_per_sample = SEQUENCES_PER_SAMPLE
     reference_forwards = 1
     reference: torch.nn.Module | None = None  # full-parameter training's frozen copy
 
@@ -91,7 +92,7 @@ class DPO(TrainingMethod):
         return policy, PairScores(policy[:n], policy[n:2 * n], ref[:n], ref[n:2 * n], tokens[:n], tokens[n:2 * n])
 
     def collate(self, rows):
-        return collate_pairs(rows, self.width_multiple)
+        return collate_pairs(rows, self.shape)
 
     def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
         scale = world_size / global_batch

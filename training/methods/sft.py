@@ -23,7 +23,7 @@ class SFT(TrainingMethod):
     data_format = "chat"
 
     def collate(self, rows: list[dict]) -> dict:
-        return collate(rows, self.width_multiple)
+        return collate(rows, self.shape)
 
     def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
         # The summed token loss over the step's global label-token count, times the DP size that

@@ -251,7 +251,16 @@ def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits:
                for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
 
 
-RECOMPILE_LIMIT = 8  # variants of the compiled decoder layer before the run fails (torch's default limit)
+COMPILE_BACKEND_ENV = "ELASTIC_COMPILE_BACKEND"  # e.g. aot_eager: tells a compiler bug from a model bug
+
+
+def layer_kinds(model: torch.nn.Module) -> int:
+    """How many kinds of decoder layer the model has (attention kind, modules, checkpointing): each
+    kind compiles to a graph of its own (GPT-OSS: sliding and full attention)."""
+    types = getattr(model.config, "layer_types", None) or []
+    return len({(types[i] if i < len(types) else None, getattr(layer, "gradient_checkpointing", False),
+                 tuple(type(m).__name__ for m in layer.modules()))
+                for i, layer in enumerate(decoder_layers(model))})
 
 
 def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: bool) -> None:
@@ -267,26 +276,37 @@ def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: b
         if not cfg.lora:
             model.disable_input_require_grads()
     if compile_layers:
-        import torch._dynamo
-
-        # A run that outgrows its variants fails loudly instead of going on eager without a word.
-        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        # Every micro-batch has one shape (training.data.BatchShape) but for the unpacked rows' bucketed
+        # width: per layer kind, one graph, and one more with a dynamic width after the first change.
+        limit = 2 * layer_kinds(model)
         for layer in decoder_layers(model):
-            _compile_for_training(layer)
+            _compile_for_training(layer, limit)
 
 
-def _compile_for_training(layer: torch.nn.Module) -> None:
+def _compile_for_training(layer: torch.nn.Module, limit: int) -> None:
     """Compile the layer's training pass (gradients on, train mode) in place, parameter names
-    unchanged; all layers share one graph. Passes without gradients (evaluation, DPO's reference
-    forward, with LoRA's adapters switched off) run eager: as compiled variants of their own they
-    would use up the recompile limit, and they are the cheap third of the work."""
-    compiled, eager = torch.compile(layer._call_impl), layer._call_impl
+    unchanged; all layers of a kind share one graph. Passes without gradients (evaluation, DPO's
+    reference forward, with LoRA's adapters switched off) run eager: as compiled variants of their
+    own they would double the graphs, and they are the cheap third of the work. Past `limit`
+    variants the run fails loudly rather than going on eager without a word; the limit is the
+    layers' alone (transformers' compiled mask builder and flex kernel keep torch's own)."""
+    import os
+
+    import torch._dynamo
+
+    backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
+    compiled, eager = torch.compile(layer._call_impl, backend=backend), layer._call_impl
 
     def call(*args, **kwargs):
-        if torch.is_grad_enabled() and layer.training:
-            return compiled(*args, **kwargs)
-        return eager(*args, **kwargs)
+        if not (torch.is_grad_enabled() and layer.training):
+            return eager(*args, **kwargs)
+        try:
+            with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=True):
+                return compiled(*args, **kwargs)
+        except torch._dynamo.exc.FailOnRecompileLimitHit as e:
+            raise RuntimeError(f"the compiled decoder layers needed more than {limit} graphs (2 per layer kind): a "
+                               f"micro-batch of an unexpected shape; set model_config.compile=false to train eager, "
+                               f"and report the guard failures TORCH_LOGS=recompiles prints") from e
 
     layer._compiled_call_impl = call  # where nn.Module.compile puts its compiled function
 

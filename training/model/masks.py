@@ -3,10 +3,11 @@
 transformers would otherwise detect packed documents from `position_ids` on every forward, with a
 device-to-host sync (`.all()`) each time, twice for models with two kinds of layers. Here the masks
 are built from `document_ids` (one id per packed sample, made on the host) with transformers' own
-mask builders and no position ids, so nothing is inferred and nothing syncs; rows that each hold one
-sample pass no ids and get the plain causal (sliding, chunked) mask. A mask is always built and
-passed (never None, which would send transformers back to detecting): flex attention, the recipes'
-choice, takes it as a sparse block mask; SDPA gets it dense and leaves its is_causal fast path.
+mask builders and no position ids, so nothing is inferred and nothing syncs. The trainer's batches
+always carry the ids (a row of one sample is one document), so every micro-batch builds the same kind
+of mask: the compiled mask builder and flex kernel never meet another mask function. A mask is always
+built and passed (never None, which would send transformers back to detecting): flex attention, the
+recipes' choice, takes it as a sparse block mask; SDPA gets it dense and leaves its is_causal fast path.
 """
 
 from __future__ import annotations

@@ -136,11 +136,10 @@ class Trainer:
         self.mesh = device_mesh(self.topo, self.device, tc.model_config.sharding)
         launch = f"{int(PROCESS_START * 1000)}"
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
-        # Packed rows are padded to the packed length: one shape for every micro-batch (compiled layers
-        # never meet another). Unpacked rows keep their own length: compiled layers then take one graph
-        # with a dynamic length after the first change (torch's automatic dynamic shapes).
+        # Every micro-batch, training and evaluation, has the plan's rows and the packed length (or a
+        # bucketed one): compiled functions meet one shape (training.data.BatchShape).
         ds, ta = tc.datasets, tc.training_args
-        self.method = load_method(ta, self.device, ds.max_len if ds.packing else 1)
+        self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
         self.data = build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
                                builder=self.topo.local_rank == 0, data_format=self.method.data_format, seed=ta.seed)
         self._log_data(ds, ta)
