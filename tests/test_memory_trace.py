@@ -159,7 +159,7 @@ def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from training.model.causal_lm import LossHead
+    from training.model.loss import LossHead
     from training.model.memory_trace import LiveMemory
 
     rows, tokens, hidden, vocab = 8, 4096, 1024, 128256

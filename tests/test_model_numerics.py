@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_causal_lm
 from training.data import IGNORE_INDEX, BatchShape, collate, pack
 from training.methods.base import model_inputs
-from training.model.causal_lm import linear_cross_entropy
+from training.model.loss import linear_cross_entropy
 
 
 def sample(rng, length, vocab=97):
@@ -101,7 +101,7 @@ def test_packing_boundaries_never_train_on_the_next_sample():
     assert batch["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4]
 
 
-def test_chunked_loss_equals_the_full_logits_loss():
+def test_chunked_and_fused_losses_equal_the_full_logits_loss():
     torch.manual_seed(0)
     hidden = torch.randn(3, 50, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(97, 16, dtype=torch.float64, requires_grad=True)
@@ -109,11 +109,12 @@ def test_chunked_loss_equals_the_full_logits_loss():
     labels[0, :10] = IGNORE_INDEX
     full = linear_cross_entropy(hidden, weight, labels, chunk_tokens=0)
     full_grads = torch.autograd.grad(full, (hidden, weight))
-    chunked = linear_cross_entropy(hidden, weight, labels, chunk_tokens=16)  # 150 tokens: 10 chunks, one ragged
-    chunked_grads = torch.autograd.grad(chunked, (hidden, weight))
-    assert torch.allclose(full, chunked, rtol=1e-12)
-    for a, b in zip(full_grads, chunked_grads):
-        assert torch.allclose(a, b, rtol=1e-10)
+    for fused in (False, True):  # the fused one computes the gradients in forward, as on GPU
+        chunked = linear_cross_entropy(hidden, weight, labels, chunk_tokens=16, fused=fused)  # 150 tokens: 10 chunks, one ragged
+        chunked_grads = torch.autograd.grad(chunked * 0.37, (hidden, weight))  # a scaled loss, as the trainer's
+        assert torch.allclose(full, chunked, rtol=1e-12)
+        for a, b in zip(full_grads, chunked_grads):
+            assert torch.allclose(a * 0.37, b, rtol=1e-10)
     reference = torch.nn.functional.cross_entropy((hidden @ weight.t()).flatten(0, 1), labels.flatten(),
                                                   ignore_index=IGNORE_INDEX, reduction="sum")
     assert torch.allclose(full, reference)

@@ -195,13 +195,27 @@ from training.runtime.train import Trainer
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
+COPIES = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
+
+
+# A tensor made from Python numbers (on a GPU, a copy from pageable memory that waits for the
+# stream), or a copy from unpinned host memory to another device.
+def pageable_host_to_device(func, args, kwargs):
+    if func is torch.ops.aten.lift_fresh.default:
+        return True
+    if func in COPIES:
+        source, target = (args[1], args[0]) if func is torch.ops.aten.copy_.default else (args[0], kwargs.get("device"))
+        target = getattr(target, "device", target)
+        return source.device.type == "cpu" and target is not None and torch.device(target).type != "cpu" \
+            and not source.is_pinned()
+    return False
 
 
 class HostReads(TorchDispatchMode):
     count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        HostReads.count += func in READS
+        HostReads.count += func in READS or pageable_host_to_device(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
 
 
@@ -216,6 +230,7 @@ import training.runtime.train as train_module
 loaded, load = [], train_module.load_job_config
 train_module.load_job_config = lambda path: loaded.append((path, load(path))) or loaded[-1][1]
 trainer = Trainer(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop())
+trainer.model.lm_head.fused = True  # the GPU's loss (gradients in forward), on the CPU
 # Start-up resolved the config as run (vocabulary, schedule) into a new object: the loaded one is as read.
 (path, config), = loaded
 config_unchanged = dataclasses.asdict(config) == dataclasses.asdict(load(path))
@@ -258,9 +273,11 @@ print(json.dumps({"before_update": before_update, "skipped_unchanged": unchanged
 def test_a_step_reads_nothing_from_the_device_before_the_update_and_skips_a_non_finite_one(tmp_path, recipe,
                                                                                           overrides):
     """Nothing in a step waits for the device before the optimizer step is queued (no .item(),
-    bool(), torch.equal or .tolist(): packed attention masks come from host-side document ids, the
-    non-finite verdict skips the update on the device), and a skipped step leaves weights and
-    optimizer state exactly as they were. Start-up never changes the config it loaded."""
+    bool(), torch.equal or .tolist(), and no tensor made from host numbers: packed attention masks
+    come from host-side document ids, token counts and flags are staged in pinned memory, the fused
+    loss scales its gradients on the device, the non-finite verdict skips the update on the device),
+    and a skipped step leaves weights and optimizer state exactly as they were. Start-up never
+    changes the config it loaded."""
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_skipped_steps=1",
                              *overrides, recipe=recipe)
     out = subprocess.run([sys.executable, "-c", HOST_READS, str(configs), str(tmp_path / "run")], cwd=ROOT,

@@ -20,9 +20,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
-from training.data import IGNORE_INDEX
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
+from training.model.loss import LossHead
 
 
 def _hf_config(cfg: ModelConfig, source: str | None = None):
@@ -156,31 +156,6 @@ def _recompute_buffers(model: torch.nn.Module, device) -> None:
                 own[name].copy_(buffer.to(device))
 
 
-class LossHead(torch.nn.Linear):
-    """The LM head whose forward, given labels, is the token loss (`linear_cross_entropy`); without
-    labels it is the plain linear layer. The loss runs through the head's own forward so that the
-    head can be an FSDP unit of its own: FSDP gathers a unit's weight in its forward hooks."""
-
-    loss_chunk_tokens = 0
-
-    @classmethod
-    def replacing(cls, head: torch.nn.Linear, loss_chunk_tokens: int) -> "LossHead":
-        with torch.device("meta"):
-            loss_head = cls(head.in_features, head.out_features, bias=False)
-        loss_head.weight = head.weight  # the same Parameter: a tied embedding stays tied
-        loss_head.loss_chunk_tokens = loss_chunk_tokens
-        return loss_head
-
-    def forward(self, hidden, labels=None, per_sequence: bool = False):
-        if labels is None:
-            return super().forward(hidden)
-        if per_sequence:
-            return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
-                                                      self.loss_chunk_tokens, keep_logits=False)
-                                 for i in range(len(hidden))])
-        return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens)
-
-
 class CausalLM(torch.nn.Module):
     """A transformers causal LM whose forward returns the summed token loss instead of logits.
 
@@ -206,49 +181,6 @@ class CausalLM(torch.nn.Module):
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.embed_tokens
-
-
-def _cross_entropy_sum(hidden, weight, labels):
-    logits = hidden @ weight.t()  # bf16 on GPU; the softmax runs in (at least) fp32
-    return torch.nn.functional.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), labels,
-                                             ignore_index=IGNORE_INDEX, reduction="sum")
-
-
-@functools.cache
-def _fused_linear_cross_entropy():
-    """liger-kernel's fused linear cross entropy (Triton, GPU only) when installed: it computes the
-    loss and its gradients a block of logits at a time in forward, with no recompute in backward,
-    summing the LM head's gradient in fp32 (in bf16 it would lose the small chunks' contributions)."""
-    try:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-    except ImportError as e:
-        import sys
-
-        print(f"warning: liger-kernel is not importable ({e}): the LM-head loss runs chunked instead "
-              f"(model_config.loss_chunk_tokens), recomputing the head's matmul in backward", file=sys.stderr)
-        return None
-    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum", accum_dtype=torch.float32)
-
-
-def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits: bool = True) -> torch.Tensor:
-    """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
-    time. Each chunk runs under activation checkpointing, so only one chunk's logits exist at once
-    (forward and backward); the result and its gradients equal the full computation's, at the cost
-    of recomputing each chunk's LM-head matmul in backward. chunk_tokens=0: all tokens at once.
-    A single chunk keeps its logits for backward unless `keep_logits` is False (a caller that scores
-    more rows before its backward, as DPO does row by row).
-    On GPU with liger-kernel installed, its fused kernel does the same without the recompute, where
-    logits are kept: it holds the head's gradient from forward to backward, once per call, so a
-    caller scoring row by row stays on the chunked path."""
-    h, y = hidden.flatten(0, 1), labels.flatten()
-    if h.is_cuda and chunk_tokens > 0 and keep_logits and (fused := _fused_linear_cross_entropy()) is not None:
-        return fused(weight, h, y)
-    if chunk_tokens <= 0 or (h.shape[0] <= chunk_tokens and keep_logits):
-        return _cross_entropy_sum(h, weight, y)
-    from torch.utils.checkpoint import checkpoint
-
-    return sum(checkpoint(_cross_entropy_sum, hc, weight, yc, use_reentrant=False)
-               for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
 
 
 COMPILE_BACKEND_ENV = "ELASTIC_COMPILE_BACKEND"  # e.g. aot_eager: tells a compiler bug from a model bug

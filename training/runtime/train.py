@@ -86,13 +86,10 @@ def schedule_change(state: TrainState, args: TrainingArgs) -> str:
             f"to {args.learning_rate * lr_factor(state.step, args):.3g}")
 
 
-def global_token_counts(micro_batches: list[dict], device) -> torch.Tensor:
-    """[label tokens, input tokens, samples' squared lengths] of the step over every rank, from the
+def step_counts(micro_batches: list[dict]) -> list[float]:
+    """[label tokens, input tokens, samples' squared lengths] of this rank's micro-batches, from the
     host-side counts collate made."""
-    counts = torch.tensor([sum(m[k] for m in micro_batches) for k in ("label_tokens", "tokens", "squared_lengths")],
-                          dtype=torch.float64, device=device)
-    dist.all_reduce(counts)
-    return counts
+    return [float(sum(m[k] for m in micro_batches)) for k in ("label_tokens", "tokens", "squared_lengths")]
 
 
 def _writable_run_dir(path: Path) -> Path:
@@ -263,38 +260,50 @@ class Trainer:
             group["lr"] = lr
         return lr
 
+    def on_device(self, values: list[float]) -> torch.Tensor:
+        """Host numbers on the device without waiting for it: staged in pinned memory (a fresh block
+        of the caching host allocator each time, so a copy still in flight is never overwritten) and
+        copied asynchronously. A tensor made from them on the device would be a pageable copy that
+        waits for the stream."""
+        staged = torch.empty(len(values), dtype=torch.float64, pin_memory=self.on_gpu)
+        staged.numpy()[:] = values
+        return staged.to(self.device, non_blocking=True)
+
     def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
         """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
-        still writing). A non-finite loss or gradient norm never reaches the weights; one all-reduce
-        carries the loss, the finiteness verdict, the stop agreement and async-save progress. The
-        host reads it only after the optimizer step is queued: the verdict skips the update on the
-        device (fused AdamW's `found_inf`), so nothing waits for the GPU before the step."""
+        still writing). Nothing in it reads the device before the optimizer step is queued: the token
+        counts and the stop/save flags reach the device from pinned memory and are summed over ranks
+        on it, and a non-finite global gradient norm skips the update on the device (fused AdamW's
+        `found_inf`), so a non-finite loss or gradient never reaches the weights. The flags travel
+        with the loss after backward, so a stop signalled during a step is honoured at its end."""
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        tokens = global_token_counts(micro_batches, self.device)  # [label, input tokens, squared lengths]
+        tokens = self.on_device(step_counts(micro_batches))  # [label, input tokens, squared lengths]
+        dist.all_reduce(tokens)
         loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
                                                        self.plan.global_batch)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        nonfinite = (~torch.isfinite(loss_sum)) | (~torch.isfinite(grad_norm))
-        flags = torch.tensor([self.stop.requested, self.checkpointer.writing], dtype=torch.float64, device=self.device)
-        stats = torch.cat([torch.stack([loss_sum.double(), nonfinite.double()]), flags, extra.double()])
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
+        self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
+        flags = self.on_device([self.stop.requested, self.checkpointer.writing])
+        stats = torch.cat([loss_sum.double().reshape(1), flags, extra.double()])
         dist.all_reduce(stats)
-        self.optimizer.found_inf = (stats[1] > 0).float()  # some rank's loss or the gradient is not finite
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, nonfinite, stop, writing, *extra = stats.tolist()
-        if nonfinite:
+        loss_sum, stop, writing, *extra = stats.tolist()
+        grad_norm = float(grad_norm)
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
             self.state.skipped_steps += 1
             if self.state.skipped_steps > ta.max_skipped_steps:
                 raise NumericsError(
                     f"non-finite loss or gradient norm at step {self.state.step + 1} (loss sum {loss_sum}, grad norm "
-                    f"{float(grad_norm)}): stopped before the update, the newest checkpoint is unchanged; lower the "
+                    f"{grad_norm}): stopped before the update, the newest checkpoint is unchanged; lower the "
                     f"learning rate, check the data, or allow skips with training_args.max_skipped_steps")
         self.state.step += 1
         self.state.consumed_samples += self.plan.global_batch
-        record = self._step_record(loss_sum, bool(nonfinite), lr, float(grad_norm), tokens.tolist(),
+        record = self._step_record(loss_sum, skipped, lr, grad_norm, tokens.tolist(),
                                    time.perf_counter() - started, extra)
         return record, bool(stop), bool(writing)
 
@@ -308,7 +317,7 @@ class Trainer:
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
                   "world_size": self.topo.world_size, "consumed_samples": self.state.consumed_samples,
                   **peak_memory(self.device)}
-        if skipped or not label_tokens:
+        if skipped or not label_tokens or not math.isfinite(loss_sum):
             record["loss"] = None
         if skipped:
             record["skipped"] = True
