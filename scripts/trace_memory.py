@@ -60,8 +60,8 @@ def sizes_to_trace(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[s
 
 
 def inputs_of(plan, size) -> dict:
-    return trace_inputs(plan.hardware.model_shape, size.config.training_config, size.devices, size.batch.micro_batch,
-                        size.batch.grad_accum_steps)
+    return trace_inputs(plan.hardware.model_shape, size.config.training_config, size.shard_degree,
+                        size.batch.micro_batch, size.batch.grad_accum_steps)
 
 
 def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
@@ -101,7 +101,7 @@ def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
         for size in (plan.sizes[0], plan.sizes[-1]):
             inputs = inputs_of(plan, size)
             kept = traced(inputs)
-            fallback = fallback_estimate(plan.hardware.model_shape, size.config, size.devices, size.batch.micro_batch)
+            fallback = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch)
             trace = kept_traces()[trace_key(inputs)]
             rows.append(f"| `{recipe}` | {size.nodes} | {trace['peak_gib']:.1f} | {kept.total_gib:.1f} / "
                         f"{plan.instance.gpu_memory_gib:g} | {fallback.total_gib:.1f} | {trace['phase']} |")

@@ -198,7 +198,7 @@ def test_the_fallback_estimate_stays_near_every_trace():
     for recipe in CATALOGUE:
         plan = plan_of(recipe)
         for size in plan.sizes:
-            got = fallback_estimate(plan.hardware.model_shape, size.config, size.devices, size.batch.micro_batch)
+            got = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch)
             ratios.append((got.total_gib / size.memory.total_gib, recipe, size.nodes))
     low, high = FALLBACK_BAND
     assert all(low <= ratio <= high for ratio, _, _ in ratios), (min(ratios), max(ratios))

@@ -62,12 +62,47 @@ def test_main_command_plans_every_allowed_size(launch, tmp_path):
     # The printed table has one row per allowed size, with the uneven split at 3 nodes.
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [r[0] for r in rows] == ["2", "3", "4", "6", "8"]
-    assert rows[1][:4] == ["3", "24", "24", "16x5+8x6"]
+    assert rows[1][:6] == ["3", "24", "24", "hsdp", "3x8", "16x5+8x6"]
     assert "n1, n16" in out  # scale_config entries outside [2, 8]: reported, not an error
     uneven = training_args(configs["config-n3.yaml"])["uneven_batch"]
     assert (uneven["num_dp_groups_with_small_batch_size"], uneven["small_local_batch_size"],
             uneven["large_local_batch_size"]) == (16, 5, 6)
     assert configs["config-n3.yaml"]["trainer"]["num_nodes"] == 3
+
+
+def sharding(config) -> tuple[str, int]:
+    mc = config["training_config"]["model_config"]
+    return mc["sharding"], mc["sharding_degree"]
+
+
+def test_the_planner_shards_within_a_node_wherever_it_fits(launch, tmp_path):
+    """sharding: auto (the default) picks HSDP over one node's 8 GPUs at every multi-node size where
+    the step fits so (Llama 3.1 8B), FSDP over every GPU where only that fits (Llama 3.3 70B, whose
+    state alone is 140 GB per GPU over 8), and writes the choice into each size's config."""
+    code, _, err = launch(*MAIN_COMMAND)
+    assert code == 0, err
+    small = read_configs(tmp_path, "llama3-1-8b-sft")
+    assert {name: sharding(c) for name, c in small.items() if name != "config.yaml"} == \
+        {f"config-n{n}.yaml": ("hsdp", 8) for n in (2, 3, 4, 6, 8)}
+    code, out, err = launch("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true")
+    assert code == 0, err
+    large = read_configs(tmp_path, "llama3-3-70b-sft")
+    nodes = [int(name[8:-5]) for name in large if name != "config.yaml"]
+    assert all(sharding(large[f"config-n{n}.yaml"]) == ("fsdp", 8 * n) for n in nodes), nodes
+    code, out, err = launch(*MAIN_COMMAND, "recipes.training_config.model_config.sharding=fsdp")
+    assert code == 0 and "hsdp" not in out
+    assert {sharding(c)[0] for c in read_configs(tmp_path, "llama3-1-8b-sft").values()} == {"fsdp"}
+
+
+def test_a_sharding_degree_that_does_not_divide_a_size_is_refused_in_one_line(launch, tmp_path):
+    code, _, err = launch(*MAIN_COMMAND, "recipes.training_config.model_config.sharding_degree=16")
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "sharding_degree=16 does not divide the 24 GPUs at 3 nodes" in err and "Traceback" not in err
+    code, _, err = launch(*MAIN_COMMAND, "recipes.elastic_policy.replica_discrete_values=[2,4,8]",
+                          "recipes.training_config.model_config.sharding_degree=16")
+    assert code == 0, err
+    fixed = {n: sharding(c) for n, c in read_configs(tmp_path, "llama3-1-8b-sft").items() if n != "config.yaml"}
+    assert fixed == {"config-n2.yaml": ("fsdp", 16), "config-n4.yaml": ("hsdp", 16), "config-n8.yaml": ("hsdp", 16)}
 
 
 def test_scale_config_entry_overridden_from_command_line(launch, tmp_path):

@@ -190,3 +190,34 @@ def test_fsdp_splits_each_parameter_where_it_pads_least():
     assert placement(torch.nn.Parameter(torch.empty(4096, 4096, device="meta"))) == Shard(0)
     assert placement(torch.nn.Parameter(torch.empty(4096, device="meta"))) == Shard(0)
     assert least_padding(3)(torch.nn.Parameter(torch.empty(64, 128, device="meta"))) == Shard(0)
+
+
+HSDP_TRACE = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from dataclasses import asdict, replace
+from elastic_launcher.config.compose import compose, to_plain
+from elastic_launcher.planning.plan import make_plan
+from training.model.memory_trace import trace_step
+shape, world, degree = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+cfg = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                                  "recipes.training_config.model_config.mixed_precision=bf16"])[0])["recipes"]).sizes[0].config
+tc = cfg.training_config
+cfg = replace(cfg, training_config=replace(tc, model_config=replace(tc.model_config, sharding_degree=degree)))
+print(json.dumps(asdict(trace_step(cfg, world, micro_batch=2, micro_steps=2, model_shape=shape))))
+"""
+
+
+def test_an_hsdp_rank_holds_what_an_fsdp_rank_of_its_shard_group_holds():
+    """The planner reads an HSDP size's memory from the trace of FSDP over its shard group
+    (planning.memory.trace_inputs): the state sharded over 2 of 4 ranks, replicated twice, peaks
+    where FSDP over 2 ranks does, in every category, gradient accumulation included."""
+    def run(world, degree):
+        done = subprocess.run([sys.executable, "-c", HSDP_TRACE, json.dumps(SHAPE), str(world), str(degree)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    hsdp, fsdp, fsdp_over_all = run(4, 2), run(2, 2), run(4, 4)
+    assert (hsdp["peak_gib"], hsdp["split_gib"]) == (fsdp["peak_gib"], fsdp["split_gib"])
+    assert fsdp_over_all["split_gib"]["sharded state"] < hsdp["split_gib"]["sharded state"]  # the mesh did change

@@ -15,7 +15,7 @@ The fallback estimate adds, per GPU at a given world size:
   the LM head gathered (its own unit), and a layer's gradient (bf16, then fp32 to reduce);
 - activations of one micro-batch (DPO: chosen and rejected rows) at the recipe's activation
   checkpointing, and one loss chunk's logits (bf16, their fp32 log-softmax and its gradient);
-- the same allowance as a trace.
+- the same allowance as a trace (`Allowance`).
 ACTIVATION_FACTOR is the one constant, fitted to the kept traces (tests/test_catalogue.py holds
 the fallback against every one of them).
 """
@@ -31,9 +31,13 @@ from pathlib import Path
 GIB = 2**30
 TRACES = Path(__file__).with_name("traced_memory.json")
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
-# What the trace cannot see: the CUDA context and NCCL's communicator buffers (about 1 GiB each on
-# an 8-GPU H100 node), and the caching allocator's fragmentation (reserved above allocated).
-CONTEXT_AND_NCCL_GIB = 2.0
+# What the trace cannot see (`Allowance`): the CUDA context with its libraries' workspaces, NCCL's
+# buffers per communicator (FSDP uses the world's; HSDP the world's, its shard group's and its
+# replicate group's), the GPU loss's fp32 head gradient (the trace runs the CPU's chunked loss), and
+# the caching allocator's fragmentation (reserved above allocated; the manifests set
+# expandable_segments, which keeps it low).
+CUDA_CONTEXT_GIB = 0.5
+NCCL_COMMUNICATOR_GIB = 1.5
 FRAGMENTATION = 0.05
 FIT_SHARE = 0.9  # a size fits when its peak with the allowance is at most this share of the GPU
 ACTIVATION_FACTOR = 1.2  # fitted to the kept traces: the median fallback is 1.08x the trace
@@ -124,19 +128,51 @@ class MemoryEstimate:
     phase: str = ""  # traced: where the peak falls
 
 
-def with_allowance(traced_gib: float) -> float:
-    """A traced peak with what the trace cannot see (see the constants above)."""
-    return traced_gib * (1 + FRAGMENTATION) + CONTEXT_AND_NCCL_GIB
+@dataclass(frozen=True)
+class Allowance:
+    """What a GPU holds beside the traced step, by part (see the constants above)."""
+
+    communicators: int = 1  # NCCL communicators of the mesh: 1 (FSDP) or 3 (HSDP)
+    fused_loss_gib: float = 0.0  # the fused loss's gradients, held from forward to backward
+
+    @classmethod
+    def of(cls, model_shape: dict, training_config, hsdp: bool, micro_batch: int) -> "Allowance":
+        """SFT's fused loss (training.model.loss) holds the hidden states' gradient (bf16) and, in
+        full-parameter training, the head's gradient in fp32 (vocab x hidden: 2 GiB for Llama 3 8B);
+        DPO scores row by row on the chunked path."""
+        tc = training_config
+        fused = 0.0
+        if tc.training_args.trainer_type == "sft" and tc.model_config.loss_chunk_tokens > 0:
+            hidden, vocab = model_shape.get("hidden_size", 0), model_shape.get("vocab_size", 32000)
+            fused = 2 * micro_batch * tc.datasets.max_len * hidden + (0 if tc.model_config.lora else 4 * vocab * hidden)
+        return cls(communicators=3 if hsdp else 1, fused_loss_gib=fused / GIB)
+
+    def total_gib(self, traced_gib: float) -> float:
+        return traced_gib * (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB + self.communicators * NCCL_COMMUNICATOR_GIB + \
+            self.fused_loss_gib
+
+    def describe(self) -> str:
+        return (f"CUDA context {CUDA_CONTEXT_GIB:g} GiB, NCCL {NCCL_COMMUNICATOR_GIB:g} GiB per communicator (1 under "
+                f"FSDP, 3 under HSDP), the fused loss's gradients (SFT; fp32 head gradient in full-parameter "
+                f"training) and {FRAGMENTATION:.0%} fragmentation")
 
 
-def trace_inputs(model_shape: dict, training_config, world_size: int, micro_batch: int, grad_accum: int) -> dict:
+def with_allowance(traced_gib: float, allowance: Allowance = Allowance()) -> float:
+    """A traced peak with what the trace cannot see."""
+    return allowance.total_gib(traced_gib)
+
+
+def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_batch: int, grad_accum: int) -> dict:
     """Everything a traced peak depends on (training_config: a training.contract.config.TrainingConfig). A
     size that accumulates gradients is traced over two micro-batches (the second starts with the
-    first one's gradients held): more add nothing to the peak."""
+    first one's gradients held): more add nothing to the peak. A rank of an HSDP job whose state is
+    sharded over `shard_degree` GPUs holds, gathers and reduces what a rank of an FSDP job of that
+    many GPUs does (the replicas' all-reduce works in place on the reduced shard), so both are the
+    trace of FSDP at that world size (tests/test_memory_trace.py holds the two equal)."""
     mc, ta = training_config.model_config, training_config.training_args
     micro_steps = min(2, grad_accum)
-    return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": world_size,
-            "sharding": mc.sharding, "micro_batch": micro_batch, "micro_steps": micro_steps,
+    return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": shard_degree,
+            "sharding": "fsdp", "micro_batch": micro_batch, "micro_steps": micro_steps,
             "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,
             "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
             "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
@@ -152,7 +188,7 @@ def kept_traces() -> dict:
     return json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
 
 
-def traced(inputs: dict) -> MemoryEstimate | None:
+def traced(inputs: dict, allowance: Allowance = Allowance()) -> MemoryEstimate | None:
     """The kept trace of these inputs, with the allowance, or None if they were never traced."""
     trace = kept_traces().get(trace_key(inputs))
     if trace is None:
@@ -161,11 +197,12 @@ def traced(inputs: dict) -> MemoryEstimate | None:
     return MemoryEstimate(state_gib=split["sharded state"] + split["optimizer"],
                           working_gib=split["gathered parameters"] + split["gradients"],
                           activations_gib=split["activations"] + split["temporaries"],
-                          total_gib=with_allowance(trace["peak_gib"]), traced=True, phase=trace["phase"])
+                          total_gib=with_allowance(trace["peak_gib"], allowance), traced=True, phase=trace["phase"])
 
 
 def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
-             activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1) -> MemoryEstimate:
+             activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1,
+             allowance: Allowance = Allowance()) -> MemoryEstimate:
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
     # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
     padding = 0.0
@@ -192,4 +229,5 @@ def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int,
     logits = chunk * shape.vocab_size * (2 + 4 + 4)
     activations = ACTIVATION_FACTOR * (kept * per_layer + (layers - kept) * boundary + recompute + logits)
     total = state / world_size + working + activations
-    return MemoryEstimate(state / world_size / GIB, working / GIB, activations / GIB, with_allowance(total / GIB))
+    return MemoryEstimate(state / world_size / GIB, working / GIB, activations / GIB,
+                          with_allowance(total / GIB, allowance))

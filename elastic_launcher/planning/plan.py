@@ -4,13 +4,15 @@ written, so a bad recipe fails on the laptop instead of on the cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_launcher.planning.instances import InstanceType, lookup
-from elastic_launcher.planning.memory import FIT_SHARE, MemoryEstimate, ModelShape, estimate, trace_inputs, traced
+from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
+                                              trace_inputs, traced)
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
@@ -89,6 +91,11 @@ class SizePlan:
     @property
     def devices(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def shard_degree(self) -> int:
+        """The GPUs the model state is sharded over (the plan resolves it at every size)."""
+        return self.config.training_config.model_config.shard_degree(self.devices, self.nodes)
 
     @property
     def learning_rate(self) -> float:
@@ -293,9 +300,11 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                  f"{where}.training_config.training_args")
         except ConfigError as e:
             raise ConfigError(f"at {nodes} nodes: {_named_where_set(str(e), where, entry or {})}") from None
-        sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None,
-                              _memory(hardware, cfg, instance, nodes * nproc, batch.micro_batch,
-                                      batch.grad_accum_steps)))
+        degree, memory = _sharding(hardware, cfg, instance, nodes, nproc, batch, where)
+        mc = dataclasses.replace(cfg.training_config.model_config, sharding_degree=degree,
+                                 sharding="hsdp" if degree < nodes * nproc else "fsdp")
+        cfg = dataclasses.replace(cfg, training_config=dataclasses.replace(cfg.training_config, model_config=mc))
+        sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None, memory))
 
     first = sizes[0]
     for path in RESUME_INVARIANTS:
@@ -325,16 +334,45 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
     return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
 
 
-def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_size: int, micro: int,
-            grad_accum: int) -> MemoryEstimate | None:
+def _sharding(hardware: Hardware, cfg: JobConfig, instance: InstanceType, nodes: int, nproc: int, batch: BatchPlan,
+              where: str) -> tuple[int, MemoryEstimate | None]:
+    """The GPUs the state is sharded over at this size, and the peak memory per GPU with it. Under
+    `sharding: auto`, one node's GPUs (HSDP: each layer's gathers stay on the node's NVLink and only
+    the gradients cross the network, once per step) wherever that fits under FIT_SHARE, else every
+    GPU (FSDP across nodes, where memory needs it, or where the memory is unknown)."""
+    mc, world = cfg.training_config.model_config, nodes * nproc
+
+    def memory(degree: int) -> MemoryEstimate | None:
+        return _memory(hardware, cfg, instance, degree, batch.micro_batch, batch.grad_accum_steps, degree < world)
+
+    if mc.sharding_degree and world % mc.sharding_degree:
+        raise ConfigError(f"{where}.training_config.model_config.sharding_degree={mc.sharding_degree} does not divide "
+                          f"the {world} GPUs at {nodes} nodes: use a divisor of every allowed size's GPU count (e.g. "
+                          f"{nproc}, one node's) or remove it to let the launcher choose")
+    if mc.sharding != "auto" or mc.sharding_degree or nodes == 1:
+        degree = mc.shard_degree(world, nodes)
+        return degree, memory(degree)
+    node = memory(nproc)
+    if node is not None and node.total_gib <= FIT_SHARE * instance.gpu_memory_gib:
+        return nproc, node
+    return world, memory(world)
+
+
+def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, shard_degree: int, micro: int,
+            grad_accum: int, hsdp: bool) -> MemoryEstimate | None:
+    """Peak GiB per GPU with the state sharded over `shard_degree` GPUs (a replica of HSDP holds,
+    gathers and reduces what an FSDP job of that many GPUs does: planning.memory.trace_inputs), with
+    the allowance for what the trace cannot see."""
     mc, tc = cfg.training_config.model_config, cfg.training_config
     config = hardware.model_shape or mc.architecture
     if not config or not instance.gpus:
         return None
-    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, world_size, micro, grad_accum))):
+    allowance = Allowance.of(config, tc, hsdp, micro)
+    if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, shard_degree, micro, grad_accum),
+                                                allowance)):
         return kept
     try:
-        return fallback_estimate(config, cfg, world_size, micro)
+        return fallback_estimate(config, cfg, shard_degree, micro, allowance)
     except KeyError as e:
         if not hardware.model_shape:  # an inline architecture may lean on transformers' defaults: no estimate
             return None
@@ -342,13 +380,15 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, world_si
                           f"num_attention_heads, num_key_value_heads and vocab_size (the model's config.json)") from None
 
 
-def fallback_estimate(model_shape: dict, cfg: JobConfig, world_size: int, micro: int) -> MemoryEstimate:
+def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micro: int,
+                      allowance: Allowance = Allowance()) -> MemoryEstimate:
     """The analytic estimate (planning.memory.estimate) of one size's config, where no trace is kept."""
     mc, tc = cfg.training_config.model_config, cfg.training_config
-    return estimate(ModelShape.from_config(model_shape), world_size, micro, tc.datasets.max_len,
+    return estimate(ModelShape.from_config(model_shape), shard_degree, micro, tc.datasets.max_len,
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
                     loss_chunk_tokens=mc.loss_chunk_tokens,
-                    sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample)
+                    sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
+                    allowance=allowance)
 
 
 def checkpoint_gb(model_shape: dict, mc) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from elastic_launcher.planning.memory import CONTEXT_AND_NCCL_GIB, FIT_SHARE, FRAGMENTATION
+from elastic_launcher.planning.memory import FIT_SHARE, Allowance
 from elastic_launcher.planning.plan import Plan
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
@@ -38,16 +38,18 @@ def _memory_cell(plan: Plan, size) -> str:
 
 
 def plan_table(plan: Plan) -> str:
-    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "per-rank batch", "micro", "grad-accum",
-              "LR", "tokens/step", "GiB/GPU", "config")
+    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "sharding", "per-rank batch", "micro",
+              "grad-accum", "LR", "tokens/step", "GiB/GPU", "config")
     rows = [header]
     for s in plan.sizes:
-        rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), s.batch.describe_local(),
+        sharding = f"hsdp {s.devices // s.shard_degree}x{s.shard_degree}" if s.shard_degree < s.devices else "fsdp"
+        rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), sharding, s.batch.describe_local(),
                      str(s.batch.micro_batch), str(s.batch.grad_accum_steps), f"{s.learning_rate:g}",
                      f"{s.tokens_per_step:,}", _memory_cell(plan, s),
                      "scale_config" if s.from_scale_config else "base (derived)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i < 9 else c for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = ["  ".join(c.rjust(w) if i < len(header) - 1 else c for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
@@ -82,8 +84,11 @@ def summary(plan: Plan, target: str) -> str:
              f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if any(s.memory for s in plan.sizes):
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
-                     f"{CONTEXT_AND_NCCL_GIB:g} GiB and {FRAGMENTATION:.0%} for CUDA, NCCL and fragmentation (~: "
-                     f"estimated, not traced); 'tight' above {FIT_SHARE:.0%} (docs/recipes.md: Will it fit?)")
+                     f"{Allowance().describe()} (~: estimated, not traced); 'tight' above {FIT_SHARE:.0%} "
+                     f"(docs/recipes.md: Will it fit?)")
+    if any(s.shard_degree < s.devices for s in plan.sizes):
+        lines.append("sharding: hsdp RxS holds the state sharded over S GPUs (one node's) in R replicas: each layer's "
+                     "gathers stay on the node, gradients cross the network once per step; fsdp shards over every GPU")
         if any(s.memory and not s.memory.traced for s in plan.sizes):
             lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if plan.unused_scale_configs:

@@ -63,6 +63,10 @@ def _label_value(text: str) -> str:
 
 def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: float | None) -> list[dict]:
     env = {"PYTHONUNBUFFERED": "1", **({NODE_LOCAL_DIR_ENV: NODE_LOCAL_MOUNT} if node_local else {})}
+    if plan.instance.gpus:
+        # Segments that grow in place: FSDP's gathers and the bucketed widths' varied blocks fragment
+        # the caching allocator much less (the plan's allowance counts 5%).
+        env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
     if target == "hyperpod":
         # hyperpodrun's rendezvous reads NNODES when it starts (KeyError without it); the live node
         # count and rank come from the operator's /start, so the initial size is the honest value.

@@ -64,7 +64,11 @@ class ModelConfig:
     mixed_precision: str = one_of("bf16", "fp32")  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
     activation_checkpointing: str = one_of("none", "selective", "full")  # selective: every other layer
     compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
-    sharding: str = one_of("fsdp", "hsdp")  # hsdp: shard within a node, replicate across nodes
+    # fsdp: the state sharded over every GPU; hsdp: over one node's GPUs, replicated across nodes (each
+    # layer's gathers stay on the node, gradients cross the network once per step); auto: the launcher
+    # picks per size, hsdp wherever it fits. `sharding_degree` fixes the GPUs the state is sharded over.
+    sharding: str = one_of("auto", "fsdp", "hsdp")
+    sharding_degree: int | None = ranged(None, ge=1)
     loss_chunk_tokens: int = ranged(1024, ge=0)  # LM head + loss this many tokens at a time (0: all at once)
     peft_config: PeftConfig | None = None  # None: full-parameter training
 
@@ -72,6 +76,16 @@ class ModelConfig:
     def lora(self) -> bool:
         """Only LoRA adapters train (and are checkpointed); the base stays frozen."""
         return self.peft_config is not None
+
+    def shard_degree(self, world_size: int, nodes: int) -> int:
+        """The GPUs the model state is sharded over (each group of them holds one replica): the
+        `sharding_degree` where set, one node's GPUs under hsdp, else all of them (fsdp; auto where
+        the launcher did not resolve it)."""
+        if self.sharding_degree:
+            return self.sharding_degree
+        if self.sharding == "hsdp" and nodes > 1 and world_size % nodes == 0:
+            return world_size // nodes
+        return world_size
 
 
 @dataclass

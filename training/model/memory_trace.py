@@ -257,10 +257,9 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
     mc, ds, ta = cfg.training_config.model_config, cfg.training_config.datasets, cfg.training_config.training_args
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        nodes = cfg.trainer.num_nodes
-        hsdp = mc.sharding == "hsdp" and nodes > 1 and world_size % nodes == 0  # as the trainer's mesh
-        mesh = (init_device_mesh("cpu", (nodes, world_size // nodes), mesh_dim_names=("replicate", "shard")) if hsdp
-                else init_device_mesh("cpu", (world_size,)))
+        degree = min(world_size, mc.shard_degree(world_size, cfg.trainer.num_nodes))  # as the trainer's mesh
+        mesh = (init_device_mesh("cpu", (world_size // degree, degree), mesh_dim_names=("replicate", "shard"))
+                if degree < world_size else init_device_mesh("cpu", (world_size,)))
         device = torch.device("cpu")
         method = load_method(ta, device)
         vocab = int(mc.architecture.get("vocab_size", 32000))

@@ -79,12 +79,12 @@ def start_process_group(topo: Topology, timeout_s: float | None = None):
     return device
 
 
-def device_mesh(topo: Topology, device, sharding: str):
-    """The mesh the model is sharded over: 1-D for FSDP; (nodes x per-node) for HSDP, replicating
-    across the node dimension."""
+def device_mesh(topo: Topology, device, shard_degree: int):
+    """The mesh the model is sharded over: 1-D for FSDP; (replicas x shard_degree) for HSDP, whose
+    replicas each hold the whole state sharded over `shard_degree` GPUs."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    nodes, world = topo.nodes, topo.world_size
-    if sharding == "hsdp" and nodes > 1 and world % nodes == 0:
-        return init_device_mesh(device.type, (nodes, world // nodes), mesh_dim_names=("replicate", "shard"))
+    world = topo.world_size
+    if shard_degree < world:
+        return init_device_mesh(device.type, (world // shard_degree, shard_degree), mesh_dim_names=("replicate", "shard"))
     return init_device_mesh(device.type, (world,))

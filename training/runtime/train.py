@@ -130,7 +130,11 @@ class Trainer:
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.node_local = NodeLocalTier.from_env(self.topo.node_rank)
         self.source = model_files(tc.model_config, self.topo, self.node_local)  # before the first collective
-        self.mesh = device_mesh(self.topo, self.device, tc.model_config.sharding)
+        degree = tc.model_config.shard_degree(self.topo.world_size, self.topo.nodes)
+        if self.topo.world_size % degree:
+            raise ConfigError(f"training_config.model_config.sharding_degree={degree} does not divide the world size "
+                              f"{self.topo.world_size}: use a divisor of it, e.g. the GPUs of one node")
+        self.mesh = device_mesh(self.topo, self.device, degree)
         launch = f"{int(PROCESS_START * 1000)}"
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
         # Every micro-batch, training and evaluation, has the plan's rows and the packed length (or a
