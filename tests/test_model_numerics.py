@@ -230,3 +230,42 @@ def test_a_gpt_oss_forward_with_flex_attention_equals_eager():
     flex.config._attn_implementation = "flex_attention"
     with torch.no_grad():
         assert torch.allclose(flex(**model_inputs(batch, "cpu")), eager(**model_inputs(batch, "cpu")), rtol=1e-12)
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "llama4_text"])
+def test_the_router_balance_loss_is_the_same_at_every_split_of_the_batch(model_type):
+    """Full-parameter MoE training adds the architecture's load-balancing loss per sample: the step's
+    samples in one micro-batch, packed two rows, or spread over three ranks' micro-batches with
+    padding rows and an empty one, give one loss and one router gradient (float64); a lone sample's
+    term is transformers' own `load_balancing_loss_func`."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import load_balancing_loss_func
+
+    torch.use_deterministic_algorithms(False)
+    model = tiny_causal_lm(model_type, float64=True)
+    model.train()
+    assert model.routers is not None and model.balance_coef > 0
+    rng = random.Random(2)
+    samples = [sample(rng, n) for n in (9, 14, 6, 11, 20, 7)]
+
+    def balance(micro_batches, shape=None):
+        model.zero_grad()
+        total = 0
+        for rows in micro_batches:
+            batch = collate(rows, shape)
+            model(**model_inputs(batch, "cpu"), document_index=batch["document_index"], documents=batch["documents"])
+            total = total + (model.balance_loss if batch["documents"] else 0)
+        total.backward()
+        return total.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if "router" in n}
+
+    whole, whole_grads = balance([samples])
+    splits = [balance([samples[:1], samples[1:3], [], samples[3:5], samples[5:]], BatchShape(2, 32, False)),
+              balance([[packed_row(samples[:3]), packed_row(samples[3:])]], BatchShape(2, 64, True))]
+    for total, grads in splits:
+        assert total.item() == pytest.approx(whole.item(), rel=1e-12)
+        for name, grad in whole_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-10, atol=1e-14, msg=name)
+    lone = collate(samples[:1])
+    model(**model_inputs(lone, "cpu"), document_index=lone["document_index"], documents=1)
+    logits = model.model(input_ids=lone["input_ids"], output_router_logits=True).router_logits
+    upstream = load_balancing_loss_func(logits, model.config.num_local_experts, model.config.num_experts_per_tok)
+    assert model.balance_loss.item() == pytest.approx(upstream.item(), rel=1e-6)  # upstream sums in fp32

@@ -43,6 +43,9 @@ def test_an_uneven_size_with_an_empty_micro_batch_and_evaluation_compiles_once_p
     train(configs, run_dir, nodes=3, timeout=500)  # 2 + 3 + 3 samples in micro-batches of 2: rank 0 has [2, 0]
 
     assert [r["step"] for r in records(run_dir) if "eval_loss" in r] == [2, 4]
+    # Full-parameter SFT balances the routers (the loss in every step record); LoRA freezes them, DPO has none.
+    balanced = [r.get("router_balance_loss") for r in records(run_dir) if "loss" in r and "eval_loss" not in r]
+    assert all(b is not None and b > 0 for b in balanced) if not overrides else not any(balanced), balanced
     kinds = len(set(tiny_architecture(model_type).get("layer_types") or ["full_attention"]))
     log = (tmp_path / "torchrun-run.log").read_text()
     for rank in range(3):

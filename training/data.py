@@ -449,8 +449,9 @@ def collate(rows: list[dict], shape: BatchShape | None = None) -> dict:
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     position_ids = torch.zeros(len(rows), width, dtype=torch.long)
     document_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    document_index = torch.full((len(rows), width), -1, dtype=torch.long)  # the sample in the batch; -1: padding
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-    real_tokens = 0
+    real_tokens = documents = 0
     for i, r in enumerate(rows):
         n = len(r["input_ids"])
         input_ids[i, :n] = torch.tensor(r["input_ids"])
@@ -459,6 +460,9 @@ def collate(rows: list[dict], shape: BatchShape | None = None) -> dict:
             position_ids[i, start : start + length] = torch.arange(length)
             document_ids[i, start : start + length] = document
             labels[i, start : start + length - 1] = torch.tensor(r["labels"][start + 1 : start + length])
+            if r["sample_ids"]:
+                document_index[i, start : start + length] = documents
+                documents += 1
             start += length
         # Padding continues the last sample's positions: one causal block, never a token's context.
         position_ids[i, n:] = torch.arange(position_ids[i, n - 1] + 1, position_ids[i, n - 1] + 1 + width - n)
@@ -467,7 +471,8 @@ def collate(rows: list[dict], shape: BatchShape | None = None) -> dict:
     sample_ids = [sid for r in rows for sid in r["sample_ids"]]
     real = [r for r in rows if r["sample_ids"]]
     return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
-            "document_ids": document_ids, "label_tokens": int((labels != IGNORE_INDEX).sum()), "tokens": real_tokens,
+            "document_ids": document_ids, "document_index": document_index, "documents": documents,
+            "label_tokens": int((labels != IGNORE_INDEX).sum()), "tokens": real_tokens,
             # Attention's cost: each sample attends within itself (training.model.causal_lm.attention_flops).
             "squared_lengths": sum(n * n for r in real for n in r["lengths"])}
 

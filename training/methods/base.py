@@ -46,11 +46,11 @@ class TrainingMethod:
         raise NotImplementedError
 
     def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,
-                         global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+                         global_batch: int, documents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and backward over the step's micro-batches, the gradient scaled so it equals the
         fixed-size run's at every data-parallel size (FSDP averages over `world_size`; the step's
-        label tokens over every rank are given). Returns (local loss sum, local sums of the
-        method's step statistics), both summed over ranks by the trainer."""
+        label tokens and samples (packed documents) over every rank are given). Returns (local loss
+        sum, local sums of the method's step statistics), both summed over ranks by the trainer."""
         raise NotImplementedError
 
     def step_metrics(self, loss_sum: float, stats: list[float], label_tokens: float, global_batch: int) -> dict:

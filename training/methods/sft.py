@@ -25,19 +25,31 @@ class SFT(TrainingMethod):
     def collate(self, rows: list[dict]) -> dict:
         return collate(rows, self.shape)
 
-    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch):
+    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
         # The summed token loss over the step's global label-token count, times the DP size that
         # FSDP's gradient averaging divides by: the gradient of the global mean at any size or split.
         scale = world_size / label_tokens.clamp(min=1).float()  # a step without label tokens contributes nothing
-        loss_sum = torch.zeros((), device=self.device)
+        # An MoE whose routers train adds their load-balancing loss, averaged over the step's samples.
+        balancing = model.routers is not None and documents is not None
+        balance_scale = (model.balance_coef * world_size / documents.clamp(min=1)).float() if balancing else None
+        loss_sum, balance_sum = torch.zeros((), device=self.device), torch.zeros((), dtype=torch.float64, device=self.device)
         for micro in reducing_on_the_last(model, micro_batches):
-            loss = model(**model_inputs(micro, self.device))
-            (loss * scale).backward()
+            inputs = model_inputs(micro, self.device)
+            if balancing:
+                inputs.update(document_index=micro["document_index"].to(self.device, non_blocking=True),
+                              documents=micro["documents"])
+            loss = model(**inputs)
+            objective = loss * scale
+            if model.balance_loss is not None:
+                objective = objective + model.balance_loss * balance_scale
+                balance_sum += model.balance_loss.detach() / documents.clamp(min=1)
+            objective.backward()
             loss_sum += loss.detach()
-        return loss_sum, torch.zeros(0, device=self.device)
+        return loss_sum, balance_sum.reshape(1) if balancing else torch.zeros(0, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
-        return {"loss": loss_sum / label_tokens if label_tokens else None}
+        balance = {"router_balance_loss": stats[0]} if stats else {}  # the mean over the step's samples
+        return {"loss": loss_sum / label_tokens if label_tokens else None, **balance}
 
     def eval_sums(self, model, batch):
         loss = model(**model_inputs(batch, self.device))  # stays on the device: no host sync per batch

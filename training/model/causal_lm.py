@@ -23,6 +23,7 @@ from training.contract.errors import ConfigError
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
+from training.model.router_balance import RouterLogits, document_balance_losses
 
 
 def _hf_config(cfg: ModelConfig, source: str | None = None):
@@ -161,22 +162,38 @@ class CausalLM(torch.nn.Module):
 
     It holds the model's own `model` (decoder) and `lm_head` modules, so parameter names and
     checkpoints are those of the transformers model. The loss never materializes the full
-    (tokens x vocab) logits: `linear_cross_entropy` computes them a chunk at a time."""
+    (tokens x vocab) logits (training.model.loss). A mixture of experts whose routers train also
+    leaves its routers' load-balancing loss in `balance_loss` after a training forward
+    (training.model.router_balance)."""
 
     def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
         super().__init__()
         hf_model.lm_head = LossHead.replacing(hf_model.lm_head, loss_chunk_tokens)
         self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
         self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
+        routers = RouterLogits(hf_model.model)
+        self.routers = routers if routers.trained() and getattr(self.config, "router_aux_loss_coef", 0) else None
+        self.balance_coef = getattr(self.config, "router_aux_loss_coef", 0.0) if self.routers else 0.0
+        self.balance_loss: torch.Tensor | None = None
 
-    def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False) -> torch.Tensor:
+    def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False,
+                document_index=None, documents: int = 0) -> torch.Tensor:
         """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO).
-        `document_ids` (packed rows: which sample each token belongs to) keep packed samples apart."""
+        `document_ids` (packed rows: which sample each token belongs to) keep packed samples apart;
+        `document_index` and `documents` (each token's sample in the micro-batch, and their count)
+        let a training forward sum its samples' router load-balancing losses into `balance_loss`."""
         from training.model.masks import attention_masks
 
+        # Recorded in every training forward (an empty micro-batch too: compiled layers see one state).
+        recording = self.routers is not None and not per_sequence and self.training and torch.is_grad_enabled()
+        if recording:
+            self.routers.start()
         embeds = self.model.embed_tokens(input_ids)
         hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, use_cache=False,
                             attention_mask=attention_masks(self.config, embeds, position_ids, document_ids)).last_hidden_state
+        router_logits = self.routers.take() if recording else []
+        self.balance_loss = document_balance_losses(router_logits, document_index, documents,
+                                                    self.config.num_experts_per_tok) if documents and router_logits else None
         return self.lm_head(hidden, labels, per_sequence)
 
     def get_input_embeddings(self) -> torch.nn.Module:

@@ -87,9 +87,9 @@ def schedule_change(state: TrainState, args: TrainingArgs) -> str:
 
 
 def step_counts(micro_batches: list[dict]) -> list[float]:
-    """[label tokens, input tokens, samples' squared lengths] of this rank's micro-batches, from the
-    host-side counts collate made."""
-    return [float(sum(m[k] for m in micro_batches)) for k in ("label_tokens", "tokens", "squared_lengths")]
+    """[label tokens, input tokens, samples' squared lengths, samples] of this rank's micro-batches,
+    from the host-side counts collate made."""
+    return [float(sum(m[k] for m in micro_batches)) for k in ("label_tokens", "tokens", "squared_lengths", "documents")]
 
 
 def _writable_run_dir(path: Path) -> Path:
@@ -283,10 +283,10 @@ class Trainer:
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        tokens = self.on_device(step_counts(micro_batches))  # [label, input tokens, squared lengths]
+        tokens = self.on_device(step_counts(micro_batches))  # [label, input tokens, squared lengths, samples]
         dist.all_reduce(tokens)
         loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
-                                                       self.plan.global_batch)
+                                                       self.plan.global_batch, documents=tokens[3])
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
         self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
@@ -314,7 +314,7 @@ class Trainer:
     def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
                      elapsed: float, extra: list[float]) -> dict:
         """The metrics record of the step just taken (its fields: training.contract.records)."""
-        label_tokens, input_tokens, squared_lengths = tokens
+        label_tokens, input_tokens, squared_lengths, _ = tokens
         record = {"step": self.state.step, **self.method.step_metrics(loss_sum, extra, label_tokens, self.plan.global_batch),
                   "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
