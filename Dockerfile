@@ -1,26 +1,52 @@
-# The training image the rendered manifests run: CUDA PyTorch, the training entrypoint, and the
-# HyperPod elastic agent (`hyperpodrun`). Build and push, then pass it as cluster.image:
+# The training image the rendered manifests run: CUDA PyTorch, the training entrypoint, the HyperPod
+# elastic agent (`hyperpodrun`), a C compiler and the EFA stack. Build and push, then pass it as
+# cluster.image (docs/container.md: Build the image):
 #
 #   docker build -t <account>.dkr.ecr.<region>.amazonaws.com/elastic-train:1 .
 #
-# hyperpod-elastic-agent 1.1.3 requires torch < 2.12 (and pip < 25.3), so the image pins torch 2.11
-# (the repository's requirements.txt pins the CPU build of 2.13 for local runs and CI). For EFA on
-# p4d/p5 instances, build FROM an AWS Deep Learning Container that ships aws-ofi-nccl instead.
-ARG BASE_IMAGE=python:3.11-slim
+# What a GPU pod needs beyond torch, each checked by the trainer's self-check (training/doctor.py)
+# before it trains:
+# - a C compiler: Triton builds its kernel launchers with one at run time (compiled decoder layers,
+#   flex attention's compiled mask builder), so the base is a CUDA *devel* image;
+# - libfabric and aws-ofi-nccl (the EFA installer): without them NCCL talks TCP sockets on p4d/p5/p5en
+#   although the pods request EFA devices.
+# BASE_IMAGE may instead be an AWS PyTorch training DLC (compiler and EFA included; then drop the two
+# system steps). hyperpod-elastic-agent 1.1.3 requires torch < 2.12 (and pip < 25.3), so the image pins
+# torch 2.11 (the repository's requirements.txt pins the CPU build of 2.13 for local runs and CI).
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04
 FROM ${BASE_IMAGE}
 
-ENV PYTHONUNBUFFERED=1 \
+ARG EFA_INSTALLER_VERSION=1.43.2
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    HF_HOME=/checkpoints/.hf
+    HF_HOME=/checkpoints/.hf \
+    PATH=/opt/venv/bin:/opt/amazon/efa/bin:${PATH} \
+    LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
 
+# Python 3.11 and the C compiler Triton calls at run time.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc g++ make curl ca-certificates libhwloc-dev \
+        python3.11 python3.11-dev python3.11-venv \
+ && python3.11 -m venv /opt/venv \
+ && rm -rf /var/lib/apt/lists/*
+
+# EFA user space: libfabric and the aws-ofi-nccl plugin NCCL loads (no kernel module in a container).
+RUN cd /tmp \
+ && curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz \
+ && tar -xf aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz \
+ && cd aws-efa-installer && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \
+ && ldconfig && cd / && rm -rf /tmp/aws-efa-installer* /var/lib/apt/lists/*
+
+# liger-kernel is not the trainer's (its loss is training/model/loss.py): bench/gpu_smoke.py compares the two.
 RUN pip install "pip<25.3" \
  && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
         pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0
 
-# The container contract (see README, "Training container"): the working directory holds the
-# `training` package, so `hyperpodrun ... -m training --config-dir=/config` (HyperPod) and
-# `torchrun -m training --config-dir=/config` (Kubeflow) resolve it.
+# The container contract (docs/container.md): the working directory holds the `training` package, so
+# `hyperpodrun ... -m training --config-dir=/config` (HyperPod), `torchrun -m training --config-dir=/config`
+# (Kubeflow) and `python -m training.doctor` (the self-check by hand) resolve it.
 WORKDIR /app
 COPY training/ /app/training/
 COPY data/ /app/data/

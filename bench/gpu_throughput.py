@@ -55,7 +55,7 @@ def synthetic_chats(path: Path, rows: int, max_words: int, seed: int = 0) -> Non
             f.write(json.dumps({"messages": turns}) + "\n")
 
 
-def render(tmp: Path, shape: str, nproc: int, steps: int, data: Path) -> Path:
+def render(tmp: Path, shape: str, nproc: int, steps: int, data: Path, overrides: tuple[str, ...] = ()) -> Path:
     recipe, arch, seq, extra = SHAPES[shape]
     arch_override = "{" + ",".join(f"{k}:{v}" for k, v in arch.items()) + "}"
     ta = "recipes.training_config.training_args"
@@ -64,22 +64,24 @@ def render(tmp: Path, shape: str, nproc: int, steps: int, data: Path) -> Path:
                      f"recipes.training_config.datasets.train_data={data}", "recipes.training_config.datasets.packing=true",
                      "recipes.training_config.model_config.mixed_precision=bf16", f"{ta}.train_batch_size=16",
                      f"{ta}.micro_train_batch_size=2", f"{ta}.max_steps={steps}", f"{ta}.warmup_steps=2",
-                     "recipes.training_config.checkpoint.save_steps=100000", *extra,
+                     "recipes.training_config.checkpoint.save_steps=100000", *extra, *overrides,
                      f"output_dir={tmp / shape}"]) == 0
     return next((tmp / shape).iterdir()) / "configs"
 
 
-def run_trainer(configs: Path, run_dir: Path, nproc: int) -> dict:
+def run_trainer(configs: Path, run_dir: Path, nproc: int, steady_after: int = 5) -> dict:
     job = LocalJob(configs, run_dir, nproc_per_node=nproc)
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"trainer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     records = read_records(run_dir)
-    steps = [r for r in records if "loss" in r][5:]  # steady state: compilation and warm-up excluded
+    steps = [r for r in records if "loss" in r][steady_after:]  # steady state: compilation and warm-up excluded
     data = next(r for r in records if r.get("event") == "data")
-    return {"tokens_per_s": sum(r["tokens"] for r in steps[1:]) / (steps[-1]["time"] - steps[0]["time"]),
+    return {"tokens_per_s": sum(r["tokens"] for r in steps[1:]) / max(1e-9, steps[-1]["time"] - steps[0]["time"]),
             "mfu": sum(r.get("mfu") or 0 for r in steps) / len(steps) or None,
-            "peak_gib": max(r["peak_memory_gib"] for r in steps), "fill": data.get("packing_fill")}
+            "peak_gib": max(r["peak_memory_gib"] for r in steps),
+            "reserved_gib": max(r.get("peak_reserved_gib", r["peak_memory_gib"]) for r in steps),
+            "fill": data.get("packing_fill")}
 
 
 def run_baseline(configs: Path, nproc: int, steps: int, env: dict) -> dict:

@@ -29,6 +29,7 @@ from training.contract.config import JobConfig, TrainingArgs, load_job_config  #
 from training.contract.config_files import select_config_file  # noqa: E402
 from training.contract.errors import ConfigError, report  # noqa: E402
 from training.data import build_data, describe_drops  # noqa: E402
+from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
 from training.model.causal_lm import (attention_flops, build_sharded_model, matmul_flops_per_token,  # noqa: E402
@@ -126,6 +127,12 @@ class Trainer:
 
         self.device = start_process_group(self.topo, collective_timeout(tc.checkpoint.save_timeout))
         self.on_gpu = self.device.type == "cuda"
+        if self.on_gpu:  # the image's self-check: a missing compiler or EFA plugin is one line, not a crash later
+            mc = tc.model_config
+            network = check_gpu_image(self.device, compiles=mc.compile is not False or
+                                      mc.attn_implementation == "flex_attention")
+            if self.rank0:
+                print(network, flush=True)
         # A stop signal during start-up is announced to the peers through the job's rendezvous store.
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.node_local = NodeLocalTier.from_env(self.topo.node_rank)

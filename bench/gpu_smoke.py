@@ -1,0 +1,194 @@
+"""The first GPU hour in one command: what only a GPU can show, in the order a failure is cheapest.
+
+    python bench/gpu_smoke.py [--nproc 8]     # on a GPU node with the image's packages
+    python bench/gpu_smoke.py --cpu           # the same parts that run on CPU, tiny shapes: checks the bench
+
+1. the image's self-check (training.doctor: C compiler, Triton compiles, EFA/OFI, driver and CUDA);
+2. one training step of a small Llama (flex attention, compiled layers, bf16), then bench/gpu_throughput.py;
+3. Llama 4's experts as one grouped matmul, forward and backward, with groups of unaligned sizes (and
+   an empty one) against the per-expert loop in fp32;
+4. the trainer's fused LM-head loss against liger-kernel's (equal loss and gradients, step time);
+5. one training step under `torch.cuda.set_sync_debug_mode("warn")`: host syncs before the update;
+6. peak reserved memory of a step against the plan's figure (trace + allowance), FSDP and, with two
+   or more GPUs, HSDP.
+It prints one table, with the device and the date, to paste into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from bench.common import ROOT  # noqa: E402
+from bench.gpu_throughput import SHAPES, render, run_trainer, synthetic_chats  # noqa: E402
+
+SHAPES["smoke_gpu"] = (SHAPES["smoke"][0], SHAPES["smoke"][1], 256,
+                       ["recipes.training_config.model_config.attn_implementation=flex_attention"])
+
+
+def self_check() -> tuple[str, str]:
+    done = subprocess.run([sys.executable, "-m", "training.doctor"], cwd=ROOT, capture_output=True, text=True)
+    return ("ok" if done.returncode == 0 else "FAILED"), (done.stdout + done.stderr).strip().replace("\n", "; ")
+
+
+def grouped_experts(device, experts=4, hidden=64, inner=96, counts=(37, 0, 91, 5)) -> tuple[str, str]:
+    """Routed experts in bf16 (one grouped matmul on GPU) against the fp32 loop, outputs and gradients."""
+    from training.model.moe import expert_outputs
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    weights = [torch.randn(experts, hidden, 2 * inner) / hidden ** 0.5, torch.randn(experts, inner, hidden) / inner ** 0.5]
+    x = torch.randn(sum(counts), hidden)
+    ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts)).to(device)
+
+    def run(dtype):
+        gate_up, down = (w.to(device, dtype).requires_grad_() for w in weights)
+        inputs = x.to(device, dtype).requires_grad_()
+        ns = types.SimpleNamespace(num_experts=experts, gate_up_proj=gate_up, down_proj=down, act_fn=torch.nn.functional.silu)
+        out = expert_outputs(ns, inputs, ids)
+        out.float().square().sum().backward()
+        return [t.float() for t in (out, inputs.grad, gate_up.grad, down.grad)]
+
+    got, want = run(dtype), run(torch.float32)
+    worst = max(((a - b).norm() / b.norm()).item() for a, b in zip(got, want))
+    return ("ok" if worst < 2e-2 else "FAILED"), f"groups {list(counts)}: worst relative error {worst:.1e} ({dtype})"
+
+
+def loss_kernels(device, tokens=8192, hidden=4096, vocab=128256) -> tuple[str, str]:
+    """The trainer's fused loss against liger's (where installed; else the chunked one): loss,
+    gradients and forward+backward time."""
+    from training.model.loss import linear_cross_entropy
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    h = (torch.randn(tokens, hidden, device=device) / 4).to(dtype)
+    w = (torch.randn(vocab, hidden, device=device) / hidden ** 0.5).to(dtype)
+    y = torch.randint(0, vocab, (tokens,), device=device)
+    y[: tokens // 4] = -100
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        liger = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="sum", accum_dtype=torch.float32)
+        other, name = (lambda hh, ww: liger(ww, hh, y)), "liger"
+    except ImportError:
+        other, name = (lambda hh, ww: linear_cross_entropy(hh[None], ww, y[None], 1024, fused=False)), "chunked"
+    ours = lambda hh, ww: linear_cross_entropy(hh[None], ww, y[None], 1024, fused=True)  # noqa: E731
+
+    def timed(fn):
+        results, times = None, []
+        for _ in range(6):
+            hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+            start = time.perf_counter()
+            loss = fn(hh, ww)
+            loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            results = [loss.detach().float(), hh.grad.float(), ww.grad.float()]
+        return results, sorted(times[1:])[len(times[1:]) // 2]
+
+    (a, ta), (b, tb) = timed(ours), timed(other)
+    worst = max(((x - z).norm() / z.norm()).item() for x, z in zip(a, b))
+    return ("ok" if worst < 1e-2 else "FAILED"), (f"fused {ta * 1e3:.1f} ms vs {name} {tb * 1e3:.1f} ms "
+                                                  f"({tb / ta:.2f}x); worst relative difference {worst:.1e}")
+
+
+def host_syncs(configs: Path, run_dir: Path, device) -> tuple[str, str]:
+    """Syncs a training step makes before its optimizer step (the third step: warm and compiled)."""
+    from training.runtime.arguments import parse_args
+    from training.runtime.elastic import ElasticStop
+    from training.runtime.train import Trainer
+
+    trainer = Trainer(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop())
+    loader = trainer._loader()
+    trainer.model.train()
+    for _ in range(2):
+        trainer.train_step([next(loader) for _ in range(trainer.plan.grad_accum_steps)])
+    seen: list[int] = []
+    if device.type != "cuda":
+        return "skipped", "no GPU"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hook = trainer.optimizer.register_step_pre_hook(lambda *args: seen.append(len(caught)))
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            trainer.train_step([next(loader) for _ in range(trainer.plan.grad_accum_steps)])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            hook.remove()
+    before = seen[0] if seen else len(caught)
+    where = "; ".join(sorted({str(w.message).splitlines()[0][:80] for w in caught[:before]}))
+    return ("ok" if before == 0 else "FAILED"), f"{before} before the update" + (f": {where}" if where else "")
+
+
+def memory_against_plan(tmp: Path, nproc: int, data: Path) -> list[tuple[str, str, str]]:
+    """Peak reserved GiB of the llama_1b shape's steps against trace + allowance, FSDP and HSDP."""
+    from elastic_launcher.planning.memory import Allowance, with_allowance
+    from training.contract.config import load_job_config
+    from training.model.memory_trace import trace_step
+
+    rows = []
+    for name, degree in [("fsdp", nproc)] + ([("hsdp", nproc // 2)] if nproc >= 2 else []):
+        configs = render(tmp / name, "llama_1b", nproc, 8, data,
+                         [f"recipes.training_config.model_config.sharding_degree={degree}"])
+        measured = run_trainer(configs, tmp / f"run-{name}", nproc)
+        cfg = load_job_config(configs / "config-n1.yaml")
+        arch = dict(cfg.training_config.model_config.architecture)
+        step = trace_step(cfg, degree, cfg.training_config.training_args.micro_train_batch_size, 2, arch)
+        planned = with_allowance(step.peak_gib, Allowance.of(arch, cfg.training_config, degree < nproc,
+                                                             cfg.training_config.training_args.micro_train_batch_size))
+        rows.append((f"6. memory, {name} over {degree} of {nproc} GPU(s)", "ok" if measured["reserved_gib"] <= planned else
+                     "OVER", f"peak reserved {measured['reserved_gib']:.1f} GiB, planned {planned:.1f} GiB"))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nproc", type=int, default=1, help="GPUs of this node to use")
+    parser.add_argument("--cpu", action="store_true", help="the parts that run on CPU, tiny shapes")
+    args = parser.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        sys.exit("error: no GPU here: run bench/gpu_smoke.py on a GPU node (or --cpu to check the bench itself)")
+    device = torch.device("cuda", 0) if not args.cpu else torch.device("cpu")
+    rows = [("1. self-check", *self_check())]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data = tmp / "chats.jsonl"
+        synthetic_chats(data, rows=400, max_words=128)
+        shape = "smoke" if args.cpu else "smoke_gpu"
+        configs = render(tmp, shape, 1, 3, data)
+        step = run_trainer(configs, tmp / "run", 1, steady_after=0)
+        rows.append(("2. one training step", "ok", f"{step['tokens_per_s']:,.0f} tokens/s"))
+        if not args.cpu:
+            done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_throughput.py"), f"--nproc={args.nproc}"],
+                                  capture_output=True, text=True)
+            rows.append(("2. bench/gpu_throughput.py", "ok" if done.returncode == 0 else "FAILED",
+                         done.stdout.strip().replace("\n", " ")[-400:] or done.stderr.strip()[-300:]))
+        small = {} if not args.cpu else {"tokens": 256, "hidden": 64, "vocab": 1000}
+        rows.append(("3. grouped experts, unaligned groups", *grouped_experts(device)))
+        rows.append(("4. fused loss", *loss_kernels(device, **small)))
+        rows.append(("5. host syncs in a step", *host_syncs(configs, tmp / "syncs", device)))
+        if not args.cpu:
+            synthetic_chats(long := tmp / "long.jsonl", rows=800, max_words=2048)
+            rows += memory_against_plan(tmp, args.nproc, long)
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
+    print(f"gpu_smoke on {name} ({args.nproc} process(es)), {datetime.date.today()}, torch {torch.__version__}")
+    print("| check | result | figures |\n|---|---|---|")
+    for check, result, figures in rows:
+        print(f"| {check} | {result} | {figures} |")
+    return 0 if all(r[1] in ("ok", "skipped") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The image's self-check (training/doctor.py) and the Dockerfile it guards: each failure a GPU pod
+would meet is one line naming what is missing and how to fix the image."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from training.contract.errors import ConfigError
+from training.doctor import c_compiler, driver_supports, network
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    text = str(error.value)
+    assert "\n" not in text
+    return text
+
+
+def test_an_image_without_a_c_compiler_fails_in_one_line(tmp_path):
+    (tmp_path / "bin").mkdir()
+    with pytest.raises(ConfigError) as e:
+        c_compiler({"PATH": str(tmp_path / "bin")})
+    assert "no C compiler" in one_line(e) and "Dockerfile" in str(e.value)
+    gcc = tmp_path / "bin" / "gcc"
+    gcc.write_text("#!/bin/sh\n")
+    gcc.chmod(0o755)
+    assert c_compiler({"PATH": str(tmp_path / "bin")}) == str(gcc)
+    assert c_compiler({"CC": "/opt/cc", "PATH": ""}) == "/opt/cc"  # Triton's own order: $CC first
+
+
+def fake_efa_device(root: Path, name="rdmap16s27") -> Path:
+    driver = root / "sys/bus/pci/drivers/efa"
+    driver.mkdir(parents=True, exist_ok=True)
+    device = root / "sys/class/infiniband" / name / "device"
+    device.mkdir(parents=True)
+    (device / "driver").symlink_to(driver)
+    return root
+
+
+def test_efa_devices_without_the_ofi_plugin_fail_in_one_line(tmp_path):
+    root = fake_efa_device(tmp_path / "node")
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    with pytest.raises(ConfigError) as e:
+        network({"LD_LIBRARY_PATH": str(libs)}, root)
+    assert "EFA devices (rdmap16s27)" in one_line(e) and "TCP sockets" in str(e.value)
+    (libs / "libnccl-net-ofi.so").touch()
+    found = network({"LD_LIBRARY_PATH": f"/nowhere:{libs}"}, root)
+    assert found.describe() == f"NCCL network: OFI over 1 EFA device(s) ({libs / 'libnccl-net-ofi.so'})"
+    # No EFA (a node type without it): sockets are what NCCL can use, and that is said once.
+    assert network({"LD_LIBRARY_PATH": ""}, tmp_path / "plain").describe() == "NCCL network: TCP sockets (no EFA devices)"
+
+
+def test_a_driver_older_than_the_runtime_fails_in_one_line():
+    driver_supports("12.8", 12080)
+    driver_supports("12.8", 13000)
+    with pytest.raises(ConfigError) as e:
+        driver_supports("12.8", 12040)
+    assert "supports CUDA 12.4, older than the CUDA 12.8" in one_line(e)
+
+
+def test_the_doctor_runs_as_a_command_and_fails_with_one_line_without_a_compiler(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path), "CC": ""}
+    env.pop("CC")
+    done = subprocess.run([sys.executable, "-m", "training.doctor"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no C compiler" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "training.doctor"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "C compiler: " in done.stdout and "NCCL network: " in done.stdout, done.stderr
+
+
+def test_the_dockerfile_builds_an_image_that_compiles_and_speaks_efa():
+    """The image carries what the self-check looks for: a C compiler, libfabric and aws-ofi-nccl on
+    the library path, a base chosen by a build argument, and torch below 2.12 (the HyperPod agent)."""
+    text = (ROOT / "Dockerfile").read_text()
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)", text, re.M)
+    assert base and "devel" in base.group(1) and re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.M)
+    assert re.search(r"apt-get install[^\n]*(\\\n[^\n]*)*\bgcc\b", text)
+    assert "efa_installer.sh" in text and "--skip-kmod" in text
+    library_path = re.search(r"LD_LIBRARY_PATH=(\S+)", text).group(1)
+    assert "/opt/amazon/ofi-nccl/lib" in library_path and "/opt/amazon/efa/lib" in library_path
+    torch_pin = re.search(r"torch==(\d+)\.(\d+)", text)
+    assert (int(torch_pin.group(1)), int(torch_pin.group(2))) < (2, 12)
