@@ -92,19 +92,23 @@ def show(trace: dict, gpu_gib: float) -> str:
 def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
     """Traced peak, the dry run's GiB/GPU (the trace with the allowance) and the analytic fallback's,
     for the first and last allowed size of each recipe."""
-    from elastic_launcher.planning.memory import kept_traces, traced
+    from elastic_launcher.planning.memory import Allowance, kept_traces
     from elastic_launcher.planning.plan import fallback_estimate
 
-    rows = ["| recipe | nodes | traced GiB | dry run GiB/GPU | fallback estimate | peak in |", "|---|---|---|---|---|---|"]
+    rows = ["| recipe | nodes | sharding | traced GiB | dry run GiB/GPU | fallback estimate | peak in |",
+            "|---|---|---|---|---|---|---|"]
     for recipe in recipes:
         plan = plan_of(recipe, overrides)
         for size in (plan.sizes[0], plan.sizes[-1]):
             inputs = inputs_of(plan, size)
-            kept = traced(inputs)
-            fallback = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch)
+            hsdp = size.shard_degree < size.devices
+            allowance = Allowance.of(plan.hardware.model_shape, size.config.training_config, hsdp, size.batch.micro_batch)
+            fallback = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch,
+                                         allowance)
             trace = kept_traces()[trace_key(inputs)]
-            rows.append(f"| `{recipe}` | {size.nodes} | {trace['peak_gib']:.1f} | {kept.total_gib:.1f} / "
-                        f"{plan.instance.gpu_memory_gib:g} | {fallback.total_gib:.1f} | {trace['phase']} |")
+            rows.append(f"| `{recipe}` | {size.nodes} | {'hsdp' if hsdp else 'fsdp'} over {size.shard_degree} | "
+                        f"{trace['peak_gib']:.1f} | {size.memory.total_gib:.1f} / {plan.instance.gpu_memory_gib:g} | "
+                        f"{fallback.total_gib:.1f} | {trace['phase']} |")
     return "\n".join(rows)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from elastic_launcher.config.compose import compose, options, to_plain
-from elastic_launcher.planning.memory import FIT_SHARE, ModelShape
+from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
 from elastic_launcher.planning.plan import fallback_estimate, make_plan
 
 pytestmark = pytest.mark.slow  # composes and plans every recipe of the catalogue: the full suite only
@@ -198,7 +198,10 @@ def test_the_fallback_estimate_stays_near_every_trace():
     for recipe in CATALOGUE:
         plan = plan_of(recipe)
         for size in plan.sizes:
-            got = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch)
+            allowance = Allowance.of(plan.hardware.model_shape, size.config.training_config,
+                                     size.shard_degree < size.devices, size.batch.micro_batch)
+            got = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch,
+                                    allowance)
             ratios.append((got.total_gib / size.memory.total_gib, recipe, size.nodes))
     low, high = FALLBACK_BAND
     assert all(low <= ratio <= high for ratio, _, _ in ratios), (min(ratios), max(ratios))
