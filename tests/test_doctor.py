@@ -86,3 +86,21 @@ def test_the_dockerfile_builds_an_image_that_compiles_and_speaks_efa():
     assert "/opt/amazon/ofi-nccl/lib" in library_path and "/opt/amazon/efa/lib" in library_path
     torch_pin = re.search(r"torch==(\d+)\.(\d+)", text)
     assert (int(torch_pin.group(1)), int(torch_pin.group(2))) < (2, 12)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_the_first_gpu_hour_bench_runs_its_cpu_parts():
+    """bench/gpu_smoke.py refuses in one line where there is no GPU, and its --cpu mode runs every
+    part that can run here (a failure on the first GPU then is the GPU's, not the bench's)."""
+    bench = [sys.executable, str(ROOT / "bench" / "gpu_smoke.py")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(bench, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and done.stderr.strip().startswith("error: no GPU here") and "\n" not in done.stderr.strip()
+    done = subprocess.run([*bench, "--cpu"], cwd=ROOT, capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r[0].lstrip("| ") for r in rows] == ["1. self-check", "2. one training step",
+                                                 "3. grouped experts, unaligned groups", "4. fused loss",
+                                                 "5. host syncs in a step"]
+    assert [r[1] for r in rows] == ["ok", "ok", "ok", "ok", "skipped"]

@@ -224,3 +224,32 @@ def test_main_command_works_exactly_as_typed(tmp_path):
     result = run_launcher_process(*MAIN_COMMAND, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "results" / "llama3-1-8b-sft" / "manifest.yaml").is_file()
+
+
+def test_the_memory_allowance_names_its_parts(launch):
+    """What the trace cannot see, by part: the CUDA context; NCCL per communicator (FSDP's one,
+    HSDP's three); the fused loss's gradients (full-parameter SFT: the LM head's in fp32, 2 GiB for
+    Llama 3.1 8B; LoRA: only the hidden states'; DPO: none); fragmentation. The dry run says so."""
+    from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FRAGMENTATION, NCCL_COMMUNICATOR_GIB, Allowance,
+                                                  ModelShape)
+    from elastic_launcher.planning.plan import make_plan
+    from elastic_launcher.config.compose import compose, to_plain
+
+    def allowance(recipe, hsdp):
+        plan = make_plan(to_plain(compose([f"recipes={recipe}"])[0])["recipes"])
+        return Allowance.of(plan.hardware.model_shape, plan.base.training_config, hsdp, micro_batch=2)
+
+    shape = ModelShape.from_config(make_plan(to_plain(compose(["recipes=llama/llama3_1_8b_sft"])[0])["recipes"])
+                                   .hardware.model_shape)
+    hidden_grads = 2 * 2 * 4096 * shape.hidden_size / 2**30  # micro-batch 2 x 4096 tokens, bf16
+    full, lora, dpo = (allowance(r, hsdp=False) for r in ("llama/llama3_1_8b_sft", "llama/llama3_1_8b_sft_lora",
+                                                          "llama/llama3_1_8b_dpo"))
+    assert full.fused_loss_gib == pytest.approx(4 * shape.vocab_size * shape.hidden_size / 2**30 + hidden_grads)
+    assert 1.9 < full.fused_loss_gib - hidden_grads < 2.0
+    assert lora.fused_loss_gib == pytest.approx(hidden_grads) and dpo.fused_loss_gib == 0
+    assert (full.communicators, allowance("llama/llama3_1_8b_sft", hsdp=True).communicators) == (1, 3)
+    assert full.total_gib(10) == pytest.approx(10 * (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB + NCCL_COMMUNICATOR_GIB +
+                                               full.fused_loss_gib)
+    code, out, _ = launch(*MAIN_COMMAND)
+    assert code == 0 and "NCCL 1.5 GiB per communicator (1 under FSDP, 3 under HSDP)" in out
+    assert "the fused loss's gradients" in out and "CUDA context 0.5 GiB" in out

@@ -209,3 +209,16 @@ def test_golden_manifest(launch, tmp_path, target):
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(text)
     assert text == golden.read_text(), f"rendering changed; review and regenerate with UPDATE_GOLDEN=1 ({golden})"
+
+
+@pytest.mark.parametrize("target", ["hyperpod", "kubeflow", "trainjob"])
+def test_gpu_pods_grow_allocator_segments_in_place(launch, tmp_path, target):
+    """expandable_segments in every GPU manifest (the plan's allowance counts 5% fragmentation with
+    it); CPU jobs do without."""
+    policy = "recipes.elastic_policy.is_elastic=" + ("false" if target == "trainjob" else "true")
+    for recipe, job_name in (("llama/llama3_1_8b_sft", "llama3-1-8b-sft"), ("llama/tiny_llama_sft", "tiny-llama-sft")):
+        code, _, err = launch(f"recipes={recipe}", policy, f"target={target}")
+        assert code == 0, err
+        manifest = (tmp_path / "out" / job_name / "manifest.yaml").read_text()
+        gpu = job_name != "tiny-llama-sft"
+        assert ("- name: PYTORCH_ALLOC_CONF\n" in manifest and "value: expandable_segments:True" in manifest) == gpu

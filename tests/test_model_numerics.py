@@ -269,3 +269,31 @@ def test_the_router_balance_loss_is_the_same_at_every_split_of_the_batch(model_t
     logits = model.model(input_ids=lone["input_ids"], output_router_logits=True).router_logits
     upstream = load_balancing_loss_func(logits, model.config.num_local_experts, model.config.num_experts_per_tok)
     assert model.balance_loss.item() == pytest.approx(upstream.item(), rel=1e-6)  # upstream sums in fp32
+
+
+def test_compiled_layers_fail_loudly_past_their_own_limit_and_nothing_else_does(monkeypatch):
+    """A decoder layer that needs more graphs than its limit stops the run with a one-line hint
+    (not an eager fallback without a word); torch's global setting stays off, so other compiled
+    functions (transformers' mask builder, the flex kernel) keep torch's own behaviour."""
+    import torch._dynamo
+
+    from training.model.causal_lm import _compile_for_training
+
+    monkeypatch.setenv("ELASTIC_COMPILE_BACKEND", "eager")
+
+    class Doubling(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    layer = Doubling()
+    _compile_for_training(layer, limit=2)
+    other = torch.compile(lambda x: x + 1, backend="eager")
+    for dtype in (torch.float32, torch.float64):  # a dtype is a guard: each is a graph of its own
+        assert torch.equal(layer(torch.ones(3, dtype=dtype)), torch.full((3,), 2, dtype=dtype))
+        other(torch.ones(3, dtype=dtype))
+    with pytest.raises(RuntimeError, match="needed more than 2 graphs"):
+        layer(torch.ones(3, dtype=torch.float16))
+    assert not torch._dynamo.config.fail_on_recompile_limit_hit
+    with torch.no_grad():
+        assert torch.equal(layer(torch.ones(3, dtype=torch.float16)), torch.full((3,), 2, dtype=torch.float16))  # eager
+    other(torch.ones(3, dtype=torch.float16))  # the third graph of an ordinary compiled function is fine

@@ -59,7 +59,10 @@ def efa_devices(sys_root: Path = Path("/")) -> tuple[str, ...]:
 
 
 def ofi_plugin(env: dict[str, str] | None = None) -> Path | None:
-    """aws-ofi-nccl where NCCL will look for it: NCCL_NET_PLUGIN, or LD_LIBRARY_PATH."""
+    """aws-ofi-nccl where NCCL's dlopen will find it: NCCL_NET_PLUGIN, LD_LIBRARY_PATH, or the
+    dynamic linker's cache (a plugin installed into a system library directory)."""
+    import ctypes.util
+
     env = os.environ if env is None else env
     named = env.get("NCCL_NET_PLUGIN")
     dirs = [Path(d) for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -68,7 +71,10 @@ def ofi_plugin(env: dict[str, str] | None = None) -> Path | None:
         for name in names:
             if (directory / name).is_file():
                 return directory / name
-    return Path(named) if named and Path(named).is_file() else None
+    if named and Path(named).is_file():
+        return Path(named)
+    cached = next(filter(None, (ctypes.util.find_library(n.removeprefix("lib").removesuffix(".so")) for n in names)), None)
+    return Path(cached) if cached else None
 
 
 def network(env: dict[str, str] | None = None, sys_root: Path = Path("/")) -> Network:
