@@ -394,6 +394,7 @@ class TrainingData:
     train: object  # a datasets.Dataset
     validation: object | None
     vocab_size: int  # the tokenizer's: an inline architecture takes it
+    special_tokens: dict[str, int | None]  # pad/bos/eos token ids of the tokenizer, as config keys
     stats: dict
 
 
@@ -407,7 +408,8 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_name_or_path or source or model.model_name_or_path)
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
                                              data_format=data_format, seed=seed)
-    return TrainingData(train, validation, len(tokenizer), stats)
+    special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}
+    return TrainingData(train, validation, len(tokenizer), special, stats)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
 from training.contract.errors import ConfigError
+from training.contract.families import family_refusal
 from training.contract.methods import method_facts
 from training.contract.typed import build, ranged
 
@@ -294,6 +295,10 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         except ConfigError as e:
             raise ConfigError(_named_where_set(str(e), where, entry or {})) from None
         check_methods(cfg.training_config)
+        refusal = family_refusal(hardware.model_shape or cfg.training_config.model_config.architecture or {},
+                                 cfg.training_config.datasets.packing)
+        if refusal:
+            raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,

@@ -24,7 +24,16 @@ def _compiled_flex():
     return torch.compile(flex_attention)
 
 
-def flex_attention_forward(module, query, key, value, attention_mask, scaling=None, s_aux=None, **kwargs):
+@functools.cache  # one function per cap: a compiled kernel meets the same score_mod every call
+def _soft_capped(cap: float):
+    """Gemma 2's attention logit soft-capping, as transformers applies it: cap x tanh(score / cap)."""
+    def score_mod(score, batch, head, q, kv):
+        return cap * torch.tanh(score / cap)
+    return score_mod
+
+
+def flex_attention_forward(module, query, key, value, attention_mask, scaling=None, softcap=None, s_aux=None,
+                           **kwargs):
     """(output [batch, tokens, heads, head_dim], log-sum-exp), as transformers' attention functions return."""
     if attention_mask is not None and not isinstance(attention_mask, BlockMask):
         raise TypeError("flex attention takes a BlockMask (transformers' flex mask builder makes one)")
@@ -33,6 +42,7 @@ def flex_attention_forward(module, query, key, value, attention_mask, scaling=No
     # CPU has no compiled flex backward: there it runs eager (forward only).
     flex = flex_attention if torch.compiler.is_compiling() or not query.is_cuda else _compiled_flex()
     out, aux = flex(query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=True,
+                    score_mod=_soft_capped(softcap) if softcap else None,
                     return_aux=AuxRequest(lse=True), kernel_options=kwargs.get("kernel_options"))
     if s_aux is not None:
         exact = torch.promote_types(query.dtype, torch.float32)  # fp32 for bf16, float64 stays

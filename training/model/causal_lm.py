@@ -23,7 +23,11 @@ from training.contract.errors import ConfigError
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
+from training.model.stored_layout import ExpertPieces, file_layout, read_expert_pieces
 from training.model.router_balance import RouterLogits, document_balance_losses
+from training.contract.families import SUPPORTED
+from training.model.structure import (attention_layers, check_causal_lm, check_trainable, decoder_layers, decoder_stack,
+                                      expert_count, layer_kinds)
 
 
 def _hf_config(cfg: ModelConfig, source: str | None = None):
@@ -45,6 +49,11 @@ def _hf_config(cfg: ModelConfig, source: str | None = None):
     return config
 
 
+def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> None:
+    """Refuse, before anything is built, a model the trainer cannot train (training.model.structure)."""
+    check_trainable(_hf_config(cfg, source), packing)
+
+
 def _attention(cfg: ModelConfig) -> dict:
     if cfg.attn_implementation == "flex_attention":
         from training.model.attention import use_trainer_flex_attention
@@ -53,15 +62,21 @@ def _attention(cfg: ModelConfig) -> dict:
     return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
 
 
-STORED_PREFIXES = ("", "language_model.")  # where a checkpoint may keep the causal LM's weights
+LANGUAGE_MODEL = "language_model."  # where a vision+text checkpoint (Llama 4) keeps the causal LM's weights
 MXFP4_PARTS = ("_blocks", "_scales")  # GPT-OSS stores an expert weight `w` as w_blocks and w_scales
 
 
-def _stored_name(key: str, stored) -> str | None:
+def _stored(key: str, whole: dict[str, str], fused: dict[str, ExpertPieces]):
+    """Where the files hold the model's tensor `key`: a file key, the per-expert pieces, or (GPT-OSS)
+    the MXFP4 base name; None if nowhere."""
     plain = file_name(key)
-    for name in (p + plain for p in STORED_PREFIXES):
-        if name in stored or all(name + part in stored for part in MXFP4_PARTS):
-            return name
+    for name in (plain, LANGUAGE_MODEL + plain):
+        if name in whole:
+            return whole[name]
+        if name in fused:
+            return fused[name]
+        if all(name + part in whole for part in MXFP4_PARTS):
+            return ("mxfp4", name)
     return None
 
 
@@ -83,9 +98,10 @@ def _load_mxfp4(local: torch.Tensor, where: tuple[slice, ...], name: str, files:
 
 def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     """Fill the sharded model's weights from the safetensors files in `path`, each rank reading only
-    the slices it owns (converted to the parameters' dtype). A tied LM head is filled through its
-    embedding; LoRA adapters are in no file (init_adapters); any other weight missing from the files
-    is an error, not a silent random init."""
+    the slices it owns (converted to the parameters' dtype), in whatever layout the family's files
+    use (training.model.stored_layout: per-expert tensors, renamed prefixes). A tied LM head is filled
+    through its embedding; LoRA adapters are in no file (init_adapters); any other weight missing from
+    the files is an error, not a silent random init."""
     from pathlib import Path
 
     import torch.distributed.checkpoint as dcp
@@ -95,20 +111,23 @@ def _load_pretrained_shards(model: torch.nn.Module, path: str) -> None:
     for file in sorted(Path(path).glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
             files.update(dict.fromkeys(f.keys(), str(file)))
+    whole, fused = file_layout(model.config.model_type, files)
     state = {k: v for k, v in model.state_dict().items() if not is_adapter(k)}
-    names = {k: _stored_name(k, files) for k in state}
+    stored = {k: _stored(k, whole, fused) for k in state}
     owner = {k: id(p) for k, p in model.named_parameters(remove_duplicate=False)}  # tied names share one
-    filled = {owner.get(k) for k, name in names.items() if name}
-    missing = [k for k, name in names.items() if not name and owner.get(k, k) not in filled]
+    filled = {owner.get(k) for k, where in stored.items() if where}
+    missing = [k for k, where in stored.items() if not where and owner.get(k, k) not in filled]
     if missing:
         raise ConfigError(f"model_name_or_path={path!r} lacks weights the model needs ({', '.join(missing[:3])}"
                           f"{', ...' if len(missing) > 3 else ''}): is it a checkpoint of this architecture?")
-    plain = {name: state[k] for k, name in names.items() if name in files}
-    dcp.load(plain, storage_reader=dcp.HuggingFaceStorageReader(path))
+    dcp.load({where: state[k] for k, where in stored.items() if isinstance(where, str)},
+             storage_reader=dcp.HuggingFaceStorageReader(path))
     with torch.no_grad():
-        for k, name in names.items():
-            if name and name not in files:
-                _load_mxfp4(*local_part(state[k]), name, files)
+        for k, where in stored.items():
+            if isinstance(where, ExpertPieces):
+                read_expert_pieces(*local_part(state[k]), where, files)
+            elif isinstance(where, tuple):
+                _load_mxfp4(*local_part(state[k]), where[1], files)
 
 
 def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> torch.nn.Module:
@@ -117,8 +136,15 @@ def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> tor
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
+    config = _hf_config(cfg, source)
     with nullcontext() if init else no_init_weights():
-        return AutoModelForCausalLM.from_config(_hf_config(cfg, source), dtype=torch.float32, **_attention(cfg))
+        try:
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **_attention(cfg))
+        except ValueError as e:
+            if "Unrecognized configuration class" not in str(e):
+                raise
+            raise ConfigError(f"model_type {config.model_type} has no causal LM in transformers: the trainer fine-tunes "
+                              f"{SUPPORTED}") from None
 
 
 def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
@@ -146,15 +172,17 @@ def _skeleton(cfg: ModelConfig, source: str | None = None) -> torch.nn.Module:
         return _prepare(_from_config(cfg, init=False, source=source))
 
 
-def _recompute_buffers(model: torch.nn.Module, device) -> None:
-    """Buffers are in no checkpoint (rotary frequencies are non-persistent): after `to_empty` they
-    hold garbage, so every module owning buffers is built afresh from the config and its buffers copied."""
-    for module in model.modules():
-        own = dict(module.named_buffers(recurse=False))
-        if own:
-            fresh = type(module)(config=model.config)
-            for name, buffer in fresh.named_buffers(recurse=False):
-                own[name].copy_(buffer.to(device))
+def _recompute_buffers(model: "CausalLM") -> None:
+    """After `to_empty` buffers hold garbage. Non-persistent ones (rotary frequencies, Gemma's
+    embedding scale) are in no checkpoint: transformers' own `_init_weights` computes them for every
+    module owning buffers, as its from_pretrained does after a meta-device build. It also re-draws
+    those modules' parameters, which the weights read next replace."""
+    from transformers import initialization
+
+    with torch.no_grad(), initialization.guard_torch_init_functions():
+        for module in model.modules():
+            if next(module.buffers(recurse=False), None) is not None:
+                model.model._init_weights(module)
 
 
 class CausalLM(torch.nn.Module):
@@ -168,10 +196,12 @@ class CausalLM(torch.nn.Module):
 
     def __init__(self, hf_model: torch.nn.Module, loss_chunk_tokens: int):
         super().__init__()
-        hf_model.lm_head = LossHead.replacing(hf_model.lm_head, loss_chunk_tokens)
-        self.model, self.lm_head, self.config = hf_model.model, hf_model.lm_head, hf_model.config
+        check_causal_lm(hf_model)
+        hf_model.set_output_embeddings(LossHead.replacing(hf_model.get_output_embeddings(), loss_chunk_tokens,
+                                                          getattr(hf_model.config, "final_logit_softcapping", None)))
+        self.model, self.lm_head, self.config = decoder_stack(hf_model), hf_model.get_output_embeddings(), hf_model.config
         self.hf_architecture = type(hf_model).__name__  # e.g. LlamaForCausalLM, for exported configs
-        routers = RouterLogits(hf_model.model)
+        routers = RouterLogits(self.model)
         self.routers = routers if routers.trained() and getattr(self.config, "router_aux_loss_coef", 0) else None
         self.balance_coef = getattr(self.config, "router_aux_loss_coef", 0.0) if self.routers else 0.0
         self.balance_loss: torch.Tensor | None = None
@@ -188,28 +218,35 @@ class CausalLM(torch.nn.Module):
         recording = self.routers is not None and not per_sequence and self.training and torch.is_grad_enabled()
         if recording:
             self.routers.start()
-        embeds = self.model.embed_tokens(input_ids)
-        hidden = self.model(inputs_embeds=embeds, position_ids=position_ids, use_cache=False,
-                            attention_mask=attention_masks(self.config, embeds, position_ids, document_ids)).last_hidden_state
+        # The model embeds its own tokens (Gemma 4 also feeds them to every layer); the masks need
+        # only the hidden states' shape, dtype and device.
+        masks = attention_masks(self.config, self.hidden_like(input_ids), position_ids, document_ids)
+        hidden = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                            attention_mask=masks).last_hidden_state
         router_logits = self.routers.take() if recording else []
         self.balance_loss = document_balance_losses(router_logits, document_index, documents,
                                                     self.config.num_experts_per_tok) if documents and router_logits else None
         return self.lm_head(hidden, labels, per_sequence)
 
+    def hidden_like(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """A stand-in of the hidden states (no memory): the embeddings' compute dtype (bf16 under
+        mixed precision) at the tokens' shape and device."""
+        dtype = getattr(getattr(self.get_input_embeddings(), "mixed_precision", None), "param_dtype", None) \
+            or self.get_input_embeddings().weight.dtype
+        return torch.empty((), dtype=dtype, device=input_ids.device).expand(*input_ids.shape, 1)
+
     def get_input_embeddings(self) -> torch.nn.Module:
-        return self.model.embed_tokens
+        return self.model.get_input_embeddings()
 
 
 COMPILE_BACKEND_ENV = "ELASTIC_COMPILE_BACKEND"  # e.g. aot_eager: tells a compiler bug from a model bug
 
 
-def layer_kinds(model: torch.nn.Module) -> int:
-    """How many kinds of decoder layer the model has (attention kind, modules, checkpointing): each
+def graph_kinds(model: torch.nn.Module) -> int:
+    """How many kinds of decoder layer the model has (layer kind, modules, checkpointing): each
     kind compiles to a graph of its own (GPT-OSS: sliding and full attention)."""
-    types = getattr(model.config, "layer_types", None) or []
-    return len({(types[i] if i < len(types) else None, getattr(layer, "gradient_checkpointing", False),
-                 tuple(type(m).__name__ for m in layer.modules()))
-                for i, layer in enumerate(decoder_layers(model))})
+    return len({(kind, getattr(layer, "gradient_checkpointing", False), tuple(type(m).__name__ for m in layer.modules()))
+                for kind, layer in zip(layer_kinds(model.config), decoder_layers(model))})
 
 
 def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: bool) -> None:
@@ -227,7 +264,7 @@ def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: b
     if compile_layers:
         # Every micro-batch has one shape (training.data.BatchShape) but for the unpacked rows' bucketed
         # width: per layer kind, one graph, and one more with a dynamic width after the first change.
-        limit = 2 * layer_kinds(model)
+        limit = 2 * graph_kinds(model)
         for layer in decoder_layers(model):
             _compile_for_training(layer, limit)
 
@@ -302,7 +339,7 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     else:
         model = sharded_skeleton(cfg, mesh, on_gpu, source)
         model.to_empty(device=device)
-        _recompute_buffers(model, device)
+        _recompute_buffers(model)
         if weights == "files":
             _load_pretrained_shards(model, source)
     if from_rank0 and not single:
@@ -313,10 +350,6 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     if cfg.lora:
         init_adapters(model, seed)
     return model
-
-
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    return list(model.model.layers)
 
 
 def mixed_precision_policy(mixed_precision: str) -> MixedPrecisionPolicy:
@@ -352,8 +385,11 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mixed_precision_policy(mixed_precision),
                               shard_placement_fn=least_padding(mesh.shape[-1]))
-    if model.lm_head.weight is not model.get_input_embeddings().weight:
-        shard(model.get_input_embeddings())
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    for lookup in _embedding_lookups(model):  # the token embeddings; Gemma 4's per-layer embeddings too
+        if not (tied and lookup is model.get_input_embeddings()):
+            shard(lookup)
+    if not tied:
         # The head's backward comes right after its forward: keep it gathered in between.
         shard(model.lm_head, reshard_after_forward=False)
     layers = decoder_layers(model)
@@ -364,6 +400,10 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     return model
 
 
+def _embedding_lookups(model: CausalLM) -> list[torch.nn.Module]:
+    return [m for m in model.model.children() if isinstance(m, torch.nn.Embedding)]
+
+
 def matmul_flops_per_token(model: torch.nn.Module, forward_only: bool = False) -> float:
     """Training FLOPs per token of the weight matmuls, in torchtitan's convention: 6 x the trained
     parameters that take part in a matmul (forward, input gradient, weight gradient) and 4 x the
@@ -371,10 +411,11 @@ def matmul_flops_per_token(model: torch.nn.Module, forward_only: bool = False) -
     LM head included even when tied; routed experts count at their active share (top_k of the experts).
     `forward_only`: 2 x each (a reference model's forward, as DPO's)."""
     cfg = model.config
-    active = getattr(cfg, "num_experts_per_tok", None), getattr(cfg, "num_local_experts", None)
+    active = getattr(cfg, "num_experts_per_tok", None), expert_count(cfg)
+    lookups = {id(m.weight) for m in _embedding_lookups(model)}
     total = 0.0
     for name, p in model.named_parameters():
-        if "embed_tokens" in name or p.dim() < 2:  # a lookup, or norm weights and biases: no matmul
+        if id(p) in lookups or p.dim() < 2:  # a lookup, or norm weights and biases: no matmul
             continue
         share = active[0] / active[1] if ".experts." in name and all(active) else 1
         total += p.numel() * share * _passes(p, forward_only)
@@ -390,9 +431,11 @@ def _passes(p: torch.nn.Parameter, forward_only: bool) -> int:
 
 def attention_flops(model: torch.nn.Module, document_lengths_squared: float, forward_only: bool = False) -> float:
     """Training FLOPs of attention scores and values (torchtitan's 12 x layers x heads x head_dim
-    per token and attended position; 4 x forward only) for documents of the given summed squared
+    per token and attended position; 4 x forward only), in attention layers only (not linear attention or
+    state-space layers), for documents of the given summed squared
     lengths: a token attends within its own document, so packing counts each document's length."""
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return (4 if forward_only else 12) * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * \
+    qk_dim, v_dim = getattr(cfg, "qk_head_dim", None) or head_dim, getattr(cfg, "v_head_dim", None) or head_dim
+    return (2 if forward_only else 6) * attention_layers(cfg) * cfg.num_attention_heads * (qk_dim + v_dim) * \
         document_lengths_squared

@@ -118,9 +118,13 @@ def checkpointed_weights(cfg: ModelConfig):
 
 
 def merged_tensors(model: torch.nn.Module, merge: bool):
-    """(transformers name, full tensor) of every weight, with `merge` each adapter folded into its
-    base layer (W + scaling * B @ A)."""
+    """(transformers name, full tensor) of every weight and persistent buffer, with `merge` each
+    adapter folded into its base layer (W + scaling * B @ A)."""
     layers = adapter_layers(model) if merge else {}
+    params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    for name, buffer in model.state_dict().items():  # Gemma 4's layer scalars, routers' bias corrections
+        if name not in params:
+            yield file_name(name), full(buffer)
     for name, p in model.named_parameters():  # a tied LM head appears once, as the embedding
         if is_adapter(name):
             continue

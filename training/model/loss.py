@@ -24,62 +24,75 @@ class LossHead(torch.nn.Linear):
     head can be an FSDP unit of its own: FSDP gathers a unit's weight in its forward hooks."""
 
     loss_chunk_tokens = 0
+    softcap: float | None = None  # Gemma's final_logit_softcapping: logits = cap x tanh(logits / cap)
     fused: bool | None = None  # None: on GPU
 
     @classmethod
-    def replacing(cls, head: torch.nn.Linear, loss_chunk_tokens: int) -> "LossHead":
+    def replacing(cls, head: torch.nn.Linear, loss_chunk_tokens: int, softcap: float | None = None) -> "LossHead":
         with torch.device("meta"):
             loss_head = cls(head.in_features, head.out_features, bias=False)
         loss_head.weight = head.weight  # the same Parameter: a tied embedding stays tied
-        loss_head.loss_chunk_tokens = loss_chunk_tokens
+        loss_head.loss_chunk_tokens, loss_head.softcap = loss_chunk_tokens, softcap
         return loss_head
 
     def forward(self, hidden, labels=None, per_sequence: bool = False):
         if labels is None:
-            return super().forward(hidden)
+            return capped(super().forward(hidden), self.softcap)
         if per_sequence:
             return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
-                                                      self.loss_chunk_tokens, keep_logits=False)
+                                                      self.loss_chunk_tokens, keep_logits=False, softcap=self.softcap)
                                  for i in range(len(hidden))])
-        return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens, fused=self.fused)
+        return linear_cross_entropy(hidden, self.weight, labels, self.loss_chunk_tokens, fused=self.fused,
+                                    softcap=self.softcap)
+
+
+def capped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return logits if not softcap else softcap * torch.tanh(logits / softcap)
 
 
 def linear_cross_entropy(hidden, weight, labels, chunk_tokens: int, keep_logits: bool = True,
-                         fused: bool | None = None) -> torch.Tensor:
+                         fused: bool | None = None, softcap: float | None = None) -> torch.Tensor:
     """sum_t CE(hidden[t] @ weight.T, labels[t]) over non-ignored tokens, `chunk_tokens` tokens at a
     time (0: all at once). `fused` (default: on GPU) where the logits may be kept computes the
     gradients in forward (`FusedLinearCrossEntropy`); otherwise each chunk runs under activation
     checkpointing, so only one chunk's logits exist at once (forward and backward). A single chunk
     keeps its logits for backward unless `keep_logits` is False (a caller that scores more rows
     before its backward, as DPO does row by row: it stays on the chunked path, where the fused one
-    would hold the head's gradient once per row)."""
+    would hold the head's gradient once per row). `softcap` caps the logits first (Gemma)."""
     h, y = hidden.flatten(0, 1), labels.flatten()
     if (h.is_cuda if fused is None else fused) and chunk_tokens > 0 and keep_logits:
-        return FusedLinearCrossEntropy.apply(h, weight, y, chunk_tokens)
+        return FusedLinearCrossEntropy.apply(h, weight, y, chunk_tokens, softcap)
     if chunk_tokens <= 0 or (h.shape[0] <= chunk_tokens and keep_logits):
-        return _cross_entropy_sum(h, weight, y)
+        return _cross_entropy_sum(h, weight, y, softcap)
     from torch.utils.checkpoint import checkpoint
 
-    return sum(checkpoint(_cross_entropy_sum, hc, weight, yc, use_reentrant=False)
+    return sum(checkpoint(_cross_entropy_sum, hc, weight, yc, softcap, use_reentrant=False)
                for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens)))
 
 
-def _cross_entropy_sum(hidden, weight, labels):
-    logits = hidden @ weight.t()  # bf16 on GPU; the softmax runs in (at least) fp32
-    return torch.nn.functional.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), labels,
-                                             ignore_index=IGNORE_INDEX, reduction="sum")
-
-
-def _chunk_loss_and_logit_grads(hidden, weight, labels):
-    """One chunk's summed loss and d loss / d logits (softmax minus the one-hot target, zero on
-    ignored tokens), in the hidden states' dtype for the matmuls that follow."""
+def _logits(hidden, weight, softcap):
+    """The head's logits in (at least) fp32 for the softmax; the matmul in bf16 on GPU."""
     logits = hidden @ weight.t()
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return capped(logits.to(torch.promote_types(logits.dtype, torch.float32)), softcap)
+
+
+def _cross_entropy_sum(hidden, weight, labels, softcap=None):
+    return torch.nn.functional.cross_entropy(_logits(hidden, weight, softcap), labels, ignore_index=IGNORE_INDEX,
+                                             reduction="sum")
+
+
+def _chunk_loss_and_logit_grads(hidden, weight, labels, softcap=None):
+    """One chunk's summed loss and d loss / d logits (softmax minus the one-hot target, zero on
+    ignored tokens; through the cap's tanh where there is one), in the hidden states' dtype for the
+    matmuls that follow."""
+    logits = _logits(hidden, weight, softcap)
     valid = labels != IGNORE_INDEX
     target = torch.where(valid, labels, 0).unsqueeze(1)
     log_norm = torch.logsumexp(logits, dim=1)
     loss = torch.where(valid, log_norm - logits.gather(1, target).squeeze(1), 0).sum()
     grad = torch.softmax(logits, dim=1).scatter_add(1, target, -torch.ones_like(target, dtype=logits.dtype))
+    if softcap:  # d(cap x tanh(z / cap)) / dz = 1 - tanh^2 = 1 - (capped / cap)^2
+        grad = grad * (1 - (logits / softcap) ** 2)
     return loss, (grad * valid.unsqueeze(1)).to(hidden.dtype)
 
 
@@ -88,7 +101,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     backward scales them by the incoming gradient (a device op: nothing is read on the host)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, chunk_tokens: int):
+    def forward(ctx, hidden, weight, labels, chunk_tokens: int, softcap: float | None = None):
         grad_hidden = torch.empty_like(hidden) if hidden.requires_grad else None
         # Summed in fp32: in bf16 the later chunks' small contributions would be lost.
         accumulate = torch.promote_types(weight.dtype, torch.float32)
@@ -96,7 +109,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         loss = torch.zeros((), dtype=torch.promote_types(hidden.dtype, torch.float32), device=hidden.device)
         for start in range(0, hidden.shape[0], chunk_tokens):
             h, y = hidden[start : start + chunk_tokens], labels[start : start + chunk_tokens]
-            chunk_loss, grad_logits = _chunk_loss_and_logit_grads(h, weight, y)
+            chunk_loss, grad_logits = _chunk_loss_and_logit_grads(h, weight, y, softcap)
             loss += chunk_loss
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
@@ -111,4 +124,4 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         return (None if grad_hidden is None else grad_hidden * grad_loss.to(grad_hidden.dtype),
                 None if grad_weight is None else (grad_weight * grad_loss.to(grad_weight.dtype)).to(ctx.weight_dtype),
-                None, None)
+                None, None, None)

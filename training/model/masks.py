@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from training.model.structure import ATTENTION_KINDS, layer_kinds
+
 MASK_BUILDERS = {  # a layer type (config.layer_types) -> the name of its mask builder in transformers
     "full_attention": "create_causal_mask",
     "sliding_attention": "create_sliding_window_causal_mask",
@@ -43,9 +45,11 @@ def _mask(config, kind: str, embeds, document_ids, position_ids):
 
 
 def attention_masks(config, embeds: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor | None):
-    """The attention mask for every layer type of the model: a dict by type for models whose forward
-    takes one (those with `layer_types`), else the one causal mask."""
-    layer_types = getattr(config, "layer_types", None)
-    masks = {kind: _mask(config, kind, embeds, document_ids, position_ids)
-             for kind in sorted(set(layer_types or ["full_attention"]))}
-    return masks if layer_types else masks["full_attention"]
+    """The attention mask for every kind of layer the model has (training.model.structure): a dict
+    by kind for models whose forward takes one (those with `layer_types`), else the one mask (causal,
+    or sliding where the config sets a window: Mistral, Phi-3). Layers that do not attend (linear
+    attention, state-space, MLP-only blocks) get None: their rows are unpadded or right-padded."""
+    kinds = sorted(set(layer_kinds(config)))
+    masks = {kind: _mask(config, kind, embeds, document_ids, position_ids) if kind in ATTENTION_KINDS else None
+             for kind in kinds}
+    return masks if getattr(config, "layer_types", None) else masks[kinds[0]]

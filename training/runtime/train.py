@@ -32,7 +32,7 @@ from training.data import build_data, describe_drops  # noqa: E402
 from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
-from training.model.causal_lm import (attention_flops, build_sharded_model, matmul_flops_per_token,  # noqa: E402
+from training.model.causal_lm import (attention_flops, build_sharded_model, check_model, matmul_flops_per_token,  # noqa: E402
                                       weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
@@ -66,13 +66,14 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def as_run(cfg: JobConfig, rows: int, vocab_size: int) -> JobConfig:
+def as_run(cfg: JobConfig, rows: int, vocab_size: int, special_tokens: dict[str, int | None]) -> JobConfig:
     """The config as run, a new object: the schedule resolved from the data (max_epochs, warmup
-    ratio -> steps) and an inline architecture's vocabulary taken from the tokenizer."""
+    ratio -> steps) and an inline architecture's vocabulary and pad/bos/eos ids taken from the
+    tokenizer where the recipe leaves them out (a family's defaults name ids of its own vocabulary)."""
     tc = cfg.training_config
     arch = tc.model_config.architecture
-    if arch is not None and "vocab_size" not in arch:
-        arch = {**arch, "vocab_size": vocab_size}
+    if arch is not None:
+        arch = {"vocab_size": vocab_size, **special_tokens, **arch}
     return replace(cfg, training_config=replace(tc, training_args=resolve_schedule(tc.training_args, rows),
                                                 model_config=replace(tc.model_config, architecture=arch)))
 
@@ -137,6 +138,7 @@ class Trainer:
         stop.attach_store(dist.distributed_c10d._get_default_store(), self.topo.rank, self.topo.world_size)
         self.node_local = NodeLocalTier.from_env(self.topo.node_rank)
         self.source = model_files(tc.model_config, self.topo, self.node_local)  # before the first collective
+        check_model(tc.model_config, tc.datasets.packing, self.source)
         degree = tc.model_config.shard_degree(self.topo.world_size, self.topo.nodes)
         if self.topo.world_size % degree:
             raise ConfigError(f"training_config.model_config.sharding_degree={degree} does not divide the world size "
@@ -151,7 +153,7 @@ class Trainer:
         self.data = build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
                                builder=self.topo.local_rank == 0, data_format=self.method.data_format, seed=ta.seed)
         self._log_data(ds, ta)
-        self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size)
+        self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,

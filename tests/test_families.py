@@ -1,0 +1,217 @@
+"""Every current decoder family, on a tiny twin: the trainer's loss equals transformers' own forward
+on the same weights, packed (where the family packs) and unpacked, in float64; a family the trainer
+cannot train is refused in one line."""
+
+import random
+
+import pytest
+import torch
+
+from training.data import IGNORE_INDEX, collate
+from training.methods.base import model_inputs
+
+SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=256, vocab_size=97, initializer_range=0.25, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32)
+WINDOWED = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+# Each family's tiny twin: its own layer kinds and quirks at a shape a CPU runs in a second.
+FAMILIES = {
+    "llama": {},
+    "mistral": dict(sliding_window=8),  # a window on every layer, no layer_types
+    "phi3": dict(sliding_window=8),
+    "smollm3": dict(no_rope_layers=[1, 1, 0, 1]),
+    "olmo3": dict(sliding_window=8, layer_types=WINDOWED),
+    "gemma2": dict(head_dim=16, sliding_window=8, attn_logit_softcapping=0.5, final_logit_softcapping=2.0),
+    "gemma3_text": dict(head_dim=16, sliding_window=8, layer_types=WINDOWED),
+    "gemma4_text": dict(head_dim=16, global_head_dim=32, sliding_window=8, layer_types=WINDOWED, final_logit_softcapping=2.0,
+                        vocab_size_per_layer_input=97, hidden_size_per_layer_input=8, num_kv_shared_layers=0),
+    "qwen2_moe": dict(num_experts=4, shared_expert_intermediate_size=64, **MOE),
+    "qwen3_moe": dict(num_experts=4, head_dim=16, **MOE),
+    "glm4_moe": dict(n_routed_experts=4, first_k_dense_replace=1, n_group=1, topk_group=1, head_dim=16, **MOE),
+    "deepseek_v3": dict(num_key_value_heads=4, n_routed_experts=4, first_k_dense_replace=1, n_group=1, topk_group=1, q_lora_rank=None,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=8, **MOE),
+    "qwen3_5_text": dict(head_dim=16, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                         linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4),
+    "qwen3_5_moe_text": dict(head_dim=16, layer_types=["linear_attention", "full_attention"] * 2, num_experts=4,
+                             shared_expert_intermediate_size=32, linear_key_head_dim=16, linear_value_head_dim=16,
+                             linear_num_key_heads=2, linear_num_value_heads=4, **MOE),
+    "nemotron_h": dict(layers_block_type=["mamba", "moe", "attention", "mamba"], head_dim=16, mamba_num_heads=4,
+                       mamba_head_dim=16, ssm_state_size=16, n_groups=1, chunk_size=16, n_routed_experts=4,
+                       moe_shared_expert_intermediate_size=32, n_group=1, topk_group=1, **MOE),
+}
+# The models run in float64, but some compute parts in float32 (DeepSeek's rotary, Nemotron-H's
+# residual, flex's CPU kernel): measured up to 4e-8 apart, float32's resolution. A window, cap or
+# mask left out moves the loss by 1e-3 and more.
+RTOL = 1e-6
+RECURRENT = {"qwen3_5_text", "qwen3_5_moe_text", "nemotron_h"}
+
+
+def hf_config(model_type: str):
+    from transformers import AutoConfig
+
+    kwargs = {**SMALL, **FAMILIES[model_type]}
+    if model_type == "nemotron_h":
+        kwargs.pop("num_hidden_layers")  # the block types give the depth
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def tiny_pair(model_type: str):
+    """transformers' model in float64 with eager attention, and the trainer's CausalLM around a copy of
+    its weights (the trainer's wrapper replaces the head, so the reference keeps its own)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from training.model.causal_lm import CausalLM
+
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(hf_config(model_type), attn_implementation="eager",
+                                                 experts_implementation="eager").double()
+    reference.config.use_cache = False
+    return reference, CausalLM(copy.deepcopy(reference), loss_chunk_tokens=0)
+
+
+def sample(rng, length, vocab=97):
+    ids = [rng.randrange(3, vocab) for _ in range(length)]
+    prompt = rng.randrange(1, length - 1)
+    return {"input_ids": ids, "labels": [IGNORE_INDEX] * prompt + ids[prompt:], "sample_ids": [length],
+            "lengths": [length]}
+
+
+def transformers_loss(reference, s) -> torch.Tensor:
+    """The summed token loss of one sample from transformers' hidden states and head, each position
+    predicting the next token (its own loss, and some families' logits, are cast to float32)."""
+    logits = reference.lm_head(reference.model(input_ids=torch.tensor([s["input_ids"]])).last_hidden_state)[0, :-1]
+    cap = getattr(reference.config, "final_logit_softcapping", None)
+    logits = cap * torch.tanh(logits / cap) if cap else logits
+    return torch.nn.functional.cross_entropy(logits, torch.tensor(s["labels"][1:]), ignore_index=IGNORE_INDEX,
+                                             reduction="sum")
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_trainers_loss_is_transformers_loss_packed_and_unpacked(model_type):
+    """Window lengths, soft-capping, per-layer embeddings, latent attention, linear attention and
+    Mamba layers all computed as transformers computes them: 23- and 19-token samples reach past
+    the 8-token windows, so a window left out shows. Packed rows (attention-only families) give
+    each sample's loss as it alone gives it."""
+    torch.use_deterministic_algorithms(False)
+    reference, model = tiny_pair(model_type)
+    rng = random.Random(0)
+    samples = [sample(rng, n) for n in (11, 23, 19)]
+    with torch.no_grad():
+        want = torch.stack([transformers_loss(reference, s) for s in samples])
+        unpacked = model(**model_inputs(collate(samples), "cpu"))
+        torch.testing.assert_close(unpacked, want.sum(), rtol=RTOL, atol=0)
+        if model_type not in RECURRENT:
+            row = {k: [v for s in samples for v in s[k]] for k in ("input_ids", "labels", "sample_ids", "lengths")}
+            packed = model(**model_inputs(collate([row]), "cpu"))
+            torch.testing.assert_close(packed, want.sum(), rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("model_type", sorted(RECURRENT))
+def test_families_with_recurrent_layers_refuse_packing_in_one_line(model_type):
+    from training.contract.errors import ConfigError
+    from training.contract.families import family_refusal
+    from training.model.structure import check_trainable
+
+    with pytest.raises(ConfigError, match=f"model_type {model_type} has linear-attention or state-space layers.*"
+                                          "packing=false"):
+        check_trainable(hf_config(model_type), packing=True)
+    check_trainable(hf_config(model_type), packing=False)
+    assert "packing=false" in family_refusal({"model_type": model_type}, packing=True)
+    assert family_refusal({"model_type": model_type}, packing=False) is None
+
+
+@pytest.mark.parametrize("model_type, what", [("bert", "an encoder-only model"), ("t5", "an encoder-decoder model")])
+def test_models_that_are_not_decoders_are_refused_in_one_line(model_type, what):
+    from transformers import AutoConfig
+
+    from training.contract.errors import ConfigError
+    from training.contract.families import family_refusal
+    from training.model.structure import check_trainable
+
+    assert family_refusal({"model_type": model_type}, packing=False).startswith(f"model_type {model_type} is {what}")
+    with pytest.raises(ConfigError, match=f"model_type {model_type} is {what}: the trainer fine-tunes decoder-only"):
+        check_trainable(AutoConfig.for_model(model_type), packing=False)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_trainers_flex_attention_equals_eager_attention(model_type):
+    """The recipes' attention (the trainer's flex kernel with block masks from document ids) gives the
+    eager loss in every family: soft-capped scores (Gemma 2), value heads narrower than the query's
+    (DeepSeek-V3), wider global heads (Gemma 4), windows, and the attention layers of hybrids."""
+    from training.model.attention import use_trainer_flex_attention
+
+    torch.use_deterministic_algorithms(False)
+    use_trainer_flex_attention()
+    _, eager = tiny_pair(model_type)
+    _, flex = tiny_pair(model_type)
+    flex.config._attn_implementation = "flex_attention"
+    rng = random.Random(5)
+    samples = [sample(rng, n) for n in (11, 23, 7)]
+    if model_type not in RECURRENT:
+        samples = [{k: [v for s in samples for v in s[k]] for k in ("input_ids", "labels", "sample_ids", "lengths")}]
+    batch = model_inputs(collate([*samples, sample(rng, 30)]), "cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(flex(**batch), eager(**batch), rtol=RTOL, atol=0)
+
+
+def saved_twin(model_type: str, directory) -> None:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(hf_config(model_type)).save_pretrained(directory)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_a_model_saved_by_transformers_loads_as_transformers_loads_it(model_type, tmp_path, process_group):
+    """The shard-by-shard reader takes the files in the layout save_pretrained writes (one tensor
+    per expert, Nemotron-H's `backbone.` prefix) into the same tensors as transformers' own loading,
+    persistent buffers included; the export writes that layout back, tensor for tensor."""
+    from safetensors import safe_open
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModelForCausalLM
+
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import build_sharded_model
+    from training.model.stored_layout import to_file_layout
+
+    saved_twin(model_type, tmp_path)
+    want = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()
+    model = build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=1, mesh=init_device_mesh("cpu", (1,)),
+                                on_gpu=False, resuming=False, source=str(tmp_path))
+    got = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    assert got.keys() == want.keys()
+    for name, tensor in got.items():
+        assert torch.equal(tensor, want[name]), name
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys()}
+    exported = dict(pair for name, tensor in got.items() if name != "lm_head.weight" or not model.config.tie_word_embeddings
+                    for pair in to_file_layout(model.model, name, tensor))
+    assert exported.keys() == stored.keys()
+    assert all(torch.equal(exported[k], stored[k]) for k in stored)
+
+
+@pytest.mark.parametrize("experts, rows, columns", [(slice(0, 4), slice(0, 64), slice(0, 64)),  # a whole tensor
+                                                    (slice(1, 3), slice(0, 64), slice(0, 64)),  # FSDP's experts split
+                                                    (slice(0, 4), slice(24, 40), slice(0, 64)),  # across gate | up
+                                                    (slice(2, 3), slice(40, 64), slice(16, 48))])
+def test_each_rank_reads_its_own_slice_of_per_expert_files(experts, rows, columns, tmp_path):
+    """A rank's shard of a fused [experts, gate + up rows, hidden] tensor, wherever FSDP cuts it,
+    read from the per-expert files equals that slice of transformers' fused tensor."""
+    from transformers import AutoModelForCausalLM
+
+    from training.model.stored_layout import file_layout, read_expert_pieces
+
+    saved_twin("qwen2_moe", tmp_path)
+    fused = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()["model.layers.1.mlp.experts.gate_up_proj"]
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        files = dict.fromkeys(f.keys(), str(tmp_path / "model.safetensors"))
+    whole, pieces = file_layout("qwen2_moe", files)
+    assert "model.layers.1.mlp.experts.gate_up_proj" not in whole and "model.embed_tokens.weight" in whole
+    where = (experts, rows, columns)
+    local = torch.full([s.stop - s.start for s in where], float("nan"))
+    read_expert_pieces(local, where, pieces["model.layers.1.mlp.experts.gate_up_proj"], files)
+    assert torch.equal(local, fused[where])

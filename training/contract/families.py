@@ -1,0 +1,42 @@
+"""Which model families the trainer fine-tunes, as far as a model_type tells without transformers.
+
+The trainer trains any decoder-only causal LM transformers implements, finding its parts from the
+model itself (training.model.structure, which also makes the authoritative check at start-up from
+the model's full config). The launcher cannot import transformers (it imports torch), so it refuses
+from this table, before any process starts, what is known not to work: models that are not
+decoders, and packing for families whose layers carry a state along the row.
+"""
+
+from __future__ import annotations
+
+# Layer kinds whose recurrent state runs along the row (Gated DeltaNet, Mamba-2): transformers' torch
+# paths carry it from one packed sample into the next, so such a family trains unpacked.
+RECURRENT_KINDS = ("linear_attention", "mamba")
+RECURRENT_FAMILIES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "nemotron_h",
+                      "falcon_h1", "jamba", "bamba", "mamba", "mamba2", "zamba", "zamba2", "granitemoehybrid",
+                      "lfm2", "lfm2_moe", "recurrent_gemma", "rwkv")
+NOT_DECODERS = {
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "electra", "albert",
+                     "camembert", "modernbert", "mpnet", "esm"), "an encoder-only model"),
+    **dict.fromkeys(("t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "led", "longt5", "whisper"),
+                    "an encoder-decoder model"),
+    **dict.fromkeys(("vit", "clip", "siglip", "dinov2", "convnext", "resnet", "swin"), "a vision model"),
+}
+SUPPORTED = "decoder-only causal LMs (AutoModelForCausalLM: Llama, Qwen, Gemma, Mistral, GPT-OSS, Nemotron-H, ...)"
+
+
+def family_refusal(model: dict, packing: bool) -> str | None:
+    """Why a model of this config (a recipe's model_shape or inline architecture: model_type, and
+    layer_types where given) cannot train as configured, in one line; None when nothing is known against it."""
+    model_type = model.get("model_type")
+    if model_type in NOT_DECODERS:
+        return f"model_type {model_type} is {NOT_DECODERS[model_type]}: the trainer fine-tunes {SUPPORTED}"
+    kinds = set(model.get("layer_types") or model.get("layers_block_type") or ())
+    if packing and (model_type in RECURRENT_FAMILIES or kinds & set(RECURRENT_KINDS)):
+        return packing_refusal(model_type)
+    return None
+
+
+def packing_refusal(model_type: str) -> str:
+    return (f"model_type {model_type} has linear-attention or state-space layers, whose state would run from one packed "
+            f"sample into the next: set training_config.datasets.packing=false")
