@@ -131,7 +131,9 @@ def process_group():
 
 
 TINY_RECIPES = {"llama": "llama/tiny_llama_sft", "gpt_oss": "gpt_oss/tiny_gpt_oss_sft", "qwen2": "qwen/tiny_qwen2_sft",
-                "qwen3": "qwen/tiny_qwen3_sft", "llama4_text": "llama/tiny_llama4_sft"}
+                "qwen3": "qwen/tiny_qwen3_sft", "llama4_text": "llama/tiny_llama4_sft",
+                "qwen3_5_text": "qwen/tiny_qwen3_5_sft", "gemma4_text": "gemma/tiny_gemma4_sft",
+                "nemotron_h": "nemotron/tiny_nemotron_h_sft"}
 
 
 def tiny_architecture(model_type: str) -> dict:

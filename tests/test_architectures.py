@@ -1,5 +1,5 @@
-"""Every architecture in the catalogue, proven on its tiny twin (Qwen2, Qwen3, Llama 4; Llama and
-GPT-OSS have their own tests): an elastic rehearsal over the demo trace matches its fixed-size run,
+"""Every architecture in the catalogue, proven on its tiny twin (Qwen2, Qwen3, Llama 4, Qwen 3.5,
+Gemma 4, Nemotron-H; Llama and GPT-OSS have their own tests): an elastic rehearsal over the demo trace matches its fixed-size run,
 LoRA SFT and DPO resume at another size exactly, the exported model gives the trained model's
 logits, each family's chat template labels exactly the assistant's answer, and Llama 4 trains its
 text model out of a vision+text checkpoint."""
@@ -13,6 +13,7 @@ from training.data import IGNORE_INDEX, tokenize_chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 TWINS = ["qwen2", "qwen3", "llama4_text"]
+NEWEST = ["qwen3_5_text", "gemma4_text", "nemotron_h"]  # linear attention, per-layer embeddings, Mamba-2 + MoE
 LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
 DPO = ["recipes.training_config.training_args.trainer_type=dpo", "recipes.training_config.datasets.packing=false",
        f"recipes.training_config.datasets.train_data={ROOT / 'data' / 'dpo_tiny.jsonl'}"]
@@ -27,7 +28,7 @@ def assert_same_run(run_dir, fixed_dir):
     assert committed_samples(run_dir) == committed_samples(fixed_dir)
 
 
-@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("twin", TWINS + NEWEST)
 def test_the_elastic_rehearsal_matches_the_fixed_run(twin, tmp_path):
     from elastic_launcher.cli import main
 
@@ -60,9 +61,9 @@ def test_lora_sft_and_dpo_resume_at_another_size_exactly(twin, method, tmp_path)
     assert_same_run(tmp_path / "run", tmp_path / "fixed")
 
 
-@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("twin", TWINS + NEWEST)
 def test_the_exported_model_gives_the_trained_models_logits(twin, tmp_path):
-    """The merged model transformers loads equals the base with the trained adapters that peft
+    """The merged model transformers loads (and generates from) equals the base with the trained adapters that peft
     injects (module names resolved from "all-linear": Llama 4's router and fused experts stay
     frozen), and differs from the base: the adapters trained."""
     from peft import PeftModel
@@ -83,6 +84,7 @@ def test_the_exported_model_gives_the_trained_models_logits(twin, tmp_path):
         base_logits = base(input_ids=ids).logits
         adapted = PeftModel.from_pretrained(base, tmp_path / "run" / "hf_adapter")
         assert torch.allclose(merged(input_ids=ids).logits, adapted(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+        assert merged.generate(ids[:1, :5], max_new_tokens=3, do_sample=False).shape == (1, 8)
     assert not torch.allclose(merged(input_ids=ids).logits, base_logits, atol=1e-3)
     trained = {n for n, p in adapted.named_parameters() if "lora_" in n}
     assert not any(".experts." in n or ".router." in n for n in trained)

@@ -215,3 +215,90 @@ def test_each_rank_reads_its_own_slice_of_per_expert_files(experts, rows, column
     local = torch.full([s.stop - s.start for s in where], float("nan"))
     read_expert_pieces(local, where, pieces["model.layers.1.mlp.experts.gate_up_proj"], files)
     assert torch.equal(local, fused[where])
+
+
+# Published shapes of mixture-of-experts families beyond the catalogue: each names its experts'
+# width and count, shared experts and leading dense layers its own way.
+MOE_SHAPES = {
+    "Qwen3-30B-A3B": dict(model_type="qwen3_moe", hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, intermediate_size=6144, moe_intermediate_size=768,
+                          num_experts=128, num_experts_per_tok=8, vocab_size=151936),
+    "Qwen2-57B-A14B": dict(model_type="qwen2_moe", hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
+                           num_key_value_heads=4, intermediate_size=18944, moe_intermediate_size=2560,
+                           shared_expert_intermediate_size=20480, num_experts=64, num_experts_per_tok=8, vocab_size=151936),
+    "GLM-4.5-Air": dict(model_type="glm4_moe", hidden_size=4096, num_hidden_layers=46, num_attention_heads=96,
+                        num_key_value_heads=8, head_dim=128, intermediate_size=10944, moe_intermediate_size=1408,
+                        n_routed_experts=128, n_shared_experts=1, first_k_dense_replace=1, num_experts_per_tok=8,
+                        vocab_size=151552, n_group=1, topk_group=1),
+}
+
+
+def catalogue_shapes() -> dict:
+    import yaml
+
+    from conftest import ROOT
+
+    shapes = {}
+    for path in sorted(ROOT.glob("recipes/*/*.yaml")):
+        shape = (yaml.safe_load(path.read_text()) or {}).get("model_shape")
+        if shape and shape not in shapes.values():
+            shapes[path.stem] = shape
+    return {**shapes, **MOE_SHAPES}
+
+
+@pytest.mark.parametrize("name, shape", catalogue_shapes().items())
+def test_the_analytic_size_is_the_instantiated_models(name, shape):
+    """The dry run's parameter count (checkpoint bytes, node-local tier, memory fallback) from a
+    recipe's model_shape equals the model transformers builds from it (on the meta device: no memory)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from elastic_launcher.planning.memory import ModelShape
+
+    config = {k: v for k, v in shape.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(shape["model_type"], **config))
+    built = sum(p.numel() for p in model.parameters())
+    assert ModelShape.from_config(shape).params == pytest.approx(built, rel=1e-3)  # GPT-OSS: 3e-4 (expert biases)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_every_family_trains_from_the_files_save_pretrained_writes(model_type, tmp_path):
+    """A user's model directory of each family, written by transformers: the trainer reads it shard
+    by shard at 2 processes, trains 3 steps, and its first step's loss is transformers' own loss on
+    the step's samples (fp32, from_pretrained on the same files)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import ROOT, committed_samples, losses, render_configs, train
+    from training.contract.config import load_job_config
+    from training.data import load_or_build
+
+    config = hf_config(model_type)
+    config.vocab_size = 512  # the tiny tokenizer's
+    if hasattr(config, "vocab_size_per_layer_input"):
+        config.vocab_size_per_layer_input = 512
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "model")
+    model_config = "recipes.training_config.model_config"
+    configs = render_configs(tmp_path / "configs", f"{model_config}.model_name_or_path={tmp_path / 'model'}",
+                             f"{model_config}.architecture=null", f"{model_config}.tokenizer_name_or_path=data/tiny_tokenizer",
+                             "recipes.training_config.training_args.max_steps=3",
+                             "recipes.training_config.logging.audit_samples=true")
+    train(configs, tmp_path / "run", nodes=2)
+    got = losses(tmp_path / "run")
+    assert sorted(got) == [1, 2, 3] and got[3] < got[1]
+
+    cfg = load_job_config(next(configs.glob("config-n2.yaml")))
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizer")
+    rows, _, _ = load_or_build(cfg.training_config.datasets, tokenizer, "tiny", tmp_path / "cache", builder=True,
+                               seed=cfg.training_config.training_args.seed)
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    loss_sum, tokens = 0.0, 0
+    with torch.no_grad():
+        for i in committed_samples(tmp_path / "run")[1]:
+            labels = torch.tensor([rows[i]["labels"]])
+            count = int((labels[:, 1:] != IGNORE_INDEX).sum())
+            loss_sum += reference(input_ids=torch.tensor([rows[i]["input_ids"]]), labels=labels).loss.item() * count
+            tokens += count
+    assert got[1] == pytest.approx(loss_sum / tokens, rel=1e-4)

@@ -57,22 +57,30 @@ class ModelShape:
     tie_word_embeddings: bool = False
     experts: int = 0  # routed experts per MoE layer (0: dense)
     experts_per_token: int = 0
-    shared_expert: bool = False  # Llama 4: a dense expert every token passes through
+    expert_width: int = 0  # an expert's intermediate size (moe_intermediate_size; default intermediate_size)
+    shared_width: int = 0  # the intermediate size of the expert every token passes through (0: none)
+    dense_layers: int = 0  # leading layers with a dense MLP instead of experts (DeepSeek-V3, GLM-4.5)
     attention_bias: bool = False  # Qwen2: biases on q/k/v
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
+        """From a transformers config's keys, under each MoE family's names for its experts."""
         heads = config["num_attention_heads"]
         kind = config.get("model_type", "")
+        experts = config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0
+        width = config.get("moe_intermediate_size") or config["intermediate_size"]
+        shared = (config.get("shared_expert_intermediate_size") or config.get("moe_shared_expert_intermediate_size")
+                  or (config.get("n_shared_experts") or 0) * width or (width if kind.startswith("llama4") else 0))
         return cls(hidden_size=config["hidden_size"], num_hidden_layers=config["num_hidden_layers"],
                    intermediate_size=config["intermediate_size"], num_attention_heads=heads,
                    num_key_value_heads=config.get("num_key_value_heads") or heads,
                    vocab_size=config.get("vocab_size", 32000),
                    head_dim=config.get("head_dim") or config["hidden_size"] // heads,
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                   experts=config.get("num_local_experts") or config.get("num_experts") or 0,
-                   experts_per_token=config.get("num_experts_per_tok") or 0,
-                   shared_expert=kind.startswith("llama4"), attention_bias=kind == "qwen2")
+                   experts=experts, experts_per_token=config.get("num_experts_per_tok") or 0,
+                   expert_width=width if experts else 0, shared_width=shared if experts else 0,
+                   dense_layers=min(config.get("first_k_dense_replace") or 0, config["num_hidden_layers"]),
+                   attention_bias=kind == "qwen2")
 
     # --- parameter counts ---------------------------------------------------------------------------
     @property
@@ -82,20 +90,24 @@ class ModelShape:
 
     @property
     def mlp_params(self) -> int:
-        """Per layer: the dense MLP, or every routed expert plus the router (and the shared expert)."""
-        dense = 3 * self.hidden_size * self.intermediate_size
+        """Per MoE layer (or dense layer of a dense model): the dense MLP, or every routed expert plus
+        the router and the shared expert."""
         if not self.experts:
-            return dense
-        return self.experts * dense + self.hidden_size * self.experts + (dense if self.shared_expert else 0)
+            return 3 * self.hidden_size * self.intermediate_size
+        return 3 * self.hidden_size * (self.experts * self.expert_width + self.shared_width) + \
+            self.hidden_size * self.experts
 
     @property
     def layer_params(self) -> int:
+        """The largest decoder layer (an MoE one, in a mixture of experts): what FSDP gathers at once."""
         return self.attention_params + self.mlp_params + 2 * self.hidden_size
 
     @property
     def params(self) -> int:
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * self.layer_params + embeddings + self.hidden_size
+        dense_mlp = 3 * self.hidden_size * self.intermediate_size
+        return (self.num_hidden_layers * self.layer_params + self.dense_layers * (dense_mlp - self.mlp_params)
+                + embeddings + self.hidden_size)
 
     def lora_params(self, r: int) -> int:
         """Adapters (r x in + out x r) on every linear layer but the LM head: attention projections,
@@ -104,9 +116,11 @@ class ModelShape:
         h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
             self.num_key_value_heads * self.head_dim, self.intermediate_size
         per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
-        if not self.experts or self.shared_expert:
-            per_layer += r * (2 * (h + i) + (i + h))
-        return self.num_hidden_layers * per_layer
+        mlp = (lambda width: r * (2 * (h + width) + (width + h)))  # noqa: E731 - gate, up, down
+        if not self.experts:
+            return self.num_hidden_layers * (per_layer + mlp(i))
+        moe_layer = per_layer + (mlp(self.shared_width) if self.shared_width else 0)
+        return self.num_hidden_layers * moe_layer + self.dense_layers * (per_layer + mlp(i) - moe_layer)
 
     # --- activations --------------------------------------------------------------------------------
     def layer_activation_bytes(self, tokens: int) -> int:
@@ -114,8 +128,8 @@ class ModelShape:
         fp32 norm inputs, q/k/v, attention output, and the MLP's inputs and gated products for the
         experts each token visits."""
         h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-        mlps = (self.experts_per_token + self.shared_expert) if self.experts else 1
-        return tokens * (12 * h + 4 * q + 4 * kv + 8 * self.intermediate_size * mlps)
+        mlp = self.experts_per_token * self.expert_width + self.shared_width if self.experts else self.intermediate_size
+        return tokens * (12 * h + 4 * q + 4 * kv + 8 * mlp)
 
 
 @dataclass(frozen=True)
@@ -206,10 +220,11 @@ def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int,
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
     # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
     padding = 0.0
-    for dims, share in (((shape.hidden_size, 2 * shape.intermediate_size), 2), ((shape.intermediate_size, shape.hidden_size), 1)):
+    width = shape.expert_width
+    for dims, share in (((shape.hidden_size, 2 * width), 2), ((width, shape.hidden_size), 1)):
         if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
             rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
-            padding += rows * shape.num_hidden_layers * shape.experts * share * shape.hidden_size * shape.intermediate_size
+            padding += rows * shape.num_hidden_layers * shape.experts * share * shape.hidden_size * width
     if lora_r is None:
         state = 16 * (shape.params + padding)
         layer_grad = 6 * shape.layer_params
