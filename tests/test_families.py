@@ -302,3 +302,14 @@ def test_every_family_trains_from_the_files_save_pretrained_writes(model_type, t
             loss_sum += reference(input_ids=torch.tensor([rows[i]["input_ids"]]), labels=labels).loss.item() * count
             tokens += count
     assert got[1] == pytest.approx(loss_sum / tokens, rel=1e-4)
+
+
+def test_the_dry_run_refuses_packing_a_recurrent_family_and_a_model_that_is_no_decoder(launch, tmp_path):
+    """Before any process starts: one line naming the model_type and the fix, nothing written."""
+    code, _, err = launch("recipes=qwen/tiny_qwen3_5_sft", "recipes.training_config.datasets.packing=true")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "model_type qwen3_5_text has linear-attention or state-space layers" in err and "packing=false" in err
+    code, _, err = launch("recipes=llama/tiny_llama_sft", "recipes.training_config.model_config.architecture.model_type=bert")
+    assert code != 0 and "model_type bert is an encoder-only model: the trainer fine-tunes decoder-only" in err, err
+    assert not (tmp_path / "out").exists()
+    assert launch("recipes=qwen/tiny_qwen3_5_sft")[0] == 0
