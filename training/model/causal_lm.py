@@ -20,12 +20,12 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
+from training.contract.families import SUPPORTED
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
-from training.model.stored_layout import ExpertPieces, file_layout, read_expert_pieces
 from training.model.router_balance import RouterLogits, document_balance_losses
-from training.contract.families import SUPPORTED
+from training.model.stored_layout import ExpertPieces, file_layout, read_expert_pieces
 from training.model.structure import (attention_layers, check_causal_lm, check_trainable, decoder_layers, decoder_stack,
                                       expert_count, layer_kinds)
 
@@ -205,6 +205,7 @@ class CausalLM(torch.nn.Module):
         self.routers = routers if routers.trained() and getattr(self.config, "router_aux_loss_coef", 0) else None
         self.balance_coef = getattr(self.config, "router_aux_loss_coef", 0.0) if self.routers else 0.0
         self.balance_loss: torch.Tensor | None = None
+        self.compute_dtype: torch.dtype | None = None  # set by apply_fsdp: bf16 under mixed precision
 
     def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False,
                 document_index=None, documents: int = 0) -> torch.Tensor:
@@ -229,10 +230,8 @@ class CausalLM(torch.nn.Module):
         return self.lm_head(hidden, labels, per_sequence)
 
     def hidden_like(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """A stand-in of the hidden states (no memory): the embeddings' compute dtype (bf16 under
-        mixed precision) at the tokens' shape and device."""
-        dtype = getattr(getattr(self.get_input_embeddings(), "mixed_precision", None), "param_dtype", None) \
-            or self.get_input_embeddings().weight.dtype
+        """A stand-in of the hidden states (no memory): their dtype at the tokens' shape and device."""
+        dtype = self.compute_dtype or self.get_input_embeddings().weight.dtype
         return torch.empty((), dtype=dtype, device=input_ids.device).expand(*input_ids.shape, 1)
 
     def get_input_embeddings(self) -> torch.nn.Module:
@@ -383,8 +382,9 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     a dimension that needs no padding where one does (`least_padding`).
     A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
     per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
-    shard = functools.partial(fully_shard, mesh=mesh, mp_policy=mixed_precision_policy(mixed_precision),
-                              shard_placement_fn=least_padding(mesh.shape[-1]))
+    policy = mixed_precision_policy(mixed_precision)
+    model.compute_dtype = policy.param_dtype or torch.float32
+    shard = functools.partial(fully_shard, mesh=mesh, mp_policy=policy, shard_placement_fn=least_padding(mesh.shape[-1]))
     tied = model.lm_head.weight is model.get_input_embeddings().weight
     for lookup in _embedding_lookups(model):  # the token embeddings; Gemma 4's per-layer embeddings too
         if not (tied and lookup is model.get_input_embeddings()):
