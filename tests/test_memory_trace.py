@@ -28,9 +28,11 @@ from training.model.causal_lm import build_model, CausalLM
 shape, world, overrides = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
                                    "recipes.training_config.model_config.mixed_precision=bf16", *overrides])[0])["recipes"])
-cfg = plan.sizes[0].config
-step = trace_step(cfg, world, micro_batch=2, micro_steps=1, model_shape=shape)
 from dataclasses import replace
+cfg = plan.sizes[0].config  # planned for 1 node: sharded over the traced world instead
+tc = cfg.training_config
+cfg = replace(cfg, training_config=replace(tc, model_config=replace(tc.model_config, sharding="fsdp", sharding_degree=None)))
+step = trace_step(cfg, world, micro_batch=2, micro_steps=1, model_shape=shape)
 mc = replace(cfg.training_config.model_config, architecture=shape, model_name_or_path=None)
 model = build_model(mc, seed=0)
 if mc.lora:

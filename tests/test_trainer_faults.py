@@ -251,8 +251,8 @@ full = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t  # the step
 snapshot = lambda: [full(t).clone() for p in trained for t in (p, *trainer.optimizer.state[p].values())]
 before = snapshot()
 forward_backward = trainer.method.forward_backward
-def poisoned(*args):
-    result = forward_backward(*args)
+def poisoned(*args, **kwargs):
+    result = forward_backward(*args, **kwargs)
     trained[0].grad.fill_(float("nan"))
     return result
 trainer.method.forward_backward = poisoned

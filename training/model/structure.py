@@ -1,6 +1,6 @@
 """Where a transformers causal LM keeps its parts, read from the model rather than from names.
 
-The decoder stack is the model's base model (`base_model_prefix`), the decoder layers are the
+The decoder stack is the model's decoder (`get_decoder()`), the decoder layers are the
 modules of the classes transformers keeps whole (`_no_split_modules`: its own FSDP and device-map
 units), the embeddings and the head are `get_input_embeddings()` and `get_output_embeddings()`, and
 each layer's kind comes from the config (`layer_types`, Nemotron-H's `layers_block_type`). So Llama's
@@ -20,8 +20,10 @@ OTHER_KINDS = ("moe", "mlp")  # Nemotron-H's layers without a sequence mixer
 
 
 def decoder_stack(hf_model: torch.nn.Module) -> torch.nn.Module:
-    """The decoder without its head (LlamaModel in LlamaForCausalLM)."""
-    return getattr(hf_model, hf_model.base_model_prefix)
+    """The decoder without its head (LlamaModel in LlamaForCausalLM): transformers' `get_decoder()`,
+    which Llama 4's text model answers with itself (it keeps the decoder as `model`, as all do)."""
+    decoder = hf_model.get_decoder()
+    return hf_model.model if decoder is hf_model else decoder
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
