@@ -101,22 +101,26 @@ def test_packing_boundaries_never_train_on_the_next_sample():
     assert batch["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4]
 
 
-def test_chunked_and_fused_losses_equal_the_full_logits_loss():
+@pytest.mark.parametrize("softcap", [None, 2.0])  # 2.0: Gemma's final-logit soft-capping, well inside tanh's bend
+def test_chunked_and_fused_losses_equal_the_full_logits_loss(softcap):
     torch.manual_seed(0)
     hidden = torch.randn(3, 50, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(97, 16, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 97, (3, 50))
     labels[0, :10] = IGNORE_INDEX
-    full = linear_cross_entropy(hidden, weight, labels, chunk_tokens=0)
+    full = linear_cross_entropy(hidden, weight, labels, chunk_tokens=0, softcap=softcap)
     full_grads = torch.autograd.grad(full, (hidden, weight))
     for fused in (False, True):  # the fused one computes the gradients in forward, as on GPU
-        chunked = linear_cross_entropy(hidden, weight, labels, chunk_tokens=16, fused=fused)  # 150 tokens: 10 chunks, one ragged
+        chunked = linear_cross_entropy(hidden, weight, labels, chunk_tokens=16, fused=fused,  # 10 chunks, one ragged
+                                       softcap=softcap)
         chunked_grads = torch.autograd.grad(chunked * 0.37, (hidden, weight))  # a scaled loss, as the trainer's
         assert torch.allclose(full, chunked, rtol=1e-12)
         for a, b in zip(full_grads, chunked_grads):
             assert torch.allclose(a * 0.37, b, rtol=1e-10)
-    reference = torch.nn.functional.cross_entropy((hidden @ weight.t()).flatten(0, 1), labels.flatten(),
-                                                  ignore_index=IGNORE_INDEX, reduction="sum")
+    logits = hidden @ weight.t()
+    logits = softcap * torch.tanh(logits / softcap) if softcap else logits
+    reference = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                                                  reduction="sum")
     assert torch.allclose(full, reference)
 
 
