@@ -313,3 +313,25 @@ def test_the_dry_run_refuses_packing_a_recurrent_family_and_a_model_that_is_no_d
     assert code != 0 and "model_type bert is an encoder-only model: the trainer fine-tunes decoder-only" in err, err
     assert not (tmp_path / "out").exists()
     assert launch("recipes=qwen/tiny_qwen3_5_sft")[0] == 0
+
+
+def test_an_inline_architecture_takes_the_tokenizers_vocabulary_and_special_ids():
+    """Phi-3's and SmolLM3's defaults name pad/bos/eos ids of their own 32K-128K vocabularies: an
+    inline twin on a 512-token tokenizer takes the tokenizer's (what the recipe sets stays)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import ROOT
+    from training.contract.config import JobConfig, ModelConfig, TrainingSection
+    from training.runtime.train import as_run
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizer")
+    special = {f"{k}_token_id": getattr(tokenizer, f"{k}_token_id") for k in ("pad", "bos", "eos")}
+    for model_type in ("phi3", "smollm3"):
+        arch = {k: v for k, v in SMALL.items() if k not in special and k != "vocab_size"}
+        job = JobConfig(training_config=TrainingSection(model_config=ModelConfig(
+            architecture={"model_type": model_type, **arch, "eos_token_id": 5})))
+        run = as_run(job, rows=64, vocab_size=len(tokenizer), special_tokens=special).training_config.model_config
+        assert run.architecture == {"vocab_size": 512, **special, "model_type": model_type, **arch, "eos_token_id": 5}
+        kwargs = {k: v for k, v in run.architecture.items() if k != "model_type"}
+        AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kwargs))  # builds: ids inside the vocabulary
+    assert job.training_config.model_config.architecture.get("vocab_size") is None  # the loaded config is unchanged
