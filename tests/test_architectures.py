@@ -84,7 +84,7 @@ def test_the_exported_model_gives_the_trained_models_logits(twin, tmp_path):
         base_logits = base(input_ids=ids).logits
         adapted = PeftModel.from_pretrained(base, tmp_path / "run" / "hf_adapter")
         assert torch.allclose(merged(input_ids=ids).logits, adapted(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
-        assert merged.generate(ids[:1, :5], max_new_tokens=3, do_sample=False).shape == (1, 8)
+        assert merged.generate(ids[:1, :5], min_new_tokens=3, max_new_tokens=3, do_sample=False).shape == (1, 8)
     assert not torch.allclose(merged(input_ids=ids).logits, base_logits, atol=1e-3)
     trained = {n for n, p in adapted.named_parameters() if "lora_" in n}
     assert not any(".experts." in n or ".router." in n for n in trained)

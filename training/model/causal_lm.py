@@ -175,14 +175,23 @@ def _skeleton(cfg: ModelConfig, source: str | None = None) -> torch.nn.Module:
 def _recompute_buffers(model: "CausalLM") -> None:
     """After `to_empty` buffers hold garbage. Non-persistent ones (rotary frequencies, Gemma's
     embedding scale) are in no checkpoint: transformers' own `_init_weights` computes them for every
-    module owning buffers, as its from_pretrained does after a meta-device build. It also re-draws
-    those modules' parameters, which the weights read next replace."""
+    module owning buffers, as its from_pretrained does after a meta-device build. Parameters are
+    marked as initialized (transformers' flag) so that it leaves them alone: the weights read next
+    fill them, and a random init of a sharded parameter would be a collective the other ranks
+    (receiving from rank 0) never join."""
     from transformers import initialization
 
-    with torch.no_grad(), initialization.guard_torch_init_functions():
-        for module in model.modules():
-            if next(module.buffers(recurse=False), None) is not None:
-                model.model._init_weights(module)
+    params = list(model.parameters())
+    for p in params:
+        p._is_hf_initialized = True
+    try:
+        with torch.no_grad(), initialization.guard_torch_init_functions():
+            for module in model.modules():
+                if next(module.buffers(recurse=False), None) is not None:
+                    model.model._init_weights(module)
+    finally:
+        for p in params:
+            del p._is_hf_initialized
 
 
 class CausalLM(torch.nn.Module):

@@ -33,12 +33,18 @@ def lora_config(cfg: PeftConfig, base_model: str | None = None):
                       task_type="CAUSAL_LM", base_model_name_or_path=base_model)
 
 
+# peft refuses LoRA on a Mamba mixer's output projection (and convolution) in these families
+# (peft.tuners.tuners_utils._check_lora_target_modules_mamba): "all-linear" leaves it out there.
+MAMBA_FAMILIES, NOT_FOR_MAMBA = {"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"}, {"out_proj"}
+
+
 def linear_module_names(model: torch.nn.Module) -> list[str]:
     """What "all-linear" means here: the names of plain nn.Linear modules but the LM head. A
     subclass with its own forward (Llama 4's router returns routing scores, not activations) is
     left alone, as are fused expert weights (3-D parameters, not modules)."""
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-                   if type(m) is torch.nn.Linear and not name.endswith("lm_head")})
+    names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+             if type(m) is torch.nn.Linear and not name.endswith("lm_head")}
+    return sorted(names - NOT_FOR_MAMBA if model.config.model_type in MAMBA_FAMILIES else names)
 
 
 def apply_lora(hf_model: torch.nn.Module, cfg: PeftConfig) -> torch.nn.Module:
