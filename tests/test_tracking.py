@@ -126,3 +126,43 @@ def test_a_file_store_tracks_and_the_run_status_follows_the_job(tmp_path, capfd)
     assert client.get_run(run_id).info.status == "FINISHED"
     assert [m.value for m in client.get_metric_history(run_id, "loss")] == [2.5, 2.0]
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("outage_at", ["create_run", "log_batch"])
+def test_an_outage_while_the_run_is_opened_makes_no_second_run(server, tmp_path, outage_at):
+    """The server dies just after it created the run (its answer lost) or while the parameters are
+    logged: the retries find the same run and complete its parameters."""
+    import threading
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from training import tracking
+
+    real = getattr(MlflowClient, outage_at)
+    hit = []
+
+    def dies_after(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        if not hit and threading.current_thread().name == "mlflow":
+            hit.append(True)
+            server.stop()
+            threading.Timer(1.0, server.start).start()
+            raise ConnectionError("the server went away before it answered")
+        return result
+
+    config = {f"p{i}": i for i in range(150)}  # two parameter batches
+    settings = SimpleNamespace(tracking_uri=server.uri, experiment="tiny", run_name=None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MlflowClient, outage_at, dies_after)
+        patch.setattr(tracking, "RETRY_S", 0.2)
+        tracker = tracking.Tracker(settings, tmp_path, True, config, launch="1")
+        tracker.log({"step": 1, "loss": 2.5, "time": 1.0})
+        tracker.close("FINISHED")
+        tracker._thread.join(120)
+    assert hit
+    client = MlflowClient(tracking_uri=server.uri)
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert [r.info.run_id for r in runs] == [(tmp_path / "mlflow_run_id").read_text()]
+    assert runs[0].data.params == {k: str(v) for k, v in config.items()}
+    assert [m.value for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [2.5]

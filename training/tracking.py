@@ -24,11 +24,13 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from training.contract.records import read_records
 
 RUN_ID_FILE = "mlflow_run_id"
+CREATOR_TAG = "creator"  # names the Tracker that created the run: finds it again when the answer to its creation was lost
 STEP_METRIC = "loss"  # the metric whose last logged step says where MLflow's copy of the run ends
 PARAM_VALUE_LIMIT = 500  # MLflow rejects longer parameter values
 RETRY_S = 2.0
@@ -65,6 +67,7 @@ class Tracker:
                               f"installed: pip install mlflow-skinny (the training image has it), or unset it") from None
         self.settings, self.run_dir, self.config, self.launch = settings, Path(run_dir), config, launch
         self._warned, self._closing, self._status = False, False, "FINISHED"
+        self._creator = uuid.uuid4().hex
         if settings.tracking_uri.startswith("file:"):  # MLflow 3 keeps its file store only on request
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
@@ -136,26 +139,32 @@ class Tracker:
                 return
 
     def _open_run(self) -> str:
-        """This training run's MLflow run: the one recorded beside the checkpoints, or a new one."""
+        """This training run's MLflow run: the one recorded beside the checkpoints, or a new one.
+        Retried whole after any failure, so every step is safe to repeat: the run created by an
+        attempt whose answer was lost is found again by its creator tag, and only missing
+        parameters are logged (MLflow refuses a parameter logged twice with another value)."""
         id_file = self.run_dir / RUN_ID_FILE
         if id_file.exists():
             run_id = id_file.read_text().strip()
             self.client.update_run(run_id, status="RUNNING")  # a restart: the run goes on
-            return run_id
-        name = self.settings.experiment
-        experiment = self.client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        run = self.client.create_run(experiment_id, run_name=self.settings.run_name or self.run_dir.name)
-        params = _flatten(self.config)
+        else:
+            name = self.settings.experiment
+            experiment = self.client.get_experiment_by_name(name)
+            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
+            mine = self.client.search_runs([experiment_id], f"tags.{CREATOR_TAG} = '{self._creator}'", max_results=1)
+            run = mine[0] if mine else self.client.create_run(
+                experiment_id, run_name=self.settings.run_name or self.run_dir.name, tags={CREATOR_TAG: self._creator})
+            run_id = run.info.run_id
+            tmp = id_file.with_name(id_file.name + ".tmp")
+            tmp.write_text(run_id)
+            os.replace(tmp, id_file)
         from mlflow.entities import Param
 
-        items = [Param(k, v) for k, v in params.items()]
+        logged = self.client.get_run(run_id).data.params
+        items = [Param(k, v) for k, v in _flatten(self.config).items() if k not in logged]
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(run.info.run_id, params=items[i:i + 100])
-        tmp = id_file.with_name(id_file.name + ".tmp")
-        tmp.write_text(run.info.run_id)
-        os.replace(tmp, id_file)
-        return run.info.run_id
+            self.client.log_batch(run_id, params=items[i:i + 100])
+        return run_id
 
     def _backlog(self) -> list[dict]:
         """The records of earlier launches that MLflow lacks (an outage before a restart): everything in
