@@ -231,6 +231,17 @@ MOE_SHAPES = {
                         n_routed_experts=128, n_shared_experts=1, first_k_dense_replace=1, num_experts_per_tok=8,
                         vocab_size=151552, n_group=1, topk_group=1),
 }
+# Hybrid shapes, from the published configs' text models: Gated DeltaNet layers, three to each gated attention layer
+QWEN3_5_SHAPES = {
+    "Qwen3.5-4B": dict(model_type="qwen3_5_text", hidden_size=2560, intermediate_size=9216, num_hidden_layers=32,
+                       num_attention_heads=16, num_key_value_heads=4, head_dim=256, vocab_size=248320,
+                       tie_word_embeddings=True, linear_num_key_heads=16, linear_num_value_heads=32,
+                       linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4),
+    "Qwen3.5-27B": dict(model_type="qwen3_5_text", hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+                        num_attention_heads=24, num_key_value_heads=4, head_dim=256, vocab_size=248320,
+                        linear_num_key_heads=16, linear_num_value_heads=48, linear_key_head_dim=128,
+                        linear_value_head_dim=128, linear_conv_kernel_dim=4),
+}
 
 
 def catalogue_shapes() -> dict:
@@ -243,7 +254,7 @@ def catalogue_shapes() -> dict:
         shape = (yaml.safe_load(path.read_text()) or {}).get("model_shape")
         if shape and shape not in shapes.values():
             shapes[path.stem] = shape
-    return {**shapes, **MOE_SHAPES}
+    return {**shapes, **MOE_SHAPES, **QWEN3_5_SHAPES}
 
 
 @pytest.mark.parametrize("name, shape", catalogue_shapes().items())
@@ -259,6 +270,25 @@ def test_the_analytic_size_is_the_instantiated_models(name, shape):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(shape["model_type"], **config))
     built = sum(p.numel() for p in model.parameters())
     assert ModelShape.from_config(shape).params == pytest.approx(built, rel=1e-3)  # GPT-OSS: 3e-4 (expert biases)
+
+
+@pytest.mark.parametrize("name", QWEN3_5_SHAPES)
+def test_the_analytic_lora_count_reaches_the_gated_deltanet_projections(name):
+    """All-linear LoRA on Qwen 3.5 adapts the attention layers' gated q_proj and every Gated DeltaNet
+    projection: the dry run's adapter count is what peft injects (two layers of each kind suffice)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from elastic_launcher.planning.memory import ModelShape
+    from training.contract.config import PeftConfig
+    from training.model.lora import apply_lora
+
+    small = {**QWEN3_5_SHAPES[name], "num_hidden_layers": 8}
+    config = AutoConfig.for_model(small["model_type"], **{k: v for k, v in small.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = apply_lora(AutoModelForCausalLM.from_config(config), PeftConfig(r=16))
+    injected = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert ModelShape.from_config(small).lora_params(16) == injected
+    assert ModelShape.from_config(small).linear_layers == config.layer_types.count("linear_attention") == 6
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.contract.families import EXPERT_COUNT_KEYS
+
 GIB = 2**30
 TRACES = Path(__file__).with_name("traced_memory.json")
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
@@ -61,13 +63,28 @@ class ModelShape:
     shared_width: int = 0  # the intermediate size of the expert every token passes through (0: none)
     dense_layers: int = 0  # leading layers with a dense MLP instead of experts (DeepSeek-V3, GLM-4.5)
     attention_bias: bool = False  # Qwen2: biases on q/k/v
+    attention_output_gate: bool = False  # Qwen 3.5: q_proj also yields a sigmoid gate per query channel
+    # Gated DeltaNet layers (Qwen 3.5's `linear_attention` layer type) in place of attention
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0  # per head
+    linear_value_dim: int = 0  # per head
+    linear_conv_kernel: int = 0
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
         """From a transformers config's keys, under each MoE family's names for its experts."""
         heads = config["num_attention_heads"]
         kind = config.get("model_type", "")
-        experts = config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0
+        experts = next((config[k] for k in EXPERT_COUNT_KEYS if config.get(k)), 0)
+        layers = config["num_hidden_layers"]
+        gated_delta_net = kind.startswith(("qwen3_5", "qwen3_next"))
+        if gated_delta_net:  # transformers' layer_types default: every full_attention_interval-th layer attends
+            interval = config.get("full_attention_interval", 4)
+            types = config.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                                  for i in range(layers)]
+        linear = sum(t == "linear_attention" for t in types) if gated_delta_net else 0
         width = config.get("moe_intermediate_size") or config["intermediate_size"]
         shared = (config.get("shared_expert_intermediate_size") or config.get("moe_shared_expert_intermediate_size")
                   or (config.get("n_shared_experts") or 0) * width or (width if kind.startswith("llama4") else 0))
@@ -80,13 +97,35 @@ class ModelShape:
                    experts=experts, experts_per_token=config.get("num_experts_per_tok") or 0,
                    expert_width=width if experts else 0, shared_width=shared if experts else 0,
                    dense_layers=min(config.get("first_k_dense_replace") or 0, config["num_hidden_layers"]),
-                   attention_bias=kind == "qwen2")
+                   attention_bias=kind == "qwen2", attention_output_gate=gated_delta_net,
+                   linear_layers=linear, linear_key_heads=config.get("linear_num_key_heads", 16) if linear else 0,
+                   linear_value_heads=config.get("linear_num_value_heads", 32) if linear else 0,
+                   linear_key_dim=config.get("linear_key_head_dim", 128) if linear else 0,
+                   linear_value_dim=config.get("linear_value_head_dim", 128) if linear else 0,
+                   linear_conv_kernel=config.get("linear_conv_kernel_dim", 4) if linear else 0)
 
     # --- parameter counts ---------------------------------------------------------------------------
     @property
     def attention_params(self) -> int:
         h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-        return h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+        gate = h * q if self.attention_output_gate else 0
+        return h * q + gate + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+
+    @property
+    def linear_projections(self) -> dict[str, tuple[int, int]]:
+        """A Gated DeltaNet layer's linear layers, (in, out): q/k/v together, the output gate z, the
+        decay and beta inputs (one per value head), and the output projection."""
+        h, k, v = self.hidden_size, self.linear_key_heads * self.linear_key_dim, \
+            self.linear_value_heads * self.linear_value_dim
+        return {"in_proj_qkv": (h, 2 * k + v), "in_proj_z": (h, v), "in_proj_b": (h, self.linear_value_heads),
+                "in_proj_a": (h, self.linear_value_heads), "out_proj": (v, h)}
+
+    @property
+    def linear_attention_params(self) -> int:
+        """A Gated DeltaNet layer's token mixer: its projections and the depthwise convolution over q/k/v
+        (the per-head decay, bias and norm weights are a few hundred numbers)."""
+        qkv = self.linear_projections["in_proj_qkv"][1]
+        return sum(i * o for i, o in self.linear_projections.values()) + qkv * self.linear_conv_kernel
 
     @property
     def mlp_params(self) -> int:
@@ -99,14 +138,19 @@ class ModelShape:
 
     @property
     def layer_params(self) -> int:
-        """The largest decoder layer (an MoE one, in a mixture of experts): what FSDP gathers at once."""
-        return self.attention_params + self.mlp_params + 2 * self.hidden_size
+        """The largest decoder layer (an MoE one, in a mixture of experts; an attention or a Gated
+        DeltaNet one, whichever is larger): what FSDP gathers at once."""
+        mixer = max(self.attention_params, self.linear_attention_params if self.linear_layers else 0)
+        return mixer + self.mlp_params + 2 * self.hidden_size
 
     @property
     def params(self) -> int:
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
         dense_mlp = 3 * self.hidden_size * self.intermediate_size
-        return (self.num_hidden_layers * self.layer_params + self.dense_layers * (dense_mlp - self.mlp_params)
+        attention_layers = self.num_hidden_layers - self.linear_layers
+        mixers = attention_layers * self.attention_params + self.linear_layers * self.linear_attention_params
+        per_layer_rest = self.mlp_params + 2 * self.hidden_size
+        return (mixers + self.num_hidden_layers * per_layer_rest + self.dense_layers * (dense_mlp - self.mlp_params)
                 + embeddings + self.hidden_size)
 
     def lora_params(self, r: int) -> int:
@@ -115,12 +159,15 @@ class ModelShape:
         layers: they stay frozen, as do the routers (training.model.lora.linear_module_names)."""
         h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
             self.num_key_value_heads * self.head_dim, self.intermediate_size
-        per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
+        gated_q = 2 * q if self.attention_output_gate else q
+        attention = r * ((h + gated_q) + 2 * (h + kv) + (q + h))
+        linear = r * sum(i_ + o for i_, o in self.linear_projections.values()) if self.linear_layers else 0
+        mixers = (self.num_hidden_layers - self.linear_layers) * attention + self.linear_layers * linear
         mlp = (lambda width: r * (2 * (h + width) + (width + h)))  # noqa: E731 - gate, up, down
         if not self.experts:
-            return self.num_hidden_layers * (per_layer + mlp(i))
-        moe_layer = per_layer + (mlp(self.shared_width) if self.shared_width else 0)
-        return self.num_hidden_layers * moe_layer + self.dense_layers * (per_layer + mlp(i) - moe_layer)
+            return mixers + self.num_hidden_layers * mlp(i)
+        moe_mlp = mlp(self.shared_width) if self.shared_width else 0
+        return mixers + self.num_hidden_layers * moe_mlp + self.dense_layers * (mlp(i) - moe_mlp)
 
     # --- activations --------------------------------------------------------------------------------
     def layer_activation_bytes(self, tokens: int) -> int:

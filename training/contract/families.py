@@ -22,6 +22,8 @@ NOT_DECODERS = {
                     "an encoder-decoder model"),
     **dict.fromkeys(("vit", "clip", "siglip", "dinov2", "convnext", "resnet", "swin"), "a vision model"),
 }
+# The routed experts per MoE layer, under the names transformers' configs give it.
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 SUPPORTED = "decoder-only causal LMs (AutoModelForCausalLM: Llama, Qwen, Gemma, Mistral, GPT-OSS, Nemotron-H, ...)"
 
 

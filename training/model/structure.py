@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from training.contract.errors import ConfigError
-from training.contract.families import NOT_DECODERS, RECURRENT_KINDS, SUPPORTED, packing_refusal
+from training.contract.families import EXPERT_COUNT_KEYS, NOT_DECODERS, RECURRENT_KINDS, SUPPORTED, packing_refusal
 
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 OTHER_KINDS = ("moe", "mlp")  # Nemotron-H's layers without a sequence mixer
@@ -54,7 +54,7 @@ def attention_layers(config) -> int:
 
 def expert_count(config) -> int | None:
     """The routed experts per MoE layer, under any of the names transformers' configs give it."""
-    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+    for key in EXPERT_COUNT_KEYS:
         if getattr(config, key, None):
             return getattr(config, key)
     return None
