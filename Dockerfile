@@ -39,10 +39,13 @@ RUN cd /tmp \
  && ldconfig && cd / && rm -rf /tmp/aws-efa-installer* /var/lib/apt/lists/*
 
 # liger-kernel is not the trainer's (its loss is training/model/loss.py): bench/gpu_smoke.py compares the two.
+# flash-linear-attention (Triton, no build) is the chunked kernel transformers runs for Qwen 3.5's Gated
+# DeltaNet layers, and the one whose memory the dry run traces; without it they fall back to a slow torch loop.
 RUN pip install "pip<25.3" \
  && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
-        pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0
+        pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0 \
+        flash-linear-attention==0.6.0
 
 # The container contract (docs/container.md): the working directory holds the `training` package, so
 # `hyperpodrun ... -m training --config-dir=/config` (HyperPod), `torchrun -m training --config-dir=/config`

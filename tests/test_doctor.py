@@ -86,6 +86,7 @@ def test_the_dockerfile_builds_an_image_that_compiles_and_speaks_efa():
     assert "/opt/amazon/ofi-nccl/lib" in library_path and "/opt/amazon/efa/lib" in library_path
     torch_pin = re.search(r"torch==(\d+)\.(\d+)", text)
     assert (int(torch_pin.group(1)), int(torch_pin.group(2))) < (2, 12)
+    assert re.search(r"flash-linear-attention==\S+", text)  # the Gated DeltaNet kernel the memory trace models
 
 
 @pytest.mark.slow

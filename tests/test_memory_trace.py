@@ -3,6 +3,7 @@ counted exactly, and the FSDP units it exposed. Each trace runs in a process of 
 a fake process group of the traced world size."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -223,3 +224,35 @@ def test_an_hsdp_rank_holds_what_an_fsdp_rank_of_its_shard_group_holds():
     hsdp, fsdp, fsdp_over_all = run(4, 2), run(2, 2), run(4, 4)
     assert (hsdp["peak_gib"], hsdp["split_gib"]) == (fsdp["peak_gib"], fsdp["split_gib"])
     assert fsdp_over_all["split_gib"]["sharded state"] < hsdp["split_gib"]["sharded state"]  # the mesh did change
+
+
+def test_gated_deltanet_layers_are_traced_with_the_kernels_memory():
+    """Qwen 3.5's linear-attention layers run the stand-in for the image's chunked kernel
+    (flash-linear-attention) through forward and backward, never transformers' torch fallback (minutes
+    a layer on fake tensors at a real shape, and more memory than the GPU holds), which is back in
+    place after the trace."""
+    script = """
+import warnings
+warnings.filterwarnings("ignore")
+from elastic_launcher.config.compose import compose, to_plain
+from elastic_launcher.planning.plan import make_plan
+from transformers.models.qwen3_5 import modeling_qwen3_5
+import training.model.memory_trace as memory_trace
+
+def fallback(*args, **kwargs):
+    raise AssertionError("the trace reached the torch fallback")
+
+modeling_qwen3_5.torch_chunk_gated_delta_rule = fallback
+backward = memory_trace._ChunkedGatedDeltaRule.backward
+calls = []
+memory_trace._ChunkedGatedDeltaRule.backward = staticmethod(lambda ctx, g: calls.append(1) or backward(ctx, g))
+plan = make_plan(to_plain(compose(["recipes=qwen/tiny_qwen3_5_sft", "recipes.elastic_policy.is_elastic=true"])[0])["recipes"])
+size = plan.sizes[0]
+step = memory_trace.trace_step(size.config, 2, size.batch.micro_batch, 1)
+assert modeling_qwen3_5.torch_chunk_gated_delta_rule is fallback
+print(len(calls), step.peak_gib > 0)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["3", "True"]  # three linear-attention layers, each through the kernel's backward

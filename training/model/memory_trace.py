@@ -17,7 +17,9 @@ and activation gradients in backward, the optimizer's working lists).
 What it cannot see, and the allowance the launcher adds for it (elastic_launcher/planning/memory.py): the
 CUDA context, NCCL's buffers and the caching allocator's fragmentation. Attention is traced with
 the CPU's SDPA kernel, whose saved tensors (output and log-sum-exp, no T x T scores) are those of
-the GPU's flash and flex kernels.
+the GPU's flash and flex kernels; Gated DeltaNet layers (Qwen 3.5) with a stand-in holding what the
+image's chunked kernel (flash-linear-attention) holds, where transformers' torch fallback would
+take minutes a layer on fake tensors and hold more than the GPU does.
 """
 
 from __future__ import annotations
@@ -227,6 +229,68 @@ def _register_kernel_attention() -> str:
     return "memory_trace"
 
 
+class _ChunkedGatedDeltaRule(torch.autograd.Function):
+    """The memory of flash-linear-attention's chunked gated delta rule (fla.ops.gated_delta_rule.chunk,
+    the GPU's kernel for Qwen 3.5's linear attention), without its arithmetic. Forward builds the WY
+    factors w and u, the per-chunk states h and the updated values (dropped when it returns), and keeps
+    for backward the l2-normalised q and k with their inverse norms, v, the chunk-cumulated gates
+    (fp32), beta and the chunk-local matrix A; backward rebuilds w, u, h and the values, adds the
+    states' gradients (fp32), then the inputs' gradients. q and k have the key heads, v, g and beta
+    the value heads (the kernel broadcasts; no repeated copies)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, chunk: int):
+        ctx.chunk, ctx.g_dtype = chunk, g.dtype
+        working = _gated_delta_working(k, v, chunk)
+        batch, tokens, heads = q.shape[:3]
+        q_rstd, k_rstd = (q.new_empty(batch, tokens, heads, dtype=torch.float32) for _ in range(2))
+        matrix = k.new_empty(*v.shape[:3], chunk)
+        ctx.save_for_backward(torch.empty_like(q), q_rstd, torch.empty_like(k), k_rstd, v,
+                              torch.empty_like(g, dtype=torch.float32), beta, matrix)
+        out = torch.empty_like(v)
+        del working
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, _, k, _, v, g, beta, _ = ctx.saved_tensors
+        working = _gated_delta_working(k, v, ctx.chunk)
+        state_grads = torch.empty_like(working[2], dtype=torch.float32)
+        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+                 torch.empty_like(g, dtype=ctx.g_dtype), torch.empty_like(beta), None)
+        del working, state_grads
+        return grads
+
+
+def _gated_delta_working(k, v, chunk: int):
+    batch, tokens, heads, value_dim = v.shape
+    chunks = -(-tokens // chunk)
+    return (k.new_empty(batch, tokens, heads, k.shape[-1]), torch.empty_like(v),
+            k.new_empty(batch, chunks, heads, k.shape[-1], value_dim), torch.empty_like(v))
+
+
+def _kernel_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                             output_final_state=False, **kwargs):
+    return _ChunkedGatedDeltaRule.apply(query, key, value, g, beta, chunk_size), None
+
+
+@contextmanager
+def _kernel_linear_attention(model):
+    """Trace the model's Gated DeltaNet layers with the kernel's memory (`_ChunkedGatedDeltaRule`)."""
+    import sys
+
+    modules = {sys.modules[type(m).__module__] for m in model.modules()}
+    patched = [m for m in modules if hasattr(m, "torch_chunk_gated_delta_rule")]
+    originals = [m.torch_chunk_gated_delta_rule for m in patched]
+    for m in patched:
+        m.torch_chunk_gated_delta_rule = _kernel_gated_delta_rule
+    try:
+        yield
+    finally:
+        for m, original in zip(patched, originals):
+            m.torch_chunk_gated_delta_rule = original
+
+
 def _traceable(cfg: JobConfig, model_shape: dict | None) -> JobConfig:
     """The job's config with its model built from `model_shape` (no hub), the kernel-like attention
     and no compilation: the same parameters, activations and FSDP units, at no cost to trace."""
@@ -272,7 +336,7 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
             method.prepare(model, lambda: sharded_skeleton(mc, mesh, on_gpu=False).to_empty(device=device)
                            .requires_grad_(False).eval())
             mem = LiveMemory()
-            with mem, _following_fsdp(mem):
+            with mem, _following_fsdp(mem), _kernel_linear_attention(model):
                 for p in _held_parameters(model, method):
                     mem.tag(p, "sharded state")
                 for state in optimizer.state.values():
