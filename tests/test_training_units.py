@@ -129,6 +129,36 @@ def test_parquet_data_with_packing_keeps_every_sample_once(tmp_path):
     assert sorted(ids) == sorted(i for row in plain for i in row["sample_ids"])
 
 
+def test_a_directory_of_train_and_test_files_trains_on_its_split_only(tmp_path):
+    """train.jsonl and test.jsonl side by side are two splits, as Hugging Face datasets reads them:
+    the default split trains on train.jsonl's rows only, `split=test` reads the other, and a split
+    the file names do not make is refused in one line naming those they do."""
+    from training.contract.config import DatasetConfig
+    from training.data import build_dataset
+
+    def rows(tag: str, n: int) -> str:
+        return "".join(json.dumps({"messages": [{"role": "user", "content": f"{tag} question {i}?"},
+                                                {"role": "assistant", "content": f"{tag} answer {i}."}]}) + "\n"
+                       for i in range(n))
+
+    (tmp_path / "train.jsonl").write_text(rows("TRAIN", 5))
+    (tmp_path / "test.jsonl").write_text(rows("TEST", 3))
+    tokenizer = tiny_tokenizer()
+
+    def texts(split: str) -> list[str]:
+        train, _, _ = build_dataset(DatasetConfig(train_data=str(tmp_path), split=split, max_len=64), tokenizer)
+        return [tokenizer.decode(row["input_ids"]) for row in train]
+
+    assert len(texts("train")) == 5 and all("TRAIN" in t and "TEST" not in t for t in texts("train"))
+    assert len(texts("test")) == 3 and all("TEST" in t for t in texts("test"))
+    with pytest.raises(ConfigError, match=r"datasets.split='train_sft' is not a split of train_data=.*, whose file "
+                                          r"names make the splits test, train: set training_config.datasets.split"):
+        texts("train_sft")
+    (tmp_path / "train.jsonl").rename(tmp_path / "part1.jsonl")  # no split names: every file is training data
+    (tmp_path / "test.jsonl").rename(tmp_path / "part2.jsonl")
+    assert len(texts("train_sft")) == 8
+
+
 def test_unknown_messages_column_is_a_clear_error(tmp_path):
     from training.contract.config import DatasetConfig
     from training.data import build_dataset

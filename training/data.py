@@ -63,13 +63,31 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
             raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/Parquet file "
                               f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
         return None
-    files = sorted(str(f) for f in (path.rglob("*") if path.is_dir() else [path])
-                   if f.suffix in (".jsonl", ".json", ".parquet"))
+    files = _split_files(path, cfg.split, key) if path.is_dir() else [str(path)]
+    files = sorted(f for f in files if Path(f).suffix in (".jsonl", ".json", ".parquet"))
     if not files:
         raise ConfigError(f"{key}={cfg.train_data!r} has no .jsonl/.json/.parquet files")
     if all(Path(f).stat().st_size == 0 for f in files):
         raise ConfigError(f"{key}={cfg.train_data!r} is empty: it holds no rows")
     return files
+
+
+def _split_files(directory: Path, split: str, key: str) -> list[str]:
+    """The files of a directory's `split`, named as Hugging Face datasets names splits (train*,
+    test*/eval*, validation*/dev* files or folders): a `test.jsonl` beside `train.jsonl` is never
+    trained on. A directory without such names is one training split, whatever `split` says."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    patterns = get_data_patterns(str(directory))
+    by_split = {str(name): list(files) for name, files in
+                DataFilesDict.from_local_or_remote(patterns, base_path=str(directory)).items()}
+    if list(patterns) == ["train"] and patterns["train"] == ["**"]:  # no split names: every file trains
+        return by_split["train"]
+    if split not in by_split:
+        raise ConfigError(f"training_config.datasets.split={split!r} is not a split of {key.rsplit('.', 1)[-1]}="
+                          f"{str(directory)!r}, whose file names make the splits {', '.join(sorted(by_split))}: set "
+                          f"training_config.datasets.split to one of them")
+    return by_split[split]
 
 
 def _load_raw(cfg: DatasetConfig):
