@@ -159,6 +159,29 @@ def test_a_directory_of_train_and_test_files_trains_on_its_split_only(tmp_path):
     assert len(texts("train_sft")) == 8
 
 
+def test_rows_cut_at_max_len_are_counted_and_named(tmp_path):
+    """A kept row whose answer runs past max_len trains on a cut answer without its end of turn: the
+    data statistics count it and the start-up warning says so, beside the rows dropped outright."""
+    from training.contract.config import DatasetConfig
+    from training.data import build_dataset, describe_drops
+
+    def row(question: str, answer: str) -> str:
+        return json.dumps({"messages": [{"role": "user", "content": question},
+                                        {"role": "assistant", "content": answer}]}) + "\n"
+
+    (tmp_path / "d.jsonl").write_text(row("Short?", "Yes.") + row("Long?", " ".join(["word"] * 200))
+                                      + row(" ".join(["ask"] * 200) + "?", "No."))
+    train, _, stats = build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl"), max_len=48), tiny_tokenizer())
+    assert (stats["kept"], stats["truncated"], stats["dropped"]) == (2, 1, {"truncated_away": 1})
+    assert max(len(r["input_ids"]) for r in train) == 48
+    assert describe_drops(stats) == (
+        "dropped 1 of 3 training rows: 1 with no assistant tokens within max_len (raise datasets.max_len); 1 of 3 "
+        "rows are longer than datasets.max_len=48 and train on a cut answer, without its end of turn (raise "
+        "datasets.max_len to keep them whole)")
+    _, _, whole = build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl"), max_len=4096), tiny_tokenizer())
+    assert whole["truncated"] == 0 and describe_drops(whole) is None
+
+
 def test_unknown_messages_column_is_a_clear_error(tmp_path):
     from training.contract.config import DatasetConfig
     from training.data import build_dataset

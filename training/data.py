@@ -28,7 +28,7 @@ from training.contract.errors import ConfigError
 IGNORE_INDEX = -100
 _READY = "READY"
 _STATS = "stats.json"
-_FORMAT = 3  # bump when the cached rows change shape
+_FORMAT = 4  # bump when the cached rows or statistics change shape
 SPLITS = ("train", "validation")
 
 
@@ -283,27 +283,30 @@ def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
     return out[0], out[1]
 
 
-def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
-    """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)."""
+def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+    """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)
+    and whether the cut took answer tokens (the answer then trains without its end)."""
     check_messages(messages)
     template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
     full = tokenize_chat(messages, tokenizer, 1 << 62, **template_kwargs)
     kept = {k: v[: cfg.max_len] for k, v in full.items()}
-    return kept, _drop_reason(kept["labels"], full["labels"])
+    cut_answer = any(t != IGNORE_INDEX for t in full["labels"][cfg.max_len:])
+    return kept, _drop_reason(kept["labels"], full["labels"]), cut_answer
 
 
-def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
-    kept, drop = _tokenize_kept(row[cfg.messages_key], cfg, tokenizer)
-    return {**kept, "lengths": [len(kept["input_ids"])]}, drop
+def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+    kept, drop, cut = _tokenize_kept(row[cfg.messages_key], cfg, tokenizer)
+    return {**kept, "lengths": [len(kept["input_ids"])]}, drop, cut
 
 
-def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str]:
-    out, reasons = {}, []
+def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+    out, reasons, cuts = {}, [], []
     for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
-        kept, drop = _tokenize_kept(messages, cfg, tokenizer)
+        kept, drop, cut = _tokenize_kept(messages, cfg, tokenizer)
         out[f"{side}_input_ids"], out[f"{side}_labels"] = kept["input_ids"], kept["labels"]
         reasons.append(drop)
-    return out, next((r for r in reasons if r), "")
+        cuts.append(cut)
+    return out, next((r for r in reasons if r), ""), any(cuts)
 
 
 def _drop_reason(kept_labels: list[int], all_labels: list[int]) -> str:
@@ -341,24 +344,26 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
 
     def encode(row, idx):
         try:
-            encoded, drop = encode_row(row, cfg, tokenizer)
+            encoded, drop, cut = encode_row(row, cfg, tokenizer)
         except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
                               f"the row") from None
-        return {**encoded, "sample_ids": [idx], "drop": drop}
+        return {**encoded, "sample_ids": [idx], "drop": drop, "cut": cut and not drop}
 
     ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
     reasons = ds["drop"]
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
+    truncated = sum(ds["cut"])
     held_out = validation_rows(len(raw), cfg.train_val_split_ratio, seed)
-    kept = ds.filter(lambda row: not row["drop"]).remove_columns("drop")
+    kept = ds.filter(lambda row: not row["drop"]).remove_columns(["drop", "cut"])
     train = kept.filter(lambda row: row["sample_ids"][0] not in held_out)
     val = kept.filter(lambda row: row["sample_ids"][0] in held_out) if held_out else None
     if len(train) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
                           f"dropped ({_drop_detail(dropped)}) or held out for validation: nothing to train on")
-    stats = {"rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped}
+    stats = {"rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped,
+             "truncated": truncated, "max_len": cfg.max_len}
     if cfg.packing:
         train = _packed(train, cfg.max_len)
         stats["packed_rows"] = len(train)
@@ -367,10 +372,16 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
 
 
 def describe_drops(stats: dict) -> str | None:
-    if not stats.get("dropped"):
-        return None
-    return (f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: "
-            f"{_drop_detail(stats['dropped'])}")
+    """What the data lost on the way in, in one line (None when nothing): rows dropped, and kept rows
+    whose answer was cut at max_len (trained without the rest of the answer or its end of turn)."""
+    parts = []
+    if stats.get("dropped"):
+        parts.append(f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: "
+                     f"{_drop_detail(stats['dropped'])}")
+    if stats.get("truncated"):
+        parts.append(f"{stats['truncated']} of {stats['rows']} rows are longer than datasets.max_len={stats['max_len']} "
+                     f"and train on a cut answer, without its end of turn (raise datasets.max_len to keep them whole)")
+    return "; ".join(parts) or None
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
