@@ -192,6 +192,27 @@ def test_a_model_saved_by_transformers_loads_as_transformers_loads_it(model_type
     assert all(torch.equal(exported[k], stored[k]) for k in stored)
 
 
+def test_the_text_model_of_a_published_qwen3_5_checkpoint_loads(tmp_path, process_group):
+    """Qwen/Qwen3.5-* ship as vision + text models (`model.language_model.layers...`): the trainer
+    reads the text model's weights from such files as transformers' own causal LM loads them."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModelForCausalLM, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import build_sharded_model
+
+    text = hf_config("qwen3_5_text").to_dict()
+    vision = dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, out_hidden_size=text["hidden_size"])
+    torch.manual_seed(0)
+    Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision)).save_pretrained(tmp_path)
+    want = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()
+    model = build_sharded_model(ModelConfig(model_name_or_path=str(tmp_path)), seed=1, mesh=init_device_mesh("cpu", (1,)),
+                                on_gpu=False, resuming=False, source=str(tmp_path))
+    got = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
 @pytest.mark.parametrize("experts, rows, columns", [(slice(0, 4), slice(0, 64), slice(0, 64)),  # a whole tensor
                                                     (slice(1, 3), slice(0, 64), slice(0, 64)),  # FSDP's experts split
                                                     (slice(0, 4), slice(24, 40), slice(0, 64)),  # across gate | up
