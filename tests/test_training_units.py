@@ -174,12 +174,15 @@ def test_rows_cut_at_max_len_are_counted_and_named(tmp_path):
     train, _, stats = build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl"), max_len=48), tiny_tokenizer())
     assert (stats["kept"], stats["truncated"], stats["dropped"]) == (2, 1, {"truncated_away": 1})
     assert max(len(r["input_ids"]) for r in train) == 48
+    longest = stats["longest_truncated"]
     assert describe_drops(stats) == (
         "dropped 1 of 3 training rows: 1 with no assistant tokens within max_len (raise datasets.max_len); 1 of 3 "
-        "rows are longer than datasets.max_len=48 and train on a cut answer, without its end of turn (raise "
-        "datasets.max_len to keep them whole)")
-    _, _, whole = build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl"), max_len=4096), tiny_tokenizer())
-    assert whole["truncated"] == 0 and describe_drops(whole) is None
+        f"rows (33%) are longer than datasets.max_len=48 and train on a cut answer without its end of turn: "
+        f"datasets.max_len={longest} keeps them whole")
+    _, _, whole = build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl"), max_len=longest), tiny_tokenizer())
+    assert whole["truncated"] == 0 and "longer than" not in describe_drops(whole)  # the long prompt stays dropped
+    few = {**stats, "dropped": {}, "rows": 20}  # 1 row in 20: counted in the record, below the warning's 5%
+    assert describe_drops(few) is None
 
 
 def test_unknown_messages_column_is_a_clear_error(tmp_path):

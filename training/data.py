@@ -283,30 +283,30 @@ def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
     return out[0], out[1]
 
 
-def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
     """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)
-    and whether the cut took answer tokens (the answer then trains without its end)."""
+    and, where the cut took answer tokens (the answer then trains without its end), its whole length (else 0)."""
     check_messages(messages)
     template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
     full = tokenize_chat(messages, tokenizer, 1 << 62, **template_kwargs)
     kept = {k: v[: cfg.max_len] for k, v in full.items()}
     cut_answer = any(t != IGNORE_INDEX for t in full["labels"][cfg.max_len:])
-    return kept, _drop_reason(kept["labels"], full["labels"]), cut_answer
+    return kept, _drop_reason(kept["labels"], full["labels"]), len(full["input_ids"]) if cut_answer else 0
 
 
-def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
     kept, drop, cut = _tokenize_kept(row[cfg.messages_key], cfg, tokenizer)
     return {**kept, "lengths": [len(kept["input_ids"])]}, drop, cut
 
 
-def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, bool]:
+def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
     out, reasons, cuts = {}, [], []
     for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
         kept, drop, cut = _tokenize_kept(messages, cfg, tokenizer)
         out[f"{side}_input_ids"], out[f"{side}_labels"] = kept["input_ids"], kept["labels"]
         reasons.append(drop)
         cuts.append(cut)
-    return out, next((r for r in reasons if r), ""), any(cuts)
+    return out, next((r for r in reasons if r), ""), max(cuts)
 
 
 def _drop_reason(kept_labels: list[int], all_labels: list[int]) -> str:
@@ -349,12 +349,12 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
                               f"the row") from None
-        return {**encoded, "sample_ids": [idx], "drop": drop, "cut": cut and not drop}
+        return {**encoded, "sample_ids": [idx], "drop": drop, "cut": 0 if drop else cut}
 
     ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
     reasons = ds["drop"]
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
-    truncated = sum(ds["cut"])
+    cut_lengths = [n for n in ds["cut"] if n]
     held_out = validation_rows(len(raw), cfg.train_val_split_ratio, seed)
     kept = ds.filter(lambda row: not row["drop"]).remove_columns(["drop", "cut"])
     train = kept.filter(lambda row: row["sample_ids"][0] not in held_out)
@@ -363,7 +363,7 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
                           f"dropped ({_drop_detail(dropped)}) or held out for validation: nothing to train on")
     stats = {"rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped,
-             "truncated": truncated, "max_len": cfg.max_len}
+             "truncated": len(cut_lengths), "max_len": cfg.max_len, "longest_truncated": max(cut_lengths, default=0)}
     if cfg.packing:
         train = _packed(train, cfg.max_len)
         stats["packed_rows"] = len(train)
@@ -371,16 +371,21 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
     return train, val, stats
 
 
+TRUNCATED_WARN_SHARE = 0.05  # below it, cut rows are counted in the data record without a warning
+
+
 def describe_drops(stats: dict) -> str | None:
-    """What the data lost on the way in, in one line (None when nothing): rows dropped, and kept rows
-    whose answer was cut at max_len (trained without the rest of the answer or its end of turn)."""
+    """What the data lost on the way in, in one line (None when nothing worth a warning): rows dropped,
+    and kept rows whose answer was cut at max_len (trained without the rest of the answer or its end
+    of turn) once they pass TRUNCATED_WARN_SHARE of the rows."""
     parts = []
     if stats.get("dropped"):
         parts.append(f"dropped {sum(stats['dropped'].values())} of {stats['rows']} training rows: "
                      f"{_drop_detail(stats['dropped'])}")
-    if stats.get("truncated"):
-        parts.append(f"{stats['truncated']} of {stats['rows']} rows are longer than datasets.max_len={stats['max_len']} "
-                     f"and train on a cut answer, without its end of turn (raise datasets.max_len to keep them whole)")
+    if stats.get("truncated", 0) > TRUNCATED_WARN_SHARE * stats["rows"]:
+        parts.append(f"{stats['truncated']} of {stats['rows']} rows ({stats['truncated'] / stats['rows']:.0%}) are longer "
+                     f"than datasets.max_len={stats['max_len']} and train on a cut answer without its end of turn: "
+                     f"datasets.max_len={stats['longest_truncated']} keeps them whole")
     return "; ".join(parts) or None
 
 
