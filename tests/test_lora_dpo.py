@@ -1,6 +1,7 @@
 """LoRA SFT, DPO, validation and the Hugging Face model at the end: resize parity, exact losses, and
 models that transformers and peft load."""
 
+import json
 import subprocess
 import sys
 
@@ -206,6 +207,23 @@ def test_a_bad_preference_row_names_its_line(tmp_path):
     path = tmp_path / "prefs.jsonl"
     path.write_text('{"prompt": "a?", "chosen": "b.", "rejected": "c."}\n{"prompt": "a?", "chosen": "b.", "rejected": 3}\n')
     with pytest.raises(ConfigError, match=f"bad training row at {path} line 2: expected text or a list of messages"):
+        build_dataset(DatasetConfig(train_data=str(path)), tiny_tokenizer(), data_format="pairs")
+
+
+def test_a_pair_answering_two_different_prompts_is_refused_with_its_line(tmp_path):
+    from conftest import tiny_tokenizer
+    from training.contract.config import DatasetConfig
+    from training.contract.errors import ConfigError
+    from training.data import build_dataset
+
+    def turns(question: str, answer: str) -> list:
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps({"chosen": turns("a?", "b."), "rejected": turns("a?", "c.")}) + "\n"
+                    + json.dumps({"chosen": turns("a?", "b."), "rejected": turns("z?", "c.")}) + "\n")
+    with pytest.raises(ConfigError, match=f"bad training row at {path} line 2: its chosen and rejected conversations "
+                                          f"have different prompts"):
         build_dataset(DatasetConfig(train_data=str(path)), tiny_tokenizer(), data_format="pairs")
 
 

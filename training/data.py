@@ -280,7 +280,17 @@ def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
         turns = _chat(row[side], "assistant")
         starts_with_prompt = any(m.get("role") != "assistant" for m in turns[:1] if isinstance(m, dict))
         out.append(turns if starts_with_prompt or not prompt else prompt + turns)
+    if _prompt_of(out[0]) != _prompt_of(out[1]):
+        raise ValueError("its chosen and rejected conversations have different prompts (the turns before the last "
+                         "answer): a preference pair ranks two answers to one prompt")
     return out[0], out[1]
+
+
+def _prompt_of(conversation: list) -> list:
+    """The turns before the conversation's last assistant answer."""
+    last = max((i for i, m in enumerate(conversation) if isinstance(m, dict) and m.get("role") == "assistant"),
+               default=len(conversation))
+    return conversation[:last]
 
 
 def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
