@@ -73,6 +73,22 @@ def test_prompt_tokens_are_masked_and_assistant_turns_trained():
     assert len(truncated["input_ids"]) == len(truncated["labels"]) == 10
 
 
+def test_an_assistant_turn_of_weight_0_is_context_only():
+    """OpenAI's fine-tuning format marks turns not to learn with `weight: 0`: they stay in the
+    input, out of the labels; a weight other than 0 or 1 is a bad row."""
+    from training.data import check_messages
+
+    tok = tiny_tokenizer()
+    messages = [{"role": "user", "content": "What is 2 plus 3?"},
+                {"role": "assistant", "content": "2 plus 3 is 6.", "weight": 0},
+                {"role": "user", "content": "Check again?"}, {"role": "assistant", "content": "It is 5.", "weight": 1}]
+    row = tokenize_chat(messages, tok, max_len=512)
+    trained = tok.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != IGNORE_INDEX])
+    assert trained == "It is 5.<|eos|>" and "2 plus 3 is 6." in tok.decode(row["input_ids"])
+    with pytest.raises(ValueError, match="message 1 has weight 0.5: a turn's weight is 1 .trained. or 0"):
+        check_messages([messages[0], {**messages[1], "weight": 0.5}])
+
+
 def test_collate_shifts_labels_and_builds_a_masked_dummy():
     batch = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "sample_ids": [7], "lengths": [3]},
                      {"input_ids": [4, 5], "labels": [-100, 5], "sample_ids": [9], "lengths": [2]}])

@@ -159,6 +159,8 @@ def check_messages(messages) -> None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ValueError(f"message {i} must be {{role: one of {', '.join(ROLES)}, content: <text>}}, got {m!r}")
+        if m.get("weight", 1) not in (0, 1):
+            raise ValueError(f"message {i} has weight {m['weight']!r}: a turn's weight is 1 (trained) or 0 (context only)")
     first = next((m["role"] for m in messages if m["role"] != "system"), None)
     if first == "assistant":
         raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")
@@ -192,7 +194,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def tokenize_chat(messages: list[dict], tokenizer, max_len: int, **template_kwargs) -> dict:
     """input_ids of the whole conversation; labels equal to input_ids on each assistant answer
-    through the token that closes its turn, IGNORE_INDEX elsewhere. An answer starts where the
+    through the token that closes its turn (unless the turn has `weight: 0`), IGNORE_INDEX elsewhere. An answer starts where the
     conversation before it, rendered with the generation prompt, stops matching the whole
     conversation: so templates whose generation prompt opens a reasoning block (R1's "<think>",
     Qwen3's empty one with enable_thinking=false) or that render earlier turns differently
@@ -206,7 +208,7 @@ def tokenize_chat(messages: list[dict], tokenizer, max_len: int, **template_kwar
     labels = [IGNORE_INDEX] * len(input_ids)
     closing = turn_end_token(tokenizer, **template_kwargs)
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message["role"] != "assistant" or message.get("weight", 1) == 0:  # OpenAI's format: weight 0 is context
             continue
         start = _common_prefix(render(messages[:i], True), input_ids)
         if closing is not None and closing in input_ids[start:]:
