@@ -89,6 +89,23 @@ def test_an_assistant_turn_of_weight_0_is_context_only():
         check_messages([messages[0], {**messages[1], "weight": 0.5}])
 
 
+def test_a_tokenizer_without_a_chat_template_is_named_and_a_recipe_can_give_one(tmp_path):
+    from training.data import with_chat_template
+
+    tok = tiny_tokenizer()
+    template, tok.chat_template = tok.chat_template, None
+    with pytest.raises(ConfigError, match="the tokenizer 'base-model' has no chat template, which renders every "
+                                          "training row: use a chat model's tokenizer"):
+        with_chat_template(tok, "base-model", None)
+    (tmp_path / "chat.jinja").write_text(template)
+    with_chat_template(tok, "base-model", str(tmp_path / "chat.jinja"))  # from a file
+    row = tokenize_chat([{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Yes."}], tok, 64)
+    assert tok.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != IGNORE_INDEX]) == "Yes.<|eos|>"
+    tok.chat_template = None
+    with_chat_template(tok, "base-model", template)  # as text
+    assert tok.chat_template == template
+
+
 def test_collate_shifts_labels_and_builds_a_masked_dummy():
     batch = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "sample_ids": [7], "lengths": [3]},
                      {"input_ids": [4, 5], "labels": [-100, 5], "sample_ids": [9], "lengths": [2]}])

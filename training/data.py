@@ -43,7 +43,9 @@ def _source_identity(path: str) -> str:
 
 def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
-                       cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name), _FORMAT])
+                       cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name),
+                       cfg.chat_template and (_source_identity(cfg.chat_template) if "{" not in cfg.chat_template
+                                              else cfg.chat_template), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -444,6 +446,18 @@ class TrainingData:
     stats: dict
 
 
+def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None) -> None:
+    """The tokenizer with the recipe's chat template where one is given (its text, or a file holding
+    it); without either, a tokenizer that has none is refused in one line (every row is rendered by it)."""
+    if chat_template:
+        path = Path(chat_template)
+        tokenizer.chat_template = path.read_text() if "{" not in chat_template and path.is_file() else chat_template
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"the tokenizer {tokenizer_name!r} has no chat template, which renders every training row: "
+                          f"use a chat model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give "
+                          f"one in training_config.datasets.chat_template (its Jinja text or a file)")
+
+
 def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, cache_root: Path, builder: bool,
                data_format: str, seed: int) -> TrainingData:
     """The run's data from its `datasets` section, tokenized by the model's tokenizer (its own files,
@@ -452,6 +466,7 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
 
     tokenizer_name = model.tokenizer_name_or_path or model.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_name_or_path or source or model.model_name_or_path)
+    with_chat_template(tokenizer, tokenizer_name, section.chat_template)
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
                                              data_format=data_format, seed=seed)
     special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}

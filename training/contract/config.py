@@ -20,7 +20,7 @@ from training.contract.typed import build, one_of, ranged
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
                      "datasets.train_data", "datasets.split", "datasets.messages_key", "datasets.max_len",
-                     "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking",
+                     "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
                      "model_config.peft_config")
 
 
@@ -98,6 +98,7 @@ class DatasetConfig:
     num_workers: int = ranged(0, ge=0)
     train_val_split_ratio: float = ranged(1.0, gt=0, le=1)  # share of rows trained on; the rest validate
     enable_thinking: bool | None = None  # passed to the chat template if set (Qwen3: false trains without reasoning)
+    chat_template: str | None = None  # a Jinja chat template (its text, or a file), for a tokenizer without one
 
 
 @dataclass
