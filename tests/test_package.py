@@ -24,10 +24,14 @@ def test_pyproject_lists_every_package():
 
 
 def fresh_venv(path):
-    """A virtualenv seeing this machine's packages (no download), with the project's build backend."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True, timeout=120)
-    # The venv's own (older) setuptools would shadow the one pyproject's build needs.
-    subprocess.run([path / "bin" / "pip", "uninstall", "-y", "-q", "setuptools"], check=True, timeout=120)
+    """A virtualenv seeing the packages of the environment running the tests, whatever it is (a
+    user's venv, CI's interpreter): its pip, its setuptools and the project's dependencies, with no
+    download. `--system-site-packages` would show the base interpreter's instead, and a venv's own
+    bundled setuptools would shadow the environment's."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    site_packages = next((path / "lib").glob("python*/site-packages"))
+    outer = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    (site_packages / "outer_environment.pth").write_text("\n".join(outer) + "\n")
     return path / "bin"
 
 
@@ -35,8 +39,8 @@ def fresh_venv(path):
 @pytest.mark.parametrize("editable", [False, True], ids=["install", "editable"])
 def test_the_installed_console_command_plans_from_any_directory(tmp_path, editable):
     bin_dir = fresh_venv(tmp_path / "venv")
-    install = [bin_dir / "pip", "install", "-q", "--no-deps", "--no-build-isolation", *(["-e"] if editable else []),
-               str(ROOT)]
+    install = [bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+               "--check-build-dependencies", *(["-e"] if editable else []), str(ROOT)]
     subprocess.run(install, check=True, timeout=300, cwd=tmp_path, capture_output=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
