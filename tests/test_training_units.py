@@ -192,6 +192,29 @@ def test_a_directory_of_train_and_test_files_trains_on_its_split_only(tmp_path):
     assert len(texts("train_sft")) == 8
 
 
+def test_a_save_to_disk_directory_is_read_as_datasets_wrote_it(tmp_path):
+    """A Dataset or DatasetDict written by `save_to_disk` is data, not a folder of bad JSON rows; a
+    DatasetDict's split is the configured one, and a missing split is named in one line."""
+    import datasets
+
+    from training.contract.config import DatasetConfig
+    from training.data import build_dataset
+
+    rows = datasets.load_dataset("json", data_files=str(ROOT / "data" / "sft_tiny.jsonl"), split="train")
+    rows.save_to_disk(str(tmp_path / "one"))
+    datasets.DatasetDict({"train": rows.select(range(10)), "test": rows.select(range(10, 14))}).save_to_disk(
+        str(tmp_path / "both"))
+    tokenizer = tiny_tokenizer()
+
+    def kept(path, split="train"):
+        return build_dataset(DatasetConfig(train_data=str(tmp_path / path), split=split, max_len=256), tokenizer)[2]["rows"]
+
+    assert (kept("one"), kept("both"), kept("both", "test")) == (len(rows), 10, 4)
+    with pytest.raises(ConfigError, match=r"datasets.split='train_sft' is not a split of train_data=.*both' \(a saved "
+                                          r"DatasetDict of test, train\)"):
+        kept("both", "train_sft")
+
+
 def test_rows_cut_at_max_len_are_counted_and_named(tmp_path):
     """A kept row whose answer runs past max_len trains on a cut answer without its end of turn: the
     data statistics count it and the start-up warning says so, beside the rows dropped outright."""

@@ -92,12 +92,32 @@ def _split_files(directory: Path, split: str, key: str) -> list[str]:
     return by_split[split]
 
 
+def _saved_to_disk(path: Path, split: str, key: str):
+    """The rows of a directory written by datasets' `save_to_disk` (a Dataset, or a DatasetDict whose
+    `split` is read), or None for any other path."""
+    import datasets
+
+    if not path.is_dir() or not ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+        return None
+    saved = datasets.load_from_disk(str(path))
+    if isinstance(saved, datasets.DatasetDict):
+        if split not in saved:
+            raise ConfigError(f"training_config.datasets.split={split!r} is not a split of {key.split('.', 2)[-1]} "
+                              f"(a saved DatasetDict of {', '.join(sorted(saved))}): set training_config.datasets.split "
+                              f"to one of them")
+        return saved[split]
+    return saved
+
+
 def _load_raw(cfg: DatasetConfig):
     import datasets
 
     datasets.disable_progress_bars()
-    files = _data_files(cfg)
     key = f"training_config.datasets.train_data={cfg.train_data!r}"
+    saved = _saved_to_disk(Path(cfg.train_data), cfg.split, key)
+    if saved is not None:
+        return saved, None
+    files = _data_files(cfg)
     if files is None:
         try:
             return datasets.load_dataset(cfg.train_data, split=cfg.split), None
