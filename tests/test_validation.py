@@ -24,6 +24,10 @@ CASES = {
     "wrong value type": (["recipes.trainer.num_nodes=abc"], "recipes.trainer.num_nodes='abc' is not an integer"),
     "missing mandatory value": (["recipes.training_config.model_config.model_name_or_path=???"],
                                 "recipes.training_config.model_config.model_name_or_path has no value"),
+    "a model path beside an inline architecture": (
+        ["recipes=llama/tiny_llama_sft", "recipes.training_config.model_config.model_name_or_path=/models/mine"],
+        "sets both model_name_or_path='/models/mine' and an inline architecture (model_type llama): set "
+        "model_config.architecture=null to train that model"),
     "min > max": ([*ELASTIC, "recipes.elastic_policy.min_nodes=4", "recipes.elastic_policy.max_nodes=2"],
                   "min_nodes=4 is greater than max_nodes=2"),
     "min < 1": ([*ELASTIC, "recipes.elastic_policy.min_nodes=0"], "recipes.elastic_policy.min_nodes=0 must be >= 1"),

@@ -197,6 +197,12 @@ def check_methods(tc: TrainingSection) -> None:
             and all(isinstance(m, str) for m in peft.target_modules))):
         raise ConfigError(f"training_config.model_config.peft_config.target_modules={peft.target_modules!r} must be "
                           f"'all-linear' or a list of module names (e.g. [q_proj, v_proj])")
+    mc = tc.model_config
+    if mc.architecture and mc.model_name_or_path:
+        raise ConfigError(f"training_config.model_config sets both model_name_or_path={mc.model_name_or_path!r} and an "
+                          f"inline architecture (model_type {mc.architecture.get('model_type')}): set "
+                          f"model_config.architecture=null to train that model, or model_name_or_path=null to build the "
+                          f"inline one")
     method = method_facts(tc.training_args.trainer_type)
     method.build_args(tc.training_args.method_args)
     if tc.datasets.packing and not method.packing:
