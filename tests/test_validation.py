@@ -133,7 +133,7 @@ def test_bad_input_is_one_clear_line(launch, tmp_path, overrides, message):
 def test_configmap_over_one_mebibyte_is_rejected(launch, tmp_path):
     big = "x" * 70_000  # an inline value copied into each of the 17 per-size files
     code, _, err = launch(*ELASTIC, "recipes.elastic_policy.max_nodes=16", "recipes.elastic_policy.replica_increment_step=1",
-                          f"recipes.training_config.model_config.architecture={{note:{big}}}")
+                          f"recipes.training_config.datasets.chat_template={big}")
     assert code == 2
     assert "over Kubernetes' 1 MiB limit" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
