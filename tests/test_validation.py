@@ -3,7 +3,7 @@ exit, no traceback, and nothing written."""
 
 import pytest
 
-from conftest import MAIN_COMMAND, run_launcher_process
+from conftest import MAIN_COMMAND, ROOT, run_launcher_process
 
 ELASTIC = ["recipes.elastic_policy.is_elastic=true"]
 TINY = ["recipes=llama/tiny_llama_sft", *ELASTIC]
@@ -145,3 +145,19 @@ def test_full_traceback_on_request():
                                 env={"HYDRA_FULL_ERROR": "1"})
     assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
     assert loud.returncode != 0 and "Traceback" in loud.stderr and "min_nodes=0" in loud.stderr
+
+
+@pytest.mark.parametrize("setting", ["output_dir", "local.run_dir"])
+def test_an_unwritable_output_or_run_dir_is_one_line(tmp_path, capsys, monkeypatch, setting):
+    """A path under a file, or one the system refuses, ends in one line naming the setting, rc 2."""
+    from elastic_launcher.cli import main
+
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "a_file").write_text("")
+    others = ["action=local", f"output_dir={tmp_path / 'out'}"] if setting == "local.run_dir" else []
+    for path, why in ((tmp_path / "a_file" / "run", f"{tmp_path / 'a_file'} is a file"),
+                      ("/proc/results/run", "cannot make the directory /proc/results")):
+        code = main(["recipes=llama/tiny_llama_sft", *others, f"{setting}={path}"])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {setting}: {why}"), err
+        assert err.strip().endswith(f"set {setting} to a directory you can write")

@@ -208,7 +208,7 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
     plan = plan or job.plan
     sizes = tuple(dataclasses.replace(s, config=_localized(s.config)) for s in plan.sizes)
     local_plan = dataclasses.replace(plan, base=_localized(plan.base), sizes=sizes)
-    configs = write_files(run_dir / "launch" / "configs", config_files(local_plan))
+    configs = write_files(run_dir / "launch" / "configs", config_files(local_plan), "local.run_dir")
     return LocalJob(configs.resolve(), run_dir, job.settings.local.nproc_per_node)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from elastic_launcher.errors import LauncherError, make_dir
 from elastic_launcher.planning.plan import Plan
 from training.contract.config_files import BASE_CONFIG_FILE, config_file_for
 
@@ -29,11 +30,18 @@ def config_files(plan: Plan) -> dict[str, str]:
     return files
 
 
-def write_files(out_dir: Path, files: dict[str, str]) -> Path:
+def write_files(out_dir: Path, files: dict[str, str], setting: str = "output_dir") -> Path:
     """`out_dir` holding exactly `files` (relative path -> text). Written to a temporary sibling
-    first and swapped in, so an interrupted write never leaves a half-written directory behind."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    first and swapped in, so an interrupted write never leaves a half-written directory behind.
+    `setting`: the key that chose the directory, named when it cannot be written."""
+    make_dir(out_dir.parent, setting)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise LauncherError(f"{setting}: {out_dir} is a file: set {setting} to a directory you can write")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    except OSError as e:
+        raise LauncherError(f"{setting}: cannot write in {out_dir.parent} ({e.strerror}): set {setting} to a directory "
+                            f"you can write") from None
     try:
         for name, text in files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from elastic_launcher.capacity.sizing_policy import Operator
 from elastic_launcher.capacity.traces import TraceEvent, parse_trace
+from elastic_launcher.errors import make_dir
 from elastic_launcher.job import Job
 from elastic_launcher.planning.plan import Plan
 from training.contract.errors import ConfigError
@@ -375,7 +376,7 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
               "outcomes": [{**{k: v for k, v in asdict(o).items() if k != "timeline"},
                             "idle_gpu_hours_per_day": o.idle_per_day,
                             "resizes_cost_more_than_they_gain": _not_worth_it(o, outcomes)} for o in outcomes]}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, "output_dir")
     (out_dir / "simulation.json").write_text(json.dumps(report, indent=1))
     trace_name = settings.capacity if isinstance(settings.capacity, str) else f"{len(trace)}-event trace"
     p = plan.policy
