@@ -1,7 +1,7 @@
 """The recipe table of docs/recipes.md, built from the recipes on disk (tests/test_catalogue.py checks
 that the page holds exactly this table):
 
-    python scripts/catalogue.py
+    python scripts/catalogue.py    # rewrites the table in docs/recipes.md
 """
 
 from __future__ import annotations
@@ -37,5 +37,13 @@ def table() -> str:
     return "\n".join([HEADER, "|---|---|---|---|---|---|", *(row(r) for r in options("recipes"))])
 
 
+def write(page: Path) -> None:
+    text = page.read_text()
+    start = text.index(HEADER)
+    end = text.index("\n\n", start)
+    page.write_text(text[:start] + table() + text[end:])
+
+
 if __name__ == "__main__":
-    print(table())
+    write(Path(__file__).resolve().parent.parent / "docs" / "recipes.md")
+    print("rewrote the recipe table in docs/recipes.md")
