@@ -104,6 +104,8 @@ def test_a_tokenizer_without_a_chat_template_is_named_and_a_recipe_can_give_one(
     tok.chat_template = None
     with_chat_template(tok, "base-model", template)  # as text
     assert tok.chat_template == template
+    with pytest.raises(ConfigError, match="datasets.chat_template='missing.jinja' is neither Jinja text nor a file"):
+        with_chat_template(tok, "base-model", "missing.jinja")
 
 
 def test_collate_shifts_labels_and_builds_a_masked_dummy():

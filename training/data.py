@@ -41,11 +41,15 @@ def _source_identity(path: str) -> str:
     return ";".join(f"{f}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in files if f.is_file())
 
 
+def _template_identity(chat_template: str) -> str:
+    """A chat template given as Jinja text is itself; one given as a file is that file's identity."""
+    return chat_template if "{" in chat_template else _source_identity(chat_template)
+
+
 def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
                        cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name),
-                       cfg.chat_template and (_source_identity(cfg.chat_template) if "{" not in cfg.chat_template
-                                              else cfg.chat_template), _FORMAT])
+                       cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -65,7 +69,7 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
             raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/Parquet file "
                               f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
         return None
-    files = _split_files(path, cfg.split, key) if path.is_dir() else [str(path)]
+    files = _split_files(path, cfg.split) if path.is_dir() else [str(path)]
     files = sorted(f for f in files if Path(f).suffix in (".jsonl", ".json", ".parquet"))
     if not files:
         raise ConfigError(f"{key}={cfg.train_data!r} has no .jsonl/.json/.parquet files")
@@ -74,7 +78,7 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
     return files
 
 
-def _split_files(directory: Path, split: str, key: str) -> list[str]:
+def _split_files(directory: Path, split: str) -> list[str]:
     """The files of a directory's `split`, named as Hugging Face datasets names splits (train*,
     test*/eval*, validation*/dev* files or folders): a `test.jsonl` beside `train.jsonl` is never
     trained on. A directory without such names is one training split, whatever `split` says."""
@@ -86,13 +90,13 @@ def _split_files(directory: Path, split: str, key: str) -> list[str]:
     if list(patterns) == ["train"] and patterns["train"] == ["**"]:  # no split names: every file trains
         return by_split["train"]
     if split not in by_split:
-        raise ConfigError(f"training_config.datasets.split={split!r} is not a split of {key.rsplit('.', 1)[-1]}="
-                          f"{str(directory)!r}, whose file names make the splits {', '.join(sorted(by_split))}: set "
+        raise ConfigError(f"training_config.datasets.split={split!r} is not a split of train_data={str(directory)!r}, "
+                          f"whose file names make the splits {', '.join(sorted(by_split))}: set "
                           f"training_config.datasets.split to one of them")
     return by_split[split]
 
 
-def _saved_to_disk(path: Path, split: str, key: str):
+def _saved_to_disk(path: Path, split: str):
     """The rows of a directory written by datasets' `save_to_disk` (a Dataset, or a DatasetDict whose
     `split` is read), or None for any other path."""
     import datasets
@@ -102,7 +106,7 @@ def _saved_to_disk(path: Path, split: str, key: str):
     saved = datasets.load_from_disk(str(path))
     if isinstance(saved, datasets.DatasetDict):
         if split not in saved:
-            raise ConfigError(f"training_config.datasets.split={split!r} is not a split of {key.split('.', 2)[-1]} "
+            raise ConfigError(f"training_config.datasets.split={split!r} is not a split of train_data={str(path)!r} "
                               f"(a saved DatasetDict of {', '.join(sorted(saved))}): set training_config.datasets.split "
                               f"to one of them")
         return saved[split]
@@ -113,11 +117,11 @@ def _load_raw(cfg: DatasetConfig):
     import datasets
 
     datasets.disable_progress_bars()
-    key = f"training_config.datasets.train_data={cfg.train_data!r}"
-    saved = _saved_to_disk(Path(cfg.train_data), cfg.split, key)
+    saved = _saved_to_disk(Path(cfg.train_data), cfg.split)
     if saved is not None:
         return saved, None
     files = _data_files(cfg)
+    key = f"training_config.datasets.train_data={cfg.train_data!r}"
     if files is None:
         try:
             return datasets.load_dataset(cfg.train_data, split=cfg.split), None
@@ -469,9 +473,13 @@ class TrainingData:
 def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None) -> None:
     """The tokenizer with the recipe's chat template where one is given (its text, or a file holding
     it); without either, a tokenizer that has none is refused in one line (every row is rendered by it)."""
-    if chat_template:
-        path = Path(chat_template)
-        tokenizer.chat_template = path.read_text() if "{" not in chat_template and path.is_file() else chat_template
+    if chat_template and "{" in chat_template:
+        tokenizer.chat_template = chat_template
+    elif chat_template:
+        if not Path(chat_template).is_file():
+            raise ConfigError(f"training_config.datasets.chat_template={chat_template!r} is neither Jinja text nor a "
+                              f"file here: give the template's text or the path of a file the pods can read")
+        tokenizer.chat_template = Path(chat_template).read_text()
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"the tokenizer {tokenizer_name!r} has no chat template, which renders every training row: "
                           f"use a chat model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give "
