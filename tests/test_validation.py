@@ -28,6 +28,8 @@ CASES = {
         ["recipes=llama/tiny_llama_sft", "recipes.training_config.model_config.model_name_or_path=/models/mine"],
         "sets both model_name_or_path='/models/mine' and an inline architecture (model_type llama): set "
         "model_config.architecture=null to train that model"),
+    "a docs placeholder pasted as written": (["cluster.image=<image>"],
+                                             "cluster.image=<image> is the docs' placeholder: put your own image there"),
     "min > max": ([*ELASTIC, "recipes.elastic_policy.min_nodes=4", "recipes.elastic_policy.max_nodes=2"],
                   "min_nodes=4 is greater than max_nodes=2"),
     "min < 1": ([*ELASTIC, "recipes.elastic_policy.min_nodes=0"], "recipes.elastic_policy.min_nodes=0 must be >= 1"),

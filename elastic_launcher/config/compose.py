@@ -79,6 +79,10 @@ def _explain(error: Exception, overrides: list[str]) -> str:
         return _explain_key(not_found.group(1), overrides)
     first = text.strip().splitlines()[0]
     bad = getattr(error, "override", None)
+    placeholder = re.fullmatch(r"([\w.@+~]+)=<([^<>]*)>", bad or "")
+    if placeholder:  # a value the docs leave for the user to fill in, pasted as written
+        key, what = placeholder.groups()
+        return f"{key}=<{what}> is the docs' placeholder: put your own {what} there ({key}=...)"
     if bad is not None:
         first = f"cannot parse override '{bad}': {first} (quote values with special characters)"
     return first + " (see https://hydra.cc/docs/advanced/override_grammar/basic/)"
