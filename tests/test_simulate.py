@@ -196,3 +196,15 @@ def test_simulate_never_imports_torch(tmp_path):
                              "simulate.repeat_daily=true", f"output_dir={tmp_path}"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_project_relative_trace_path_works_from_any_directory(tmp_path, monkeypatch):
+    """`local.trace=traces/demo.yaml`, as the docs write it, from a directory that is not the
+    project's (and so from an installed copy, whose ROOT is its own)."""
+    from elastic_launcher import ROOT
+    from elastic_launcher.capacity.traces import parse_trace
+
+    monkeypatch.chdir(tmp_path)
+    from_here = parse_trace("traces/demo.yaml", 3)
+    monkeypatch.chdir(ROOT)
+    assert from_here == parse_trace("traces/demo.yaml", 3) == parse_trace("demo", 3)

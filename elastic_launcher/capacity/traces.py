@@ -68,8 +68,9 @@ _YAML_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
 
 
 def _trace_file(value: str, key: str) -> Path:
-    """A path, or a name under traces/ (with or without .yaml), or a one-line error with the near names."""
-    for path in (Path(value), ROOT / "traces" / value, ROOT / "traces" / f"{value}.yaml"):
+    """A path (from here, or from the project: `traces/demo.yaml` works from any directory and in an
+    installed copy), or a name under traces/ (with or without .yaml), or a one-line error with the near names."""
+    for path in (Path(value), ROOT / value, ROOT / "traces" / value, ROOT / "traces" / f"{value}.yaml"):
         if path.is_file():
             return path
     shipped = sorted(p.name if p.suffix != ".yaml" else p.stem for p in (ROOT / "traces").glob("*.*"))
