@@ -163,6 +163,17 @@ def test_no_kubeconfig(launch, tmp_path, monkeypatch):
     assert code == 2 and f"no kubeconfig at {tmp_path / 'missing'}" in line and "aws eks update-kubeconfig" in line
 
 
+@pytest.mark.parametrize("text, why", [("apiVersion: v1\nclusters: [\n  - bad: : :\n", "not valid YAML at line 3"),
+                                       ("apiVersion: v1\nkind: Config\nclusters: 5\n", "'int' object is not iterable")])
+def test_a_malformed_kubeconfig_is_one_line(launch, tmp_path, monkeypatch, text, why):
+    (tmp_path / "kubeconfig").write_text(text)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit")
+    assert code == 2 and err.strip().splitlines() == [
+        f"error: kubeconfig {tmp_path / 'kubeconfig'} is not usable ({why}): regenerate it or point KUBECONFIG at another"]
+
+
 def test_a_context_the_kubeconfig_lacks_is_named_with_the_ones_it_has(launch, api, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, _, err = launch(*MAIN_COMMAND, IMAGE, "action=submit", "cluster.kube_context=prod")

@@ -9,6 +9,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import yaml
+
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.render.manifests import MANAGED_BY_SELECTOR
 
@@ -57,7 +59,8 @@ class Cluster:
             contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
             if context:
                 active = next(c for c in contexts if c["name"] == context)
-        except (ConfigException, FileNotFoundError, StopIteration) as e:
+        except (ConfigException, FileNotFoundError, StopIteration, yaml.YAMLError, TypeError, AttributeError,
+                KeyError) as e:  # the file is missing, not YAML, or YAML of another shape than a kubeconfig
             try:
                 config.load_incluster_config(client_configuration=configuration)
                 active = {"context": {}}
@@ -161,7 +164,12 @@ def _kubeconfig_problem(path: str, context: str | None, error: Exception) -> str
         names = []
     if context and names and context not in names:
         return f"cluster.kube_context={context!r} is not a context of {path}: one of {', '.join(names)}"
-    return f"kubeconfig {path} is not usable ({str(error).splitlines()[0]}): regenerate it or point KUBECONFIG at another"
+    if isinstance(error, yaml.YAMLError):
+        mark = getattr(error, "problem_mark", None)
+        why = "not valid YAML" + (f" at line {mark.line + 1}" if mark else "")
+    else:
+        why = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return f"kubeconfig {path} is not usable ({why}): regenerate it or point KUBECONFIG at another"
 
 
 def get_job(cluster: Cluster, kind: JobKind, name: str) -> dict | None:
