@@ -41,9 +41,14 @@ def _source_identity(path: str) -> str:
     return ";".join(f"{f}:{f.stat().st_size}:{int(f.stat().st_mtime)}" for f in files if f.is_file())
 
 
+def _is_template_text(chat_template: str) -> bool:
+    """datasets.chat_template holds Jinja text (it has a tag) or else names a file."""
+    return "{" in chat_template
+
+
 def _template_identity(chat_template: str) -> str:
     """A chat template given as Jinja text is itself; one given as a file is that file's identity."""
-    return chat_template if "{" in chat_template else _source_identity(chat_template)
+    return chat_template if _is_template_text(chat_template) else _source_identity(chat_template)
 
 
 def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
@@ -473,7 +478,7 @@ class TrainingData:
 def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None) -> None:
     """The tokenizer with the recipe's chat template where one is given (its text, or a file holding
     it); without either, a tokenizer that has none is refused in one line (every row is rendered by it)."""
-    if chat_template and "{" in chat_template:
+    if chat_template and _is_template_text(chat_template):
         tokenizer.chat_template = chat_template
     elif chat_template:
         if not Path(chat_template).is_file():
