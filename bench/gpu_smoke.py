@@ -4,13 +4,16 @@
     python bench/gpu_smoke.py --cpu           # the same parts that run on CPU, tiny shapes: checks the bench
 
 1. the image's self-check (training.doctor: C compiler, Triton compiles, EFA/OFI, driver and CUDA);
-2. one training step of a small Llama (flex attention, compiled layers, bf16), then bench/gpu_throughput.py;
+2. one training step of a small Llama (flex attention, compiled layers, bf16);
 3. Llama 4's experts as one grouped matmul, forward and backward, with groups of unaligned sizes (and
    an empty one) against the per-expert loop in fp32;
 4. the trainer's fused LM-head loss against liger-kernel's (equal loss and gradients, step time);
 5. one training step under `torch.cuda.set_sync_debug_mode("warn")`: host syncs before the update;
 6. peak reserved memory of a step against the plan's figure (trace + allowance), FSDP and, with two
-   or more GPUs, HSDP.
+   or more GPUs, HSDP;
+7. bench/gpu_throughput.py (the longest part, so last; options this script does not know, such as
+   `--steps 12 --shapes llama_1b`, are passed to it).
+A check that fails is a FAILED row and the next one runs; each row is also written to stderr as it ends.
 It prints one table, with the device and the date, to paste into docs/benchmarks.md.
 """
 
@@ -106,30 +109,37 @@ def loss_kernels(device, tokens=8192, hidden=4096, vocab=128256) -> tuple[str, s
 
 def host_syncs(configs: Path, run_dir: Path, device) -> tuple[str, str]:
     """Syncs a training step makes before its optimizer step (the third step: warm and compiled)."""
+    import torch.distributed as dist
+
     from training.runtime.arguments import parse_args
     from training.runtime.elastic import ElasticStop
     from training.runtime.train import Trainer
 
     trainer = Trainer(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop())
-    loader = trainer._loader()
-    trainer.model.train()
-    for _ in range(2):
-        trainer.train_step([next(loader) for _ in range(trainer.plan.grad_accum_steps)])
-    seen: list[int] = []
-    if device.type != "cuda":
-        return "skipped", "no GPU"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        hook = trainer.optimizer.register_step_pre_hook(lambda *args: seen.append(len(caught)))
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
+    try:
+        loader = trainer._loader()
+        trainer.model.train()
+        for _ in range(2):
             trainer.train_step([next(loader) for _ in range(trainer.plan.grad_accum_steps)])
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-            hook.remove()
-    before = seen[0] if seen else len(caught)
-    where = "; ".join(sorted({str(w.message).splitlines()[0][:80] for w in caught[:before]}))
-    return ("ok" if before == 0 else "FAILED"), f"{before} before the update" + (f": {where}" if where else "")
+        if device.type != "cuda":
+            return "skipped", "no GPU"
+        seen: list[int] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hook = trainer.optimizer.register_step_pre_hook(lambda *args: seen.append(len(caught)))
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                trainer.train_step([next(loader) for _ in range(trainer.plan.grad_accum_steps)])
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+                hook.remove()
+    finally:
+        dist.destroy_process_group()  # the memory check traces in this process: it makes its own group
+    # the debug mode's warnings only: the step's other warnings (deprecations, its own notice) are not syncs
+    syncs = [str(w.message).splitlines()[0][:80] for w in caught[:seen[0] if seen else len(caught)]
+             if "synchronizing CUDA operation" in str(w.message)]
+    return ("ok" if not syncs else "FAILED"), f"{len(syncs)} before the update" + (
+        f": {'; '.join(sorted(set(syncs)))}" if syncs else "")
 
 
 def memory_against_plan(tmp: Path, nproc: int, data: Path) -> list[tuple[str, str, str]]:
@@ -157,37 +167,68 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=1, help="GPUs of this node to use")
     parser.add_argument("--cpu", action="store_true", help="the parts that run on CPU, tiny shapes")
-    args = parser.parse_args()
+    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="the checks to run, by number (e.g. --only 5,6)")
+    args, throughput_args = parser.parse_known_args()
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("error: no GPU here: run bench/gpu_smoke.py on a GPU node (or --cpu to check the bench itself)")
     device = torch.device("cuda", 0) if not args.cpu else torch.device("cpu")
-    rows = [("1. self-check", *self_check())]
+    rows: list[tuple[str, str, str]] = []
+
+    def check(name: str, run) -> None:
+        """Run one check; its rows (one, or a list) are kept and shown at once, a failure is a row too."""
+        if name.split(".")[0] not in args.only.split(","):
+            return
+        try:
+            found = run()
+            found = found if isinstance(found, list) else [(name, *found)]
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the table goes on; the row says what broke
+            found = [(name, "FAILED", cause(error))]
+        for row in found:
+            rows.append(row)
+            print(" | ".join(row), file=sys.stderr, flush=True)
+
+    check("1. self-check", self_check)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = tmp / "chats.jsonl"
         synthetic_chats(data, rows=400, max_words=128)
-        shape = "smoke" if args.cpu else "smoke_gpu"
-        configs = render(tmp, shape, 1, 3, data)
-        step = run_trainer(configs, tmp / "run", 1, steady_after=0)
-        rows.append(("2. one training step", "ok", f"{step['tokens_per_s']:,.0f} tokens/s"))
-        if not args.cpu:
-            done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_throughput.py"), f"--nproc={args.nproc}"],
-                                  capture_output=True, text=True)
-            rows.append(("2. bench/gpu_throughput.py", "ok" if done.returncode == 0 else "FAILED",
-                         done.stdout.strip().replace("\n", " ")[-400:] or done.stderr.strip()[-300:]))
+        configs = render(tmp, "smoke" if args.cpu else "smoke_gpu", 1, 3, data)
+        check("2. one training step",
+              lambda: ("ok", f"{run_trainer(configs, tmp / 'run', 1, steady_after=0)['tokens_per_s']:,.0f} tokens/s"))
         small = {} if not args.cpu else {"tokens": 256, "hidden": 64, "vocab": 1000}
-        rows.append(("3. grouped experts, unaligned groups", *grouped_experts(device)))
-        rows.append(("4. fused loss", *loss_kernels(device, **small)))
-        rows.append(("5. host syncs in a step", *host_syncs(configs, tmp / "syncs", device)))
+        check("3. grouped experts, unaligned groups", lambda: grouped_experts(device))
+        check("4. fused loss", lambda: loss_kernels(device, **small))
+        check("5. host syncs in a step", lambda: host_syncs(configs, tmp / "syncs", device))
         if not args.cpu:
             synthetic_chats(long := tmp / "long.jsonl", rows=800, max_words=2048)
-            rows += memory_against_plan(tmp, args.nproc, long)
+            check("6. memory", lambda: memory_against_plan(tmp, args.nproc, long))
+            check("7. bench/gpu_throughput.py", lambda: throughput(args.nproc, throughput_args))
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
     print(f"gpu_smoke on {name} ({args.nproc} process(es)), {datetime.date.today()}, torch {torch.__version__}")
     print("| check | result | figures |\n|---|---|---|")
-    for check, result, figures in rows:
-        print(f"| {check} | {result} | {figures} |")
+    for check_name, result, figures in rows:
+        print(f"| {check_name} | {result} | {figures} |")
     return 0 if all(r[1] in ("ok", "skipped") for r in rows) else 1
+
+
+def cause(error: BaseException) -> str:
+    """The line of a failure that names it: the last one that says "Error", else the last one."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    return next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1])[:300]
+
+
+def throughput(nproc: int, options: list[str]) -> tuple[str, str]:
+    """Its tables are also shown as each shape ends (a shape takes minutes)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "gpu_throughput.py"), f"--nproc={nproc}", *options],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tables = []
+    for line in proc.stdout:  # its own stderr is one short message at most: it cannot fill while this reads
+        tables.append(line.strip())
+        print(line, end="", file=sys.stderr, flush=True)
+    failure = proc.stderr.read()
+    if proc.wait():
+        return "FAILED", cause(RuntimeError(failure or "\n".join(tables)))
+    return "ok", " ".join(tables)
 
 
 if __name__ == "__main__":

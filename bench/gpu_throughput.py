@@ -64,7 +64,7 @@ def render(tmp: Path, shape: str, nproc: int, steps: int, data: Path, overrides:
                      f"recipes.training_config.datasets.train_data={data}", "recipes.training_config.datasets.packing=true",
                      "recipes.training_config.model_config.mixed_precision=bf16", f"{ta}.train_batch_size=16",
                      f"{ta}.micro_train_batch_size=2", f"{ta}.max_steps={steps}", f"{ta}.warmup_steps=2",
-                     "recipes.training_config.checkpoint.save_steps=100000", *extra, *overrides,
+                     "recipes.training_config.checkpoint.save_steps=100000", "cluster.node_local=false", *extra, *overrides,
                      f"output_dir={tmp / shape}"]) == 0
     return next((tmp / shape).iterdir()) / "configs"
 

@@ -13,6 +13,7 @@ inputs (environment, /sys, library paths, versions) as arguments, so they are te
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import sys
@@ -100,6 +101,14 @@ def driver_supports(runtime_cuda: str | None, driver_version: int) -> None:
                           f" or update the nodes' driver")
 
 
+def driver_cuda_version() -> int:
+    """The newest CUDA the node's driver supports (1000 * major + 10 * minor), from the driver
+    itself: torch has no public call for it."""
+    version = ctypes.c_int()
+    ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version))
+    return version.value
+
+
 def triton_compiles(device) -> None:
     """One tiny kernel through torch.compile (Triton): the compiler, headers and cache all work."""
     import torch
@@ -116,7 +125,7 @@ def check_gpu_image(device, compiles: bool) -> str:
     line to log. `compiles`: the run reaches Triton (compiled layers or flex attention)."""
     import torch
 
-    driver_supports(torch.version.cuda, torch._C._cuda_getDriverVersion())
+    driver_supports(torch.version.cuda, driver_cuda_version())
     if compiles:
         c_compiler()
         triton_compiles(device)
@@ -133,7 +142,7 @@ def main() -> int:
         print(network().describe())
         if torch.cuda.is_available():
             print(check_gpu_image(torch.device("cuda", 0), compiles=True))
-            print(f"CUDA {torch.version.cuda}, driver {torch._C._cuda_getDriverVersion()}, "
+            print(f"CUDA {torch.version.cuda}, driver {driver_cuda_version()}, "
                   f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
         else:
             print("no GPU: the compiler and network checks only")

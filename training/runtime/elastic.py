@@ -178,13 +178,14 @@ class ElasticStop:
         self._acknowledge()
 
     def _acknowledge(self) -> None:
-        """Count this rank out; rank 0 may host the store (HyperPod), so it stays until every rank
-        has seen the announcement (bounded)."""
+        """Count this rank out, then stay until every rank has seen the announcement (bounded). A rank
+        that left at once would break the collective its peers may be blocked in, and a peer whose
+        collective fails before its watcher polls would report an error instead of a stop; rank 0
+        may also host the store (HyperPod)."""
         try:
             self._store.add(STOPPED_KEY, 1)
             deadline = time.monotonic() + 5
-            while self._rank == 0 and self._store.add(STOPPED_KEY, 0) < self._world_size and \
-                    time.monotonic() < deadline:
+            while self._store.add(STOPPED_KEY, 0) < self._world_size and time.monotonic() < deadline:
                 time.sleep(0.05)
         except Exception:  # noqa: BLE001
             pass
