@@ -82,6 +82,42 @@ def test_a_signal_during_start_up_exits_zero_at_once(configs, tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+PEER_LEAVES_IN_START_UP = """
+import os, sys
+os.environ["WORLD_SIZE"] = "2"
+from training.runtime.elastic import STOP_KEY, STOPPED_KEY, ElasticStop
+stop = ElasticStop()
+from torch.distributed import TCPStore
+import training.runtime.train as train_module
+
+store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+def start_up(args, stop):
+    stop.attach_store(store, rank=1, world_size=2)  # the process group exists
+    if sys.argv[1] == "announced":  # rank 0 heard SIGUSR1, announced the stop and left at once
+        peer = TCPStore("127.0.0.1", store.port, is_master=False)
+        peer.set(STOP_KEY, "SIGUSR1")
+        peer.add(STOPPED_KEY, 1)
+    raise RuntimeError("Connection closed by peer")  # the collective with rank 0, a moment later
+
+train_module.Trainer = start_up
+sys.exit(train_module.main(None, stop))
+"""
+
+
+@pytest.mark.parametrize("peer", ["announced", "silent"])
+def test_a_start_up_collective_broken_by_a_peers_stop_ends_as_a_stop(peer):
+    """A peer that stops during start-up leaves at once; this rank's collective with it may fail
+    before the watcher sees the announcement. That failure ends the rank as a stop (exit 0): the
+    operator reads a non-zero exit as a fault. The same failure with no stop announced stays a failure."""
+    done = subprocess.run([sys.executable, "-c", PEER_LEAVES_IN_START_UP, peer], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if peer == "announced":
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    else:
+        assert done.returncode == 1 and "RuntimeError: Connection closed by peer" in done.stderr
+
+
 def test_a_worker_whose_parent_dies_during_start_up_goes_too(configs, tmp_path):
     pid_file = tmp_path / "pid"
     parent = subprocess.Popen([sys.executable, "-c", f"""

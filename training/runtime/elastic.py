@@ -129,6 +129,17 @@ class ElasticStop:
             self.phase = "waiting"  # from here the signal thread exits 0 when this node's own stop arrives
         return self._await_own_signal("a peer stopped")
 
+    def yield_to_stop(self) -> None:
+        """Called when start-up or the final steps fail. A peer that stops leaves at once, so the
+        collective this rank waits in may fail a moment before the watcher (which polls) sees the
+        peer's announcement: wait that moment, and if a stop is under way, its thread ends this rank
+        (as a stop, not a failure) and this never returns. Returns when no stop is under way."""
+        if not self._watching or not self._store_ready.is_set():
+            return
+        deadline = time.monotonic() + 3 * POLL_S
+        while time.monotonic() < deadline or self.phase == "waiting" or self.signal_name is not None:
+            time.sleep(0.05)
+
     # --- the two threads ------------------------------------------------------------------------
     def _receive(self) -> None:
         while True:

@@ -444,3 +444,6 @@ def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
         if trainer is not None:
             trainer.log.close("FAILED")
         return report(e)
+    except Exception:
+        stop.yield_to_stop()  # a peer's stop may be what broke this rank's collective
+        raise
