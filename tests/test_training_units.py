@@ -248,7 +248,8 @@ def test_unknown_messages_column_is_a_clear_error(tmp_path):
     from training.data import build_dataset
 
     (tmp_path / "d.jsonl").write_text('{"conversation": []}\n')
-    with pytest.raises(ConfigError, match="messages_key='messages' is not a column.*conversation"):
+    with pytest.raises(ConfigError, match=r"its columns \(conversation\) match no SFT format: messages \(column "
+                                          r"datasets.messages_key='messages'\)"):
         build_dataset(DatasetConfig(train_data=str(tmp_path / "d.jsonl")), tiny_tokenizer())
 
 

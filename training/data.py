@@ -9,6 +9,7 @@ never trips a collective timeout.
 from __future__ import annotations
 
 import bisect
+import csv
 import difflib
 import functools
 import hashlib
@@ -24,11 +25,12 @@ import torch
 
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
+from training.data_formats import conversation, plain_text, row_format
 
 IGNORE_INDEX = -100
 _READY = "READY"
 _STATS = "stats.json"
-_FORMAT = 4  # bump when the cached rows or statistics change shape
+_FORMAT = 5  # bump when the cached rows or statistics change shape
 SPLITS = ("train", "validation")
 
 
@@ -52,10 +54,13 @@ def _template_identity(chat_template: str) -> str:
 
 
 def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
-    text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.messages_key, cfg.max_len, cfg.packing,
+    text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.format, cfg.messages_key, cfg.max_len, cfg.packing,
                        cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name),
                        cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # suffix -> datasets' reader
 
 
 def _data_files(cfg: DatasetConfig) -> list[str] | None:
@@ -71,13 +76,16 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
             near = difflib.get_close_matches(path.name, [p.name for p in path.parent.glob("*")], n=1) \
                 if path.parent.is_dir() else []
             hint = f" (did you mean {str(path.parent / near[0])!r}?)" if near else ""
-            raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/Parquet file "
+            raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/JSON/Parquet/CSV file "
                               f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
         return None
     files = _split_files(path, cfg.split) if path.is_dir() else [str(path)]
-    files = sorted(f for f in files if Path(f).suffix in (".jsonl", ".json", ".parquet"))
+    files = sorted(f for f in files if Path(f).suffix in READERS)
     if not files:
-        raise ConfigError(f"{key}={cfg.train_data!r} has no .jsonl/.json/.parquet files")
+        raise ConfigError(f"{key}={cfg.train_data!r} has no {'/'.join(READERS)} files")
+    if len({READERS[Path(f).suffix] for f in files}) > 1:
+        raise ConfigError(f"{key}={cfg.train_data!r} mixes file types ({', '.join(sorted({Path(f).suffix for f in files}))}):"
+                          f" keep one type per split")
     if all(Path(f).stat().st_size == 0 for f in files):
         raise ConfigError(f"{key}={cfg.train_data!r} is empty: it holds no rows")
     return files
@@ -133,9 +141,15 @@ def _load_raw(cfg: DatasetConfig):
         except Exception as e:  # noqa: BLE001 - offline, unknown id, no access: all one line
             raise ConfigError(f"{key} is neither a local path nor a dataset the hub serves here "
                               f"({type(e).__name__}: {_first_line(e)}): check the path or the id and network") from None
-    kind = "parquet" if files[0].endswith(".parquet") else "json"
+    kind = READERS[Path(files[0]).suffix]
+    options = {}
+    if kind == "csv":  # every cell is text ("8" stays an answer, not a number; an empty cell stays "")
+        with open(files[0], newline="") as f:
+            header = next(csv.reader(f), [])
+        options = {"features": datasets.Features({name: datasets.Value("string") for name in header}),
+                   "keep_default_na": False}
     try:
-        return datasets.load_dataset(kind, data_files=files, split="train"), files
+        return datasets.load_dataset(kind, data_files=files, split="train", **options), files
     except Exception as e:  # noqa: BLE001 - the reader's errors name no row: find it
         raise ConfigError(f"{key}: {_unreadable_row(files) or _first_line(e)}") from None
 
@@ -337,12 +351,34 @@ def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, 
     return kept, _drop_reason(kept["labels"], full["labels"]), len(full["input_ids"]) if cut_answer else 0
 
 
-def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
-    kept, drop, cut = _tokenize_kept(row[cfg.messages_key], cfg, tokenizer)
+def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer, fmt: str) -> tuple[dict, str, int]:
+    kept, drop, cut = _tokenize_kept(conversation(row, fmt, cfg.messages_key), cfg, tokenizer)
     return {**kept, "lengths": [len(kept["input_ids"])]}, drop, cut
 
 
-def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
+def _encode_text(row: dict, cfg: DatasetConfig, tokenizer, fmt: str) -> tuple[dict, str, int]:
+    """Plain text, every token trained, closed by the end-of-sequence token so documents stay apart
+    when packed; longer than max_len it is cut into pieces later, not truncated."""
+    ids = tokenizer(plain_text(row))["input_ids"]
+    if tokenizer.eos_token_id is not None and ids[-1:] != [tokenizer.eos_token_id]:
+        ids.append(tokenizer.eos_token_id)
+    return {"input_ids": ids, "labels": list(ids), "lengths": [len(ids)]}, "", 0
+
+
+def _pieces(batch: dict, max_len: int) -> dict:
+    """Text rows cut into max_len pieces (each a sample of its own row index)."""
+    out = {k: [] for k in batch}
+    for i, ids in enumerate(batch["input_ids"]):
+        for start in range(0, len(ids), max_len):
+            for k in batch:
+                out[k].append(batch[k][i])
+            out["input_ids"][-1] = ids[start:start + max_len]
+            out["labels"][-1] = batch["labels"][i][start:start + max_len]
+            out["lengths"][-1] = [len(out["input_ids"][-1])]
+    return out
+
+
+def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer, fmt: str) -> tuple[dict, str, int]:
     out, reasons, cuts = {}, [], []
     for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
         kept, drop, cut = _tokenize_kept(messages, cfg, tokenizer)
@@ -365,7 +401,6 @@ def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
     return set(random.Random(seed).sample(range(rows), held_out))
 
 
-ENCODERS = {"chat": _encode_sft, "pairs": _encode_pair}  # a training method's data_format -> row encoder
 
 
 def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0):
@@ -375,19 +410,17 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
     raw, files = _load_raw(cfg)
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
-    columns = ", ".join(raw.column_names)
-    if data_format == "chat" and cfg.messages_key not in raw.column_names:
-        raise ConfigError(f"training_config.datasets.messages_key={cfg.messages_key!r} is not a column of "
-                          f"{cfg.train_data!r} (columns: {columns})")
     if data_format == "pairs" and not {"chosen", "rejected"} <= set(raw.column_names):
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no chosen/rejected columns "
-                          f"(columns: {columns}): preference training (trainer_type=dpo) needs pairs (prompt, "
-                          f"chosen, rejected)")
-    encode_row = ENCODERS[data_format]
+                          f"(columns: {', '.join(raw.column_names)}): preference training (trainer_type=dpo) needs "
+                          f"pairs (prompt, chosen, rejected)")
+    fmt = "pairs" if data_format == "pairs" else row_format(cfg.format, raw.column_names, cfg.messages_key,
+                                                           cfg.train_data)
+    encode_row = {"pairs": _encode_pair, "text": _encode_text}.get(fmt, _encode_sft)
 
     def encode(row, idx):
         try:
-            encoded, drop, cut = encode_row(row, cfg, tokenizer)
+            encoded, drop, cut = encode_row(row, cfg, tokenizer, fmt)
         except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
@@ -395,6 +428,8 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
         return {**encoded, "sample_ids": [idx], "drop": drop, "cut": 0 if drop else cut}
 
     ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
+    if fmt == "text":
+        ds = ds.map(_pieces, batched=True, fn_kwargs={"max_len": cfg.max_len}, desc="cutting into max_len pieces")
     reasons = ds["drop"]
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
     cut_lengths = [n for n in ds["cut"] if n]
@@ -405,7 +440,7 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
     if len(train) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
                           f"dropped ({_drop_detail(dropped)}) or held out for validation: nothing to train on")
-    stats = {"rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped,
+    stats = {"format": fmt, "rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped,
              "truncated": len(cut_lengths), "max_len": cfg.max_len, "longest_truncated": max(cut_lengths, default=0)}
     if cfg.packing:
         train = _packed(train, cfg.max_len)

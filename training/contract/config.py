@@ -14,12 +14,13 @@ from typing import Any
 from training.contract.errors import ConfigError
 from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
+from training.data_formats import FORMATS
 
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
-                     "datasets.train_data", "datasets.split", "datasets.messages_key", "datasets.max_len",
+                     "datasets.train_data", "datasets.split", "datasets.format", "datasets.messages_key", "datasets.max_len",
                      "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
                      "model_config.peft_config")
 
@@ -90,8 +91,9 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    train_data: str = "data/sft_tiny.jsonl"  # JSONL/Parquet file or directory, or a hub dataset id
+    train_data: str = "data/sft_tiny.jsonl"  # JSONL/JSON/Parquet/CSV file or directory, a save_to_disk directory, or a hub dataset id
     split: str = "train"
+    format: str = one_of(*FORMATS)  # SFT rows: auto (recognized from the columns), messages, sharegpt, alpaca, ... (docs/your-data.md)
     messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
     max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
     packing: bool = False
@@ -205,6 +207,10 @@ def check_methods(tc: TrainingSection) -> None:
                           f"inline one")
     method = method_facts(tc.training_args.trainer_type)
     method.build_args(tc.training_args.method_args)
+    if tc.datasets.format != "auto" and method.sequences_per_sample != 1:
+        raise ConfigError(f"training_config.datasets.format={tc.datasets.format!r} with trainer_type={method.name}: "
+                          f"formats are SFT's; preference training reads pairs (prompt, chosen, rejected): set "
+                          f"datasets.format=auto")
     if tc.datasets.packing and not method.packing:
         raise ConfigError(f"training_config.datasets.packing=true with trainer_type={method.name}: the method "
                           f"scores whole sequences, not packed rows; set datasets.packing=false")

@@ -190,6 +190,9 @@ class Trainer:
                               f"(datasets.train_val_split_ratio={ds.train_val_split_ratio:g} of {stats['rows']} rows): "
                               f"lower train_val_split_ratio or set eval_steps=0")
         self.log.event(event="data", **stats)
+        if self.rank0 and ds.format == "auto" and stats.get("format", "pairs") != "pairs":
+            print(f"data: {ds.train_data} read as {stats['format']} rows (recognized from its columns; "
+                  f"datasets.format sets it)", file=sys.stderr, flush=True)
         if self.rank0 and describe_drops(stats):
             print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
 

@@ -1,0 +1,101 @@
+"""The row formats SFT data comes in, read as one conversation (or, for `text`, as plain text).
+
+`datasets.format` names one; `auto` (the default) recognizes it from the columns, in this order:
+
+| format              | columns                                   | read as                                              |
+|---------------------|-------------------------------------------|------------------------------------------------------|
+| `messages`          | `messages` (`datasets.messages_key`)      | the conversation as written (`role`, `content`, optional `weight`) |
+| `sharegpt`          | `conversations` of `from`/`value`         | roles mapped: human -> user, gpt -> assistant, system, tool |
+| `alpaca`            | `instruction`, `output` (`input`, `system`) | instruction and input joined as the user turn, output the answer |
+| `prompt_completion` | `prompt`, `completion`                    | one exchange (either side text or messages)          |
+| `text`              | `text`                                    | plain text, every token trained (continued pre-training) |
+"""
+
+from __future__ import annotations
+
+from training.contract.errors import ConfigError
+
+FORMATS = ("auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text")
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
+                  "system": "system", "tool": "tool", "function_response": "tool", "observation": "tool"}
+
+
+def required_columns(fmt: str, messages_key: str) -> tuple[str, ...]:
+    return {"messages": (messages_key,), "sharegpt": ("conversations",), "alpaca": ("instruction", "output"),
+            "prompt_completion": ("prompt", "completion"), "text": ("text",)}[fmt]
+
+
+def row_format(chosen: str, columns: list[str], messages_key: str, train_data: str) -> str:
+    """The format rows are read in: `chosen` if not auto (its columns checked), else the first whose
+    columns are all present. One line naming the columns and the formats when none fits."""
+    candidates = FORMATS[1:] if chosen == "auto" else (chosen,)
+    for fmt in candidates:
+        if set(required_columns(fmt, messages_key)) <= set(columns):
+            return fmt
+    have = ", ".join(columns)
+    if chosen != "auto":
+        needed = ", ".join(required_columns(chosen, messages_key))
+        key = "messages_key" if chosen == "messages" else "format"
+        value = messages_key if chosen == "messages" else chosen
+        raise ConfigError(f"training_config.datasets.{key}={value!r}: {needed} is not a column of {train_data!r} "
+                          f"(columns: {have}); set datasets.format to the format of these rows (auto recognizes it)")
+    raise ConfigError(
+        f"training_config.datasets.train_data={train_data!r}: its columns ({have}) match no SFT format: "
+        f"messages (column datasets.messages_key={messages_key!r}), sharegpt (conversations), alpaca (instruction, "
+        f"output), prompt_completion (prompt, completion) or text (text); rename the columns or set "
+        f"datasets.messages_key")
+
+
+def _turns(value, role: str, field: str) -> list[dict]:
+    """A prompt/completion side as messages: text becomes one turn of `role`, a message list stays."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list):
+        return value
+    raise ValueError(f"{field} must be text or a list of messages, got {type(value).__name__}")
+
+
+def _sharegpt(turns, system) -> list[dict]:
+    if not isinstance(turns, list):
+        raise ValueError(f"conversations must be a list of {{from, value}}, got {type(turns).__name__}")
+    out = [{"role": "system", "content": system}] if system else []
+    for i, turn in enumerate(turns):
+        role = SHAREGPT_ROLES.get(turn.get("from")) if isinstance(turn, dict) else None
+        if role is None:
+            raise ValueError(f"conversations[{i}] must be {{from: one of {', '.join(SHAREGPT_ROLES)}, value: <text>}}, "
+                             f"got {turn!r}")
+        message = {"role": role, "content": turn.get("value")}
+        if "weight" in turn and turn["weight"] is not None:
+            message["weight"] = turn["weight"]
+        out.append(message)
+    return out
+
+
+def _alpaca(row: dict) -> list[dict]:
+    for field in ("instruction", "output"):
+        if not isinstance(row.get(field), str) or not row[field].strip():
+            raise ValueError(f"{field} must be non-empty text")
+    extra = row.get("input")
+    prompt = row["instruction"] + (f"\n\n{extra}" if isinstance(extra, str) and extra.strip() else "")
+    system = [{"role": "system", "content": row["system"]}] if row.get("system") else []
+    return system + [{"role": "user", "content": prompt}, {"role": "assistant", "content": row["output"]}]
+
+
+def conversation(row: dict, fmt: str, messages_key: str) -> list[dict]:
+    """A row of `fmt` (any but text) as a list of {role, content[, weight]}, checked later as any conversation."""
+    if fmt == "messages":
+        return row[messages_key]
+    if fmt == "sharegpt":
+        return _sharegpt(row["conversations"], row.get("system"))
+    if fmt == "alpaca":
+        return _alpaca(row)
+    if fmt == "prompt_completion":
+        return _turns(row["prompt"], "user", "prompt") + _turns(row["completion"], "assistant", "completion")
+    raise ValueError(f"rows of format {fmt!r} are not conversations")
+
+
+def plain_text(row: dict) -> str:
+    text = row["text"]
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text must be non-empty text")
+    return text
