@@ -3,6 +3,7 @@ every size, local runs work from any directory, relay a trainer error as one lin
 gracefully on SIGTERM with nothing left behind, and a resize adopts the new size's learning rate."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,6 +100,48 @@ def test_local_run_with_a_missing_dataset_is_one_line_within_seconds(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "train_data='data/nope.jsonl' does not exist" in lines[0], err
     assert time.monotonic() - start < 45
+
+
+def test_a_trainer_crash_in_a_local_run_is_one_line_with_where_it_was_raised(tmp_path):
+    """An error that is no configuration mistake (here transformers refusing the model's shape) reaches
+    the user as one line: the exception, the file and line that raised it, the rank and the log's
+    path; the tracebacks of both ranks stay in the log."""
+    proc = launcher(*TINY, "action=local", "recipes.training_config.model_config.architecture.num_attention_heads=5",
+                    f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"error: ValueError: The hidden size \(64\) is not a multiple of the number of attention heads "
+                        r"\(5\)\. \(rank [01], .*configuration_llama\.py:\d+\) \(full log: .*torchrun\.log\)", lines[0])
+    log = (tmp_path / "run" / "torchrun.log").read_text()
+    assert log.count("Traceback (most recent call last)") >= 2 and "Traceback" not in out
+
+
+def test_ctrl_c_pressed_again_waits_for_the_checkpoint_and_says_so(tmp_path):
+    """Ctrl-C, then three more while the workers save: the launcher stays until its whole process tree
+    has exited, says why, and the stop's checkpoint is complete."""
+    run_dir = tmp_path / "run"
+    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=100000",
+                    "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
+                    f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    try:
+        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
+        torchrun = child_pids(proc.pid)
+        tree = torchrun + [w for t in torchrun for w in child_pids(t)]
+        proc.send_signal(signal.SIGINT)
+        for _ in range(3):
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "still stopping: the workers are saving a checkpoint" in err and "Traceback" not in err
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in tree)
+    stop = [r for r in records(run_dir) if r.get("event") == "stop"]
+    assert len(stop) == 1 and f"stopped: checkpoint at step {stop[0]['step']}" in out
 
 
 def test_sigterm_to_a_local_run_checkpoints_and_leaves_no_process(tmp_path):

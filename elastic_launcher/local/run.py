@@ -153,6 +153,21 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def patient(message: str):
+    """While a graceful stop runs, another Ctrl-C or SIGTERM only repeats `message`: leaving then would
+    orphan torchrun and a worker halfway through its checkpoint."""
+    def remind(signum, frame):
+        os.write(sys.stderr.fileno(), f"{message}\n".encode())  # not print(): a handler may interrupt a print
+
+    previous = {sig: signal.signal(sig, remind) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def stop_signal(interrupt: KeyboardInterrupt) -> int:
     """The signal the workers get for the launcher's own: SIGTERM for SIGTERM, SIGINT for Ctrl-C."""
     return signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT
@@ -274,8 +289,11 @@ def run(job: Job) -> int:
                                     f"killed: raise local.timeout") from None
         except KeyboardInterrupt as interrupt:
             say("stopping: the workers checkpoint and exit ...")
-            stop_job(proc, job.plan.policy.graceful_shutdown_timeout, stop_signal(interrupt))
-            relay.join()
+            grace = job.plan.policy.graceful_shutdown_timeout
+            with patient(f"still stopping: the workers are saving a checkpoint; waiting up to {grace:g}s before "
+                         f"the rest is killed"):
+                stop_job(proc, grace, stop_signal(interrupt))
+                relay.join()
             step = newest_step(local.run_dir)
             say(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
                 f"{local.run_dir}; rerun the same command to resume")

@@ -20,3 +20,22 @@ def report(error: BaseException) -> int:
     sys.stderr.write(f"error: {error}\n")
     sys.stderr.flush()
     return 2
+
+
+def report_crash(error: BaseException, rank: str) -> int:
+    """Print a failure that is no user error as one line, the exception that started it (the root of
+    its `raise ... from` chain) with where it was raised, then its traceback for the log (a local
+    run's terminal shows the first line only). Returns exit code 1."""
+    import sys
+    import traceback
+
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    frames = traceback.extract_tb(root.__traceback__)
+    where = f", {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    message = (str(root).strip().splitlines() or [""])[0]
+    sys.stderr.write(f"error: {type(root).__name__}: {message} (rank {rank}{where})\n")
+    sys.stderr.write("".join(traceback.format_exception(error)))
+    sys.stderr.flush()
+    return 1

@@ -27,7 +27,7 @@ import torch.distributed as dist  # noqa: E402
 from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
 from training.contract.config import JobConfig, TrainingArgs, load_job_config  # noqa: E402
 from training.contract.config_files import select_config_file  # noqa: E402
-from training.contract.errors import ConfigError, report  # noqa: E402
+from training.contract.errors import ConfigError, report, report_crash  # noqa: E402
 from training.data import build_data, describe_drops  # noqa: E402
 from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
@@ -447,6 +447,8 @@ def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
         if trainer is not None:
             trainer.log.close("FAILED")
         return report(e)
-    except Exception:
+    except Exception as e:
         stop.yield_to_stop()  # a peer's stop may be what broke this rank's collective
-        raise
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        return report_crash(e, os.environ.get("RANK", "0"))  # the job restarts from its checkpoint: the run goes on
