@@ -59,7 +59,8 @@ def test_evaluation_without_validation_rows_is_one_line(tmp_path):
     configs = render_configs(tmp_path / "configs", "recipes.training_config.datasets.train_val_split_ratio=0.9999",
                              "recipes.training_config.training_args.eval_steps=2")
     line = one_line_error(trainer(configs, tmp_path / "run"))
-    assert "eval_steps=2 but no validation rows are left (datasets.train_val_split_ratio=0.9999 of 512 rows)" in line
+    assert "eval_steps=2 but no validation rows are left (datasets.train_val_split_ratio=0.9999 of 512 rows, and " \
+           "train_data has no validation or test split)" in line
 
 
 def test_unwritable_output_dir_is_one_line(configs, tmp_path):

@@ -2,6 +2,7 @@
 checkpoint validity and the resume fingerprint."""
 
 import json
+import re
 import random
 
 import pytest
@@ -192,6 +193,43 @@ def test_a_directory_of_train_and_test_files_trains_on_its_split_only(tmp_path):
     (tmp_path / "train.jsonl").rename(tmp_path / "part1.jsonl")  # no split names: every file is training data
     (tmp_path / "test.jsonl").rename(tmp_path / "part2.jsonl")
     assert len(texts("train_sft")) == 8
+
+
+def test_a_held_out_split_is_the_validation_set_unless_rows_are_carved_out(tmp_path):
+    """With no rows carved out (train_val_split_ratio=1), a directory's validation split (else its
+    test split), or a saved DatasetDict's, is the validation set; a ratio below 1 carves from the
+    training split instead. The training rows are the train split's either way."""
+    import datasets
+
+    from training.contract.config import DatasetConfig
+    from training.data import build_dataset
+
+    def rows(tag: str, n: int) -> list[dict]:
+        return [{"messages": [{"role": "user", "content": f"{tag} question {i}?"},
+                              {"role": "assistant", "content": f"{tag} answer {i}."}]} for i in range(n)]
+
+    def write(path, items):
+        path.write_text("".join(json.dumps(row) + "\n" for row in items))
+
+    (tmp_path / "files").mkdir()
+    for name, n in (("train", 6), ("test", 3), ("validation", 2)):
+        write(tmp_path / "files" / f"{name}.jsonl", rows(name.upper(), n))
+    tokenizer = tiny_tokenizer()
+
+    def built(path, **settings):
+        """(training rows, (validation rows, their tags), the split they came from, the training rows' tags)"""
+        train, val, stats = build_dataset(DatasetConfig(train_data=str(path), max_len=64, **settings), tokenizer)
+        tags = lambda ds: {re.search(r"(\w+) question", tokenizer.decode(row["input_ids"])).group(1) for row in ds}
+        return len(train), (len(val), tags(val)) if val else None, stats["validation_split"], tags(train)
+
+    assert built(tmp_path / "files") == (6, (2, {"VALIDATION"}), "validation", {"TRAIN"})
+    (tmp_path / "files" / "validation.jsonl").unlink()
+    assert built(tmp_path / "files") == (6, (3, {"TEST"}), "test", {"TRAIN"})
+    assert built(tmp_path / "files", train_val_split_ratio=0.5) == (3, (3, {"TRAIN"}), None, {"TRAIN"})
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows("TRAIN", 4)),
+                          "validation": datasets.Dataset.from_list(rows("VALIDATION", 2))}).save_to_disk(
+        str(tmp_path / "saved"))
+    assert built(tmp_path / "saved") == (4, (2, {"VALIDATION"}), "validation", {"TRAIN"})
 
 
 def test_a_save_to_disk_directory_is_read_as_datasets_wrote_it(tmp_path):

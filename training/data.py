@@ -18,7 +18,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -91,22 +91,49 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
     return files
 
 
-def _split_files(directory: Path, split: str) -> list[str]:
-    """The files of a directory's `split`, named as Hugging Face datasets names splits (train*,
-    test*/eval*, validation*/dev* files or folders): a `test.jsonl` beside `train.jsonl` is never
-    trained on. A directory without such names is one training split, whatever `split` says."""
+def _splits_of(directory: Path) -> tuple[dict[str, list[str]], bool]:
+    """The files of each split of a directory, named as Hugging Face datasets names splits (train*,
+    test*/eval*, validation*/dev* files or folders), and whether any file is so named (if none is,
+    every file is in `train`)."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     patterns = get_data_patterns(str(directory))
     by_split = {str(name): list(files) for name, files in
                 DataFilesDict.from_local_or_remote(patterns, base_path=str(directory)).items()}
-    if list(patterns) == ["train"] and patterns["train"] == ["**"]:  # no split names: every file trains
+    return by_split, not (list(patterns) == ["train"] and patterns["train"] == ["**"])
+
+
+def _split_files(directory: Path, split: str) -> list[str]:
+    """The files of a directory's `split`: a `test.jsonl` beside `train.jsonl` is never trained on. A
+    directory without split names is one training split, whatever `split` says."""
+    by_split, named = _splits_of(directory)
+    if not named:
         return by_split["train"]
     if split not in by_split:
         raise ConfigError(f"training_config.datasets.split={split!r} is not a split of train_data={str(directory)!r}, "
                           f"whose file names make the splits {', '.join(sorted(by_split))}: set "
                           f"training_config.datasets.split to one of them")
     return by_split[split]
+
+
+HELD_OUT_SPLITS = ("validation", "test")  # the first one a source has validates when no rows are carved out
+
+
+def held_out_split(cfg: DatasetConfig) -> str | None:
+    """The split of a local source kept apart from its training split (its validation, else its test
+    split): a directory's split files or a saved DatasetDict's splits. None for a single file, a hub id
+    or a source without one."""
+    path = Path(cfg.train_data)
+    if not path.is_dir():
+        return None
+    if (path / "dataset_dict.json").is_file():
+        names = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+    elif (path / "state.json").is_file():
+        return None
+    else:
+        by_split, named = _splits_of(path)
+        names = by_split if named else {}
+    return next((name for name in HELD_OUT_SPLITS if name in names and name != cfg.split), None)
 
 
 def _saved_to_disk(path: Path, split: str):
@@ -418,18 +445,22 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
                                                            cfg.train_data)
     encode_row = {"pairs": _encode_pair, "text": _encode_text}.get(fmt, _encode_sft)
 
-    def encode(row, idx):
-        try:
-            encoded, drop, cut = encode_row(row, cfg, tokenizer, fmt)
-        except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
-                              f"the row") from None
-        return {**encoded, "sample_ids": [idx], "drop": drop, "cut": 0 if drop else cut}
+    def encoded(rows, files):
+        def encode(row, idx):
+            try:
+                out, drop, cut = encode_row(row, cfg, tokenizer, fmt)
+            except Exception as e:  # noqa: BLE001 - any failure here is this row's fault
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"bad training row at {_where(files, idx, cfg.train_data)}: {reason}: fix or remove "
+                                  f"the row") from None
+            return {**out, "sample_ids": [idx], "drop": drop, "cut": 0 if drop else cut}
 
-    ds = raw.map(encode, with_indices=True, remove_columns=raw.column_names, desc="tokenizing")
-    if fmt == "text":
-        ds = ds.map(_pieces, batched=True, fn_kwargs={"max_len": cfg.max_len}, desc="cutting into max_len pieces")
+        ds = rows.map(encode, with_indices=True, remove_columns=rows.column_names, desc="tokenizing")
+        if fmt == "text":
+            ds = ds.map(_pieces, batched=True, fn_kwargs={"max_len": cfg.max_len}, desc="cutting into max_len pieces")
+        return ds
+
+    ds = encoded(raw, files)
     reasons = ds["drop"]
     dropped = {k: reasons.count(k) for k in DROP_REASONS if reasons.count(k)}
     cut_lengths = [n for n in ds["cut"] if n]
@@ -437,10 +468,15 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
     kept = ds.filter(lambda row: not row["drop"]).remove_columns(["drop", "cut"])
     train = kept.filter(lambda row: row["sample_ids"][0] not in held_out)
     val = kept.filter(lambda row: row["sample_ids"][0] in held_out) if held_out else None
+    validation_split = None if held_out else held_out_split(cfg)
+    if validation_split:  # no rows carved out: the source's own held-out split validates
+        val = encoded(*_load_raw(replace(cfg, split=validation_split))).filter(
+            lambda row: not row["drop"]).remove_columns(["drop", "cut"])
     if len(train) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r}: all {len(raw)} rows were "
                           f"dropped ({_drop_detail(dropped)}) or held out for validation: nothing to train on")
-    stats = {"format": fmt, "rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0, "dropped": dropped,
+    stats = {"format": fmt, "rows": len(raw), "kept": len(train), "validation_rows": len(val) if val else 0,
+             "validation_split": validation_split, "dropped": dropped,
              "truncated": len(cut_lengths), "max_len": cfg.max_len, "longest_truncated": max(cut_lengths, default=0)}
     if cfg.packing:
         train = _packed(train, cfg.max_len)

@@ -214,7 +214,8 @@ def check_methods(tc: TrainingSection) -> None:
     if tc.datasets.packing and not method.packing:
         raise ConfigError(f"training_config.datasets.packing=true with trainer_type={method.name}: the method "
                           f"scores whole sequences, not packed rows; set datasets.packing=false")
-    if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1:
+    if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1 and not Path(tc.datasets.train_data).is_dir():
+        # (a directory may hold a validation or test split, which then validates: the trainer checks)
         raise ConfigError(f"training_config.training_args.eval_steps={tc.training_args.eval_steps} but "
-                          f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9) "
-                          f"or eval_steps=0")
+                          f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9), "
+                          f"give a directory with a validation split as train_data, or set eval_steps=0")

@@ -187,12 +187,16 @@ class Trainer:
         stats, validation = self.data.stats, self.data.validation
         if ta.eval_steps and not (validation and len(validation)):
             raise ConfigError(f"training_config.training_args.eval_steps={ta.eval_steps} but no validation rows are left "
-                              f"(datasets.train_val_split_ratio={ds.train_val_split_ratio:g} of {stats['rows']} rows): "
-                              f"lower train_val_split_ratio or set eval_steps=0")
+                              f"(datasets.train_val_split_ratio={ds.train_val_split_ratio:g} of {stats['rows']} rows, "
+                              f"and train_data has no validation or test split): lower train_val_split_ratio or set "
+                              f"eval_steps=0")
         self.log.event(event="data", **stats)
-        if self.rank0 and ds.format == "auto" and stats.get("format", "pairs") != "pairs":
+        if self.rank0 and ds.format == "auto" and stats.get("format", "pairs") not in ("pairs", "messages"):
             print(f"data: {ds.train_data} read as {stats['format']} rows (recognized from its columns; "
                   f"datasets.format sets it)", file=sys.stderr, flush=True)
+        if self.rank0 and stats.get("validation_split"):
+            print(f"data: {stats['validation_rows']} validation rows from the {stats['validation_split']} split of "
+                  f"{ds.train_data}", file=sys.stderr, flush=True)
         if self.rank0 and describe_drops(stats):
             print(f"warning: {describe_drops(stats)}", file=sys.stderr, flush=True)
 
