@@ -126,9 +126,23 @@ def test_a_stop_for_lack_of_capacity_is_charged_as_a_stop(launch):
     assert o.resizes == 0 and o.lost["stop"] > 0 and o.lost["resize"] == 0 and o.finished
 
 
+def test_the_timeline_trains_only_while_running(launch):
+    """Each timeline point holds the progress at its own time: across a span the job spent starting,
+    down the progress does not move (nor grows while stopping: a failure sets it back), and it grows
+    across running spans, so the chart never draws steps trained during a start-up."""
+    o = outcome("simulate.capacity=[{time:0,nodes:16},{time:2h,nodes:8},{time:2h3m,kill:true},{time:5h,nodes:16}]",
+                "recipes.training_config.checkpoint.save_steps=50")
+    assert o.failures == 1 and o.resizes >= 1
+    pairs = list(zip(o.timeline, o.timeline[1:]))
+    assert all(b.steps == a.steps for a, b in pairs if a.phase in ("starting", "down"))
+    assert all(b.steps <= a.steps for a, b in pairs if a.phase in ("stopping", "failing"))  # a kill mid-stop sets it back
+    assert all(b.steps > a.steps for a, b in pairs if a.phase == "running" and b.phase != "failing")
+    assert o.timeline[0].steps == 0
+
+
 def test_the_chart_shows_the_elastic_job_where_it_matters(launch, tmp_path):
     """On flickering capacity a baseline never finishes within the 60-day horizon: the chart still
-    ends just after the elastic job does, draws the elastic job last (on top), and marks its resizes,
+    ends just after the elastic job does, draws the elastic job last, and marks its resizes,
     its starting/stopping spans and the idle nodes; the title names job, trace and policy."""
     from elastic_launcher.simulate.simulator import chart_data
 

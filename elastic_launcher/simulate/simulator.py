@@ -234,6 +234,9 @@ class Simulation:
     def _advance(self, t0: float, t1: float) -> None:
         dt_h = (t1 - t0) / 3600
         held = self.size if self.phase in ("starting", "running", "stopping", "failing") else 0
+        last = self.out.timeline[-1] if self.out.timeline else None
+        if last is None or (last.capacity, last.held, last.phase) != (self.operator.available, held, self.phase):
+            self.out.timeline.append(Point(t0, self.operator.available, held, self.progress, self.phase))  # as at t0
         self.out.gpu_hours_used += held * self.gpus * dt_h
         self.out.gpu_hours_idle += max(0, self.operator.available - held) * self.gpus * dt_h
         if self.phase == "running":
@@ -244,9 +247,6 @@ class Simulation:
             self.saved = max(self.saved, math.floor(self.progress / self.save_steps + 1e-9) * self.save_steps)
         elif held:
             self.out.lost[self._cost_kind] += held * self.gpus * dt_h
-        last = self.out.timeline[-1] if self.out.timeline else None
-        if last is None or (last.capacity, last.held, last.phase) != (self.operator.available, held, self.phase):
-            self.out.timeline.append(Point(t0, self.operator.available, held, self.progress, self.phase))
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def chart_data(outcomes: list[Outcome], title: str, tokens_per_step: int, daily:
     """What the chart draws, in hours: the x range ends shortly after the elastic job does (a
     baseline that runs longer is cut and says so in its label), capacity, every policy's size and
     tokens, and for the elastic job its resizes, failures, the spans it spent starting or stopping,
-    and the free nodes it left idle. The elastic series comes last so it is drawn on top."""
+    and the free nodes it left idle. The elastic series comes last."""
     elastic, baselines = outcomes[0], outcomes[1:]
     x_end = max(elastic.hours * 1.08, 1 / 60)
     points = elastic.timeline
@@ -499,12 +499,14 @@ def chart(path: Path, data: dict, gpus: int) -> None:
             ax_size.broken_barh(spans, (0, top), color=color, alpha=0.25, lw=0, label=f"elastic job {phase}")
     colors = ["tab:orange", "tab:green", "0.4", "tab:cyan"]
     for i, serie in enumerate(data["series"]):
+        # the elastic job wide and underneath, the static ones thin and dashed over it: where a static job
+        # runs exactly as the elastic one (at max size on a full cluster), both stay visible
         elastic = i == len(data["series"]) - 1
-        color, width, z = ("tab:blue", 2.4, 5) if elastic else (colors[i % len(colors)], 1.2, 3)
+        color, width, z, style = ("tab:blue", 3.0, 3, "-") if elastic else (colors[i % len(colors)], 1.3, 5, "--")
         t, n = zip(*serie["size"])
-        ax_size.step(t, n, where="post", color=color, lw=width, zorder=z, label=f"{serie['policy']} size")
+        ax_size.step(t, n, where="post", color=color, lw=width, ls=style, zorder=z, label=f"{serie['policy']} size")
         t, tokens = zip(*serie["tokens"])
-        ax_tokens.plot(t, tokens, color=color, lw=width, zorder=z, label=serie["label"])
+        ax_tokens.plot(t, tokens, color=color, lw=width, ls=style, zorder=z, label=serie["label"])
     if data["resizes"]:
         ax_size.scatter([t for t, *_ in data["resizes"]], [n for *_, n in data["resizes"]], marker="D", s=25,
                         color="tab:blue", zorder=6, label="resize")
