@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -9,6 +10,7 @@ from omegaconf import OmegaConf
 
 from elastic_launcher.config.compose import compose, options
 from elastic_launcher.config.settings import ACTIONS, TARGETS
+from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, user_dirs, user_options
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from training.contract.errors import ConfigError
@@ -32,7 +34,7 @@ grammar: key=value, group=option, +new_key=value, ++key=value, ~key.
   --cfg job      print the composed config and exit (--resolve: with interpolations resolved)
   HYDRA_FULL_ERROR=1 shows the full traceback of an error.
 
-recipes (recipes/<family>/<name>.yaml):
+recipes (recipes/<family>/<name>.yaml; your own: $LAUNCHER_RECIPES, docs/your-model.md):
 {recipes}
 """
 
@@ -99,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             if arg in ("-h", "--help"):
                 sets = textwrap.fill(" | ".join(options("scale_configs")), 118, initial_indent=" " * 44,
                                      subsequent_indent=" " * 44).lstrip()
-                print(HELP.format(recipes=by_family(options("recipes")), sets=sets, actions=" | ".join(ACTIONS),
-                                  targets=" | ".join(TARGETS)))
+                recipes = by_family(catalogue("recipes"))
+                if user_dirs():
+                    recipes += (f"\n\nyour recipes ({USER_RECIPES_ENV}={os.environ[USER_RECIPES_ENV]}):\n"
+                                + by_family(user_options("recipes")))
+                print(HELP.format(recipes=recipes, sets=sets, actions=" | ".join(ACTIONS), targets=" | ".join(TARGETS)))
                 return 0
             if arg in ("-c", "--cfg") or arg.startswith("--cfg="):
                 show_cfg = arg.split("=", 1)[1] if "=" in arg else next(args, None)
@@ -122,3 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         return report(e)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say, and no traceback for it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

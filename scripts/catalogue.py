@@ -11,7 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from elastic_launcher.config.compose import compose, options, to_plain  # noqa: E402
+from elastic_launcher.config.compose import compose, to_plain  # noqa: E402
+from elastic_launcher.config.user_recipes import catalogue  # noqa: E402
 from elastic_launcher.planning.memory import ModelShape  # noqa: E402
 from elastic_launcher.planning.plan import make_plan  # noqa: E402
 
@@ -34,7 +35,7 @@ def row(recipe: str) -> str:
 
 
 def table() -> str:
-    return "\n".join([HEADER, "|---|---|---|---|---|---|", *(row(r) for r in options("recipes"))])
+    return "\n".join([HEADER, "|---|---|---|---|---|---|", *(row(r) for r in catalogue("recipes"))])
 
 
 def write(page: Path) -> None:

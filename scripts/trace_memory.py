@@ -1,9 +1,10 @@
 """Trace the trainer's step on fake tensors for recipes at every allowed size, print the peak GiB
-per GPU by category, and keep the figures the dry run shows (elastic_launcher/planning/traced_memory.json):
+per GPU by category, and keep the figures the dry run shows (elastic_launcher/planning/traced_memory.json
+for the catalogue; traced_memory.json in your own recipes' directory, $LAUNCHER_RECIPES, for yours):
 
     python scripts/trace_memory.py llama/llama3_1_8b_sft          # one recipe, printed
     python scripts/trace_memory.py qwen/qwen3_8b_sft recipes.training_config.training_args.micro_train_batch_size=4 --keep
-    python scripts/trace_memory.py --keep --jobs 2                # the whole catalogue, kept
+    python scripts/trace_memory.py --keep --jobs 2                # the catalogue and your recipes, kept
     python scripts/trace_memory.py --stale --keep                 # only what a recipe change made stale
     python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as docs/recipes.md's table
     python scripts/trace_memory.py --prune                        # drop kept traces no catalogue size uses
@@ -26,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elastic_launcher.config.compose import compose, options, to_plain  # noqa: E402
-from elastic_launcher.planning.memory import TRACES, trace_inputs, trace_key, with_allowance  # noqa: E402
+from elastic_launcher.config.user_recipes import read_traces, trace_files, traces_file  # noqa: E402
+from elastic_launcher.planning.memory import trace_inputs, trace_key, with_allowance  # noqa: E402
 from elastic_launcher.planning.plan import make_plan  # noqa: E402
 
 
@@ -112,9 +114,15 @@ def table(recipes: list[str], overrides: tuple[str, ...]) -> str:
     return "\n".join(rows)
 
 
-def write(traces: dict) -> None:
+def write(path: Path, traces: dict) -> None:
     ordered = dict(sorted(traces.items(), key=lambda kv: (kv[1]["recipe"], kv[1]["nodes"])))
-    TRACES.write_text(json.dumps({"traces": ordered}, indent=1) + "\n")
+    path.write_text(json.dumps({"traces": ordered}, indent=1) + "\n")
+
+
+def keep(trace: dict) -> None:
+    """Into its recipe's trace file (the package's for the catalogue, the user's directory's for theirs)."""
+    path = traces_file(trace["recipe"])
+    write(path, {**read_traces(path), trace_key(trace["inputs"]): trace})
 
 
 def main(argv=None) -> int:
@@ -122,7 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("recipes", nargs="*", help="recipe names (none: the catalogue), e.g. llama/llama3_1_8b_sft, and "
                         "overrides as the launcher takes them (recipes.<key>=<value>), applied to each")
     parser.add_argument("--stale", action="store_true", help="only sizes whose inputs have no kept trace")
-    parser.add_argument("--keep", action="store_true", help=f"write the traces to {TRACES.name}")
+    parser.add_argument("--keep", action="store_true", help="write the traces to the recipe's traced_memory.json")
     parser.add_argument("--jobs", type=int, default=1, help="traces run in parallel (one core each)")
     parser.add_argument("--prune", action="store_true", help="drop the kept traces no recipe size uses (no tracing)")
     parser.add_argument("--table", action="store_true", help="print the kept figures of the recipes' sizes "
@@ -134,11 +142,14 @@ def main(argv=None) -> int:
     if args.table:
         print(table(named, overrides))
         return 0
-    kept = json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+    kept = {key: trace for path in trace_files() for key, trace in read_traces(path).items()}
     if args.prune:
         used = {trace_key(job[3]) for r in recipes for job in sizes_to_trace(r, overrides)}
-        write(kept_only := {k: v for k, v in kept.items() if k in used})
-        print(f"kept {len(kept_only)} traces, dropped {len(kept) - len(kept_only)}")
+        for path in trace_files():
+            traces = read_traces(path)
+            if traces:
+                write(path, kept_only := {k: v for k, v in traces.items() if k in used})
+                print(f"{path}: kept {len(kept_only)} traces, dropped {len(traces) - len(kept_only)}")
         return 0
     jobs = list({trace_key(job[3]): job for r in recipes for job in sizes_to_trace(r, overrides)}.items())
     if args.stale:
@@ -154,9 +165,8 @@ def main(argv=None) -> int:
                 print(f"{trace['recipe']} at {trace['nodes']} nodes: not traced: {trace['error']}", flush=True)
                 continue
             print(show(trace, gpu[trace["recipe"]]), flush=True)
-            kept[trace_key(trace["inputs"])] = trace
             if args.keep:  # after every trace: an interrupted run keeps what it finished
-                write(kept)
+                keep(trace)
     print(f"{len(jobs) - failed} sizes traced in {time.perf_counter() - started:.0f} s with {args.jobs} job(s)"
           + (f"; {failed} failed" if failed else ""))
     return 1 if failed else 0

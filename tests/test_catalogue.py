@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from elastic_launcher.config.compose import compose, options, to_plain
+from elastic_launcher.config.compose import compose, to_plain
+from elastic_launcher.config.user_recipes import catalogue
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
 from elastic_launcher.planning.plan import fallback_estimate, make_plan
 
@@ -35,7 +36,7 @@ def plan_of(recipe, *overrides):
 def twin_of(vendor: dict) -> str:
     """Our recipe for the vendor's model and method (LoRA SFT or DPO)."""
     found = []
-    for recipe in options("recipes"):
+    for recipe in catalogue("recipes"):
         if not recipe.endswith(("_sft_lora", "_dpo")):
             continue
         plain = composed(recipe)["training_config"]
@@ -83,7 +84,7 @@ def test_every_model_has_full_sft_lora_sft_and_dpo():
     models = {v["model"] for v in VENDOR}
     assert len(models) == 23
     by_model = {}
-    for recipe in options("recipes"):
+    for recipe in catalogue("recipes"):
         plain = composed(recipe)["training_config"]
         by_model.setdefault(plain["model_config"]["model_name_or_path"], set()).add(recipe.rsplit("_", 1)[-1]
                                                                                      .replace("lora", "sft_lora"))
@@ -91,7 +92,7 @@ def test_every_model_has_full_sft_lora_sft_and_dpo():
         assert {"sft", "sft_lora", "dpo"} <= by_model.get(model, set()), model
 
 
-CATALOGUE = [r for r in options("recipes") if "tiny" not in r]
+CATALOGUE = [r for r in catalogue("recipes") if "tiny" not in r]
 
 
 def fits(memory, instance) -> bool:
@@ -156,7 +157,7 @@ def shape_of(recipe):
     return composed(recipe)["model_shape"]
 
 
-@pytest.mark.parametrize("recipe", sorted({r for r in options("recipes") if r.endswith("_sft") and "tiny" not in r}))
+@pytest.mark.parametrize("recipe", sorted({r for r in catalogue("recipes") if r.endswith("_sft") and "tiny" not in r}))
 def test_the_parameter_count_is_what_transformers_builds(recipe):
     """The estimate's parameter count from a recipe's model_shape equals the parameters of the
     transformers model built from the same keys (on the meta device) within 0.5%: the terms it

@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import LauncherSettings
+from elastic_launcher.config.user_recipes import options, user_dirs
 from elastic_launcher.planning.plan import ElasticPolicy, Hardware
 from training.contract.config import JobConfig
 from training.contract.errors import ConfigError
@@ -27,13 +28,6 @@ SCHEMA_GROUP, SCHEMA_NAME = "recipes/common", "schema"  # selected by recipes/co
 # those config groups saves a third of the composition time.
 _SKIP_HYDRA_RUNTIME = ["hydra/job_logging=none", "hydra/hydra_logging=none", "~hydra/help", "~hydra/hydra_help",
                        "~hydra/output", "~hydra/launcher", "~hydra/sweeper", "~hydra/env"]
-
-
-def options(group: str) -> list[str]:
-    """The options of a config group, e.g. recipes -> ['gpt_oss/gpt_oss_120b_sft', ...]."""
-    base = ROOT / group
-    return sorted(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml")
-                  if not p.relative_to(base).parts[0] == "common")
 
 
 def schema_defaults() -> dict:
@@ -53,9 +47,11 @@ def compose(overrides: list[str]) -> tuple[DictConfig, str]:
 
     ConfigStore.instance().store(group=SCHEMA_GROUP, name=SCHEMA_NAME, node=schema_defaults())
     ConfigStore.instance().store(name=SETTINGS_NAME, node=dataclasses.asdict(LauncherSettings()))
+    searchpath = [] if any(o.startswith("hydra.searchpath=") for o in overrides) or not user_dirs() else \
+        [f"hydra.searchpath=[{','.join(f'file://{d}' for d in user_dirs())}]"]  # $LAUNCHER_RECIPES: the user's recipes
     try:
         with initialize_config_dir(config_dir=str(ROOT), version_base=None, job_name="launcher"):
-            cfg = hydra_compose(PRIMARY, overrides=_SKIP_HYDRA_RUNTIME + overrides, return_hydra_config=True)
+            cfg = hydra_compose(PRIMARY, overrides=_SKIP_HYDRA_RUNTIME + searchpath + overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_explain(e, overrides)) from None
     recipe = cfg.hydra.runtime.choices.recipes

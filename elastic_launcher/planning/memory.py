@@ -28,10 +28,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
 
 GIB = 2**30
-TRACES = Path(__file__).with_name("traced_memory.json")
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
 # What the trace cannot see (`Allowance`): the CUDA context with its libraries' workspaces, NCCL's
 # buffers per communicator (FSDP uses the world's; HSDP the world's, its shard group's and its
@@ -244,9 +244,15 @@ def trace_key(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@functools.cache
 def kept_traces() -> dict:
-    return json.loads(TRACES.read_text())["traces"] if TRACES.exists() else {}
+    """Every kept trace: the catalogue's and those of the user's recipes ($LAUNCHER_RECIPES)."""
+    files = trace_files()
+    return _read_traces(tuple(files), tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files))
+
+
+@functools.cache
+def _read_traces(files: tuple[Path, ...], versions: tuple[int, ...]) -> dict:
+    return {key: trace for path in files for key, trace in read_traces(path).items()}
 
 
 def traced(inputs: dict, allowance: Allowance = Allowance()) -> MemoryEstimate | None:

@@ -1,0 +1,70 @@
+"""Your own recipes, beside the catalogue: $LAUNCHER_RECIPES names one or more directories
+(separated by ':') laid out as the project is, `recipes/<family>/<name>.yaml` and optionally
+`scale_configs/<name>.yaml`. The launcher composes from them as from its own (Hydra search path),
+lists them in --help and suggestions, and keeps their memory traces in `traced_memory.json` in
+that directory, never in the package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from elastic_launcher import ROOT
+from training.contract.errors import ConfigError
+
+USER_RECIPES_ENV = "LAUNCHER_RECIPES"
+TRACES_NAME = "traced_memory.json"
+PACKAGE_TRACES = ROOT / "elastic_launcher" / "planning" / TRACES_NAME
+
+
+def user_dirs() -> list[Path]:
+    """The directories $LAUNCHER_RECIPES names, each checked to exist."""
+    dirs = []
+    for entry in filter(None, os.environ.get(USER_RECIPES_ENV, "").split(os.pathsep)):
+        path = Path(entry).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError(f"{USER_RECIPES_ENV}={entry}: no such directory: point it at a directory holding "
+                              f"recipes/<family>/<name>.yaml, or unset it")
+        dirs.append(path)
+    return dirs
+
+
+def config_roots() -> list[Path]:
+    """Where config groups are found: the project first, then the user's directories."""
+    return [ROOT, *user_dirs()]
+
+
+def _options_in(roots: list[Path], group: str) -> list[str]:
+    return sorted({str(p.relative_to(root / group).with_suffix("")) for root in roots
+                   for p in (root / group).rglob("*.yaml") if p.relative_to(root / group).parts[0] != "common"})
+
+
+def options(group: str) -> list[str]:
+    """The options of a config group, e.g. recipes -> ['gpt_oss/gpt_oss_120b_sft', ...], the user's included."""
+    return _options_in(config_roots(), group)
+
+
+def catalogue(group: str) -> list[str]:
+    """The project's own options of a group (the catalogue), without the user's."""
+    return _options_in([ROOT], group)
+
+
+def user_options(group: str) -> list[str]:
+    """The options of a group that come from the user's directories."""
+    return _options_in(user_dirs(), group)
+
+
+def traces_file(recipe: str) -> Path:
+    """Where a recipe's memory traces are kept: beside the user's recipe, or in the package for the catalogue's."""
+    home = next((d for d in user_dirs() if (d / "recipes" / f"{recipe}.yaml").is_file()), None)
+    return home / TRACES_NAME if home else PACKAGE_TRACES
+
+
+def trace_files() -> list[Path]:
+    return [PACKAGE_TRACES, *(d / TRACES_NAME for d in user_dirs())]
+
+
+def read_traces(path: Path) -> dict:
+    return json.loads(path.read_text())["traces"] if path.exists() else {}
