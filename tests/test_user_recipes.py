@@ -74,3 +74,85 @@ def test_your_recipes_traces_go_to_your_directory_and_the_dry_run_reads_them(min
     assert PACKAGE_TRACES.read_bytes() == package_before
     assert '"recipe": "byo/llama1b_short_sft"' in (mine / "traced_memory.json").read_text()
     assert not any(cell.startswith("~") for cell in gib_column())
+
+
+@pytest.fixture
+def saved_model(tmp_path):
+    """A tiny Llama as transformers' save_pretrained writes it, with its tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from conftest import tiny_architecture, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    arch = tiny_architecture("llama")
+    arch.pop("model_type")
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", vocab_size=len(tokenizer), **arch))
+    model.save_pretrained(tmp_path / "my_model")
+    tokenizer.save_pretrained(tmp_path / "my_model")
+    return tmp_path / "my_model"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_recipe_from_a_saved_model_plans_traces_and_trains(tmp_path, saved_model):
+    """scripts/new_recipe.py reads the model's config.json, writes the recipe into $LAUNCHER_RECIPES
+    with the model's shape, traces its sizes there and prints the dry run; the recipe is listed in
+    --help and trains locally."""
+    import json
+    import os
+
+    import yaml
+
+    home = tmp_path / "mine"
+    home.mkdir()
+    env = {**os.environ, "LAUNCHER_RECIPES": str(home), "OMP_NUM_THREADS": "1"}
+    made = subprocess.run([sys.executable, str(ROOT / "scripts" / "new_recipe.py"), str(saved_model), "--method", "sft",
+                           "--name", "byo/my_model_sft", "--output-dir", str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert made.returncode == 0, made.stderr[-2000:]
+    path = home / "recipes" / "byo" / "my_model_sft.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    config = json.loads((saved_model / "config.json").read_text())
+    assert {k: recipe["model_shape"][k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")} == \
+        {k: config[k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")}
+    assert recipe["training_config"]["datasets"]["max_len"] == config["max_position_embeddings"]  # no longer than the model
+    assert made.stdout.startswith(f"wrote {path}: ml.p5.48xlarge, 1..4 nodes")
+    assert "my-model-sft: elastic, 1..4 nodes of ml.p5.48xlarge" in made.stdout
+    assert '"recipe": "byo/my_model_sft"' in (home / "traced_memory.json").read_text()
+    assert "byo/my_model_sft" in run_launcher_process("--help", env={"LAUNCHER_RECIPES": str(home)}).stdout
+    trained = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "recipes=byo/my_model_sft", "action=local",
+                              "recipes.training_config.datasets.train_data=data/sft_tiny.jsonl",
+                              "recipes.training_config.training_args.max_steps=2", f"local.run_dir={tmp_path / 'run'}",
+                              f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                             env=env)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert "done: 2 steps" in trained.stdout
+
+
+def test_a_model_shape_that_is_not_the_local_models_is_one_line(tmp_path, saved_model):
+    home = tmp_path / "mine"
+    (home / "recipes" / "byo").mkdir(parents=True)
+    (home / "recipes" / "byo" / "wrong.yaml").write_text(textwrap.dedent(f"""\
+        defaults:
+          - /recipes/llama/llama3_1_8b_sft@_here_
+          - _self_
+        training_config:
+          model_config:
+            model_name_or_path: {saved_model}
+        """))
+    done = run_launcher_process("recipes=byo/wrong", f"output_dir={tmp_path / 'out'}", env={"LAUNCHER_RECIPES": str(home)})
+    assert done.returncode == 2 and done.stderr == (
+        f"error: recipes.model_shape.hidden_size=4096 but the model at {saved_model} has hidden_size=64: the plan and "
+        f"its memory figures would be another model's; fix model_shape or drop it (a local model fills it from its "
+        f"config.json)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_new_recipe_needs_your_recipe_directory(tmp_path, saved_model):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "LAUNCHER_RECIPES"}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "new_recipe.py"), str(saved_model), "--name", "byo/x"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and done.stderr == ("error: LAUNCHER_RECIPES is not set: set it to the directory your "
+                                                    "recipes live in (e.g. export LAUNCHER_RECIPES=~/launcher-recipes)\n")

@@ -213,6 +213,17 @@ def _localized(config: JobConfig) -> JobConfig:
     return config
 
 
+def _on_this_machine(config: JobConfig, world: int) -> JobConfig:
+    """A sharding degree planned for the recipe's GPU nodes (e.g. hsdp over a p5's 8 GPUs) that does
+    not divide this machine's processes becomes FSDP over all of them: a local run is a smoke test of
+    the recipe, not of its node layout."""
+    mc = config.training_config.model_config
+    if not mc.sharding_degree or world % mc.sharding_degree == 0:
+        return config
+    mc = dataclasses.replace(mc, sharding_degree=None, sharding="fsdp")
+    return dataclasses.replace(config, training_config=dataclasses.replace(config.training_config, model_config=mc))
+
+
 def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
     """Write the per-size configs into <run_dir>/launch/configs (a local run's restarts read its own
     copy, never a later dry run's) with local paths made absolute. No manifest: nothing is submitted."""
@@ -221,10 +232,12 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
     plan = plan or job.plan
-    sizes = tuple(dataclasses.replace(s, config=_localized(s.config)) for s in plan.sizes)
+    nproc = job.settings.local.nproc_per_node
+    sizes = tuple(dataclasses.replace(s, config=_on_this_machine(_localized(s.config), s.nodes * nproc))
+                  for s in plan.sizes)
     local_plan = dataclasses.replace(plan, base=_localized(plan.base), sizes=sizes)
     configs = write_files(run_dir / "launch" / "configs", config_files(local_plan), "local.run_dir")
-    return LocalJob(configs.resolve(), run_dir, job.settings.local.nproc_per_node)
+    return LocalJob(configs.resolve(), run_dir, nproc)
 
 
 def newest_step(run_dir: Path) -> int | None:

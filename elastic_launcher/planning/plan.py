@@ -13,6 +13,7 @@ from typing import Any
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
                                               trace_inputs, traced)
+from elastic_launcher.planning.model_config import check_shape, local_model_dir, read_config, shape_of
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
@@ -275,6 +276,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
     _validate_policy(policy, typed)
     entries, notes = _apply_typed_keys(normalize_scale_config(recipe.pop("scale_config", None)), typed)
     base_cfg = build(JobConfig, recipe, "recipes")
+    hardware = _with_local_shape(hardware, base_cfg.training_config.model_config.model_name_or_path)
     instance = lookup(base_cfg.instance_type)
     job_name = job_name or base_cfg.run.name
     validate_job_name(job_name)
@@ -337,6 +339,17 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                                                                     write_gb_per_s)
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
     return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
+
+
+def _with_local_shape(hardware: Hardware, model: str | None) -> Hardware:
+    """A local model's config.json fills a missing model_shape and checks a given one."""
+    model_dir = local_model_dir(model)
+    if model_dir is None:
+        return hardware
+    if hardware.model_shape:
+        check_shape(hardware.model_shape, model_dir)
+        return hardware
+    return dataclasses.replace(hardware, model_shape=shape_of(read_config(str(model_dir))))
 
 
 def _sharding(hardware: Hardware, cfg: JobConfig, instance: InstanceType, nodes: int, nproc: int, batch: BatchPlan,

@@ -66,16 +66,21 @@ def lr_factor(step: int, args: TrainingArgs) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def as_run(cfg: JobConfig, rows: int, vocab_size: int, special_tokens: dict[str, int | None]) -> JobConfig:
+def as_run(cfg: JobConfig, rows: int, vocab_size: int, special_tokens: dict[str, int | None],
+           on_gpu: bool = True) -> JobConfig:
     """The config as run, a new object: the schedule resolved from the data (max_epochs, warmup
-    ratio -> steps) and an inline architecture's vocabulary and pad/bos/eos ids taken from the
-    tokenizer where the recipe leaves them out (a family's defaults name ids of its own vocabulary)."""
+    ratio -> steps), an inline architecture's vocabulary and pad/bos/eos ids taken from the
+    tokenizer where the recipe leaves them out (a family's defaults name ids of its own vocabulary),
+    and off GPU torch's sdpa for flex attention, which has no backward on CPU (a GPU recipe's local
+    smoke run: packed rows still attend per sample)."""
     tc = cfg.training_config
-    arch = tc.model_config.architecture
-    if arch is not None:
-        arch = {"vocab_size": vocab_size, **special_tokens, **arch}
+    mc = tc.model_config
+    if mc.architecture is not None:
+        mc = replace(mc, architecture={"vocab_size": vocab_size, **special_tokens, **mc.architecture})
+    if not on_gpu and mc.attn_implementation == "flex_attention":
+        mc = replace(mc, attn_implementation=None)
     return replace(cfg, training_config=replace(tc, training_args=resolve_schedule(tc.training_args, rows),
-                                                model_config=replace(tc.model_config, architecture=arch)))
+                                                model_config=mc))
 
 
 def schedule_change(state: TrainState, args: TrainingArgs) -> str:
@@ -153,7 +158,8 @@ class Trainer:
         self.data = build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
                                builder=self.topo.local_rank == 0, data_format=self.method.data_format, seed=ta.seed)
         self._log_data(ds, ta)
-        self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens)
+        self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens,
+                                self.on_gpu)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
         self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
