@@ -51,12 +51,18 @@ def by_family(recipes: list[str]) -> str:
 
 
 def dry_run(job: Job) -> int:
+    from elastic_launcher.planning.data_preview import preview
     from elastic_launcher.render.dry_run import summary, write_job
     from elastic_launcher.render.manifests import node_local_size
     from training.contract.config_files import NODE_LOCAL_MOUNT
+    from training.contract.methods import method_facts
 
+    tc = job.plan.base.training_config
+    data = preview(tc.datasets, tc.model_config, method_facts(tc.training_args.trainer_type).sequences_per_sample == 2)
     out = write_job(job)
     print(summary(job.plan, job.settings.target))
+    if data:
+        print(data.describe(tc.datasets.max_len))
     if gib := node_local_size(job.plan, job.settings.cluster):
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
               f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "

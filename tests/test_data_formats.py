@@ -3,6 +3,7 @@ means, token by token, or refused in one line; plain text trains on every token,
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -172,3 +173,52 @@ def test_a_run_on_alpaca_rows_says_how_it_read_them(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count(f"data: {data} read as alpaca rows") == 1
     assert len(losses(tmp_path / "run")) == 2
+
+
+def test_plain_text_needs_no_chat_template_and_chat_rows_do(tmp_path):
+    """A base model's tokenizer (no chat template) tokenizes plain text; chat rows with it are refused,
+    naming the tokenizer."""
+    from training.contract.config import ModelConfig
+    from training.data import build_data
+
+    base = base_tokenizer(tmp_path)
+    model = ModelConfig(tokenizer_name_or_path=str(base))
+
+    def build(rows):
+        data = DatasetConfig(train_data=write_jsonl(tmp_path / f"{len(rows)}.jsonl", rows), max_len=64)
+        return build_data(data, model, None, tmp_path / "cache", True, "chat", 0)
+
+    assert build([{"text": "plain words to continue pre-training on"}]).stats["format"] == "text"
+    with pytest.raises(ConfigError, match=r"the tokenizer '.*base' has no chat template"):
+        build([{"prompt": "Q?", "completion": "A."}, {"prompt": "Q2?", "completion": "A2."}])
+
+
+def base_tokenizer(tmp_path):
+    """The tiny tokenizer saved without a chat template, as a base model's is."""
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path / "base")
+    (tmp_path / "base" / "chat_template.jinja").unlink(missing_ok=True)
+    return tmp_path / "base"
+
+
+def test_the_dry_run_reads_a_sample_of_local_data(launch, tmp_path):
+    """Before anything is submitted: the format the rows are read in and their token lengths against
+    max_len; a row the trainer would stop on, or a tokenizer without a chat template for chat rows,
+    is one line and nothing is written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": "oops"}\n')
+    code, out, err = launch("recipes=llama/tiny_llama_sft", f"recipes.training_config.datasets.train_data={bad}")
+    assert code == 2 and err == (f"error: bad training row at {bad} line 2: messages must be a non-empty list of "
+                                 f"{{role, content}}: fix or remove the row\n")
+    code, _, err = launch("recipes=llama/tiny_llama_sft",
+                          f"recipes.training_config.model_config.tokenizer_name_or_path={base_tokenizer(tmp_path)}")
+    assert code == 2 and "has no chat template, which renders every training row" in err and "\n" not in err.strip()
+    assert not (tmp_path / "out").exists()
+    alpaca = write_jsonl(tmp_path / "a.jsonl", [{"instruction": "Say it.", "output": " ".join(["word"] * n)}
+                                                 for n in (3, 80)])
+    code, out, err = launch("recipes=llama/tiny_llama_sft", f"recipes.training_config.datasets.train_data={alpaca}",
+                            "recipes.training_config.datasets.max_len=64")
+    assert code == 0, err
+    assert re.search(rf"^data: {re.escape(alpaca)} read as alpaca rows \(2 sampled, the longest ~\d+ tokens; 1 of them "
+                     r"longer than datasets.max_len=64, which cuts them\)$", out, re.M), out

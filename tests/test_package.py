@@ -71,7 +71,10 @@ def launcher_commands() -> list[tuple[str, list[str]]]:
                 line = line.split("#")[0].strip()
                 if line.startswith("python launcher.py"):
                     line = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], line)
-                    found.append((page.name, shlex.split(line)[2:]))
+                    args = shlex.split(line)[2:]
+                    if "recipes=byo/my_mistral_lora" in args:  # the recipe the page's new_recipe step writes:
+                        continue  # that flow runs in tests/test_user_recipes.py, from a saved model
+                    found.append((page.name, args))
     return found
 
 

@@ -25,7 +25,7 @@ import torch
 
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
-from training.data_formats import conversation, plain_text, row_format
+from training.data_formats import check_messages, conversation, plain_text, row_format
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -219,23 +219,6 @@ def _where(files: list[str] | None, index: int, train_data: str) -> str:
             return f"{name} line {lines[left]}"
         left -= len(lines)
     return f"row {index} of {train_data}"
-
-
-ROLES = ("system", "user", "assistant", "tool")
-
-
-def check_messages(messages) -> None:
-    """Raise ValueError (the reason) unless `messages` is a conversation the trainer can learn from."""
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {role, content}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise ValueError(f"message {i} must be {{role: one of {', '.join(ROLES)}, content: <text>}}, got {m!r}")
-        if m.get("weight", 1) not in (0, 1):
-            raise ValueError(f"message {i} has weight {m['weight']!r}: a turn's weight is 1 (trained) or 0 (context only)")
-    first = next((m["role"] for m in messages if m["role"] != "system"), None)
-    if first == "assistant":
-        raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")
 
 
 def turn_end_token(tokenizer, **template_kwargs) -> int | None:
@@ -562,6 +545,10 @@ def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None
                           f"one in training_config.datasets.chat_template (its Jinja text or a file)")
 
 
+def _row_format(cfg: DatasetConfig) -> str:
+    return row_format(cfg.format, _load_raw(cfg)[0].column_names, cfg.messages_key, cfg.train_data)
+
+
 def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, cache_root: Path, builder: bool,
                data_format: str, seed: int) -> TrainingData:
     """The run's data from its `datasets` section, tokenized by the model's tokenizer (its own files,
@@ -570,7 +557,11 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
 
     tokenizer_name = model.tokenizer_name_or_path or model.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_name_or_path or source or model.model_name_or_path)
-    with_chat_template(tokenizer, tokenizer_name, section.chat_template)
+    try:
+        with_chat_template(tokenizer, tokenizer_name, section.chat_template)
+    except ConfigError:
+        if data_format != "chat" or _row_format(section) != "text":  # plain text is tokenized without a template
+            raise
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
                                              data_format=data_format, seed=seed)
     special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}

@@ -99,3 +99,20 @@ def plain_text(row: dict) -> str:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text must be non-empty text")
     return text
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_messages(messages) -> None:
+    """Raise ValueError (the reason) unless `messages` is a conversation the trainer can learn from."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {role, content}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} must be {{role: one of {', '.join(ROLES)}, content: <text>}}, got {m!r}")
+        if m.get("weight", 1) not in (0, 1):
+            raise ValueError(f"message {i} has weight {m['weight']!r}: a turn's weight is 1 (trained) or 0 (context only)")
+    first = next((m["role"] for m in messages if m["role"] != "system"), None)
+    if first == "assistant":
+        raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")

@@ -1,0 +1,138 @@
+"""The dry run's look at local training data, before anything is submitted: a sample of rows read
+as the trainer will read them (format, fields, conversations), their token lengths against
+max_len, and the tokenizer's chat template. Hub datasets are left to the trainer.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from elastic_launcher.planning.model_config import local_model_dir
+from training.contract.config import DatasetConfig, ModelConfig
+from training.contract.errors import ConfigError
+from training.data_formats import check_messages, conversation, plain_text, row_format
+
+SAMPLE_ROWS = 64
+SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+@dataclass(frozen=True)
+class DataPreview:
+    path: str
+    format: str
+    sampled: int
+    longest_tokens: int | None  # of the sampled rows' text (the chat template adds a few per turn); None: no tokenizer here
+    over_max_len: int
+
+    def describe(self, max_len: int) -> str:
+        line = f"data: {self.path} read as {self.format} rows ({self.sampled} sampled"
+        if self.longest_tokens is None:
+            return line + ")"
+        line += f", the longest ~{self.longest_tokens:,} tokens"
+        if self.over_max_len:
+            line += f"; {self.over_max_len} of them longer than datasets.max_len={max_len}, which cuts them"
+        return line + ")"
+
+
+def _files(path: Path, split: str) -> list[Path]:
+    if path.is_file():
+        return [path]
+    from datasets.data_files import DataFilesDict, get_data_patterns  # datasets' own split naming, as the trainer
+
+    by_split = DataFilesDict.from_local_or_remote(get_data_patterns(str(path)), base_path=str(path))
+    files = by_split.get(split) or (by_split["train"] if list(by_split) == ["train"] else [])
+    return sorted(Path(f) for f in files if Path(f).suffix in SUFFIXES)
+
+
+def _sample(files: list[Path]) -> list[tuple[str, dict]]:
+    """Up to SAMPLE_ROWS rows with where each is (file and line, or row number)."""
+    rows: list[tuple[str, dict]] = []
+    for f in files:
+        if f.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            batch = next(pq.ParquetFile(f).iter_batches(batch_size=SAMPLE_ROWS), None)
+            rows += [(f"row {i} of {f}", r) for i, r in enumerate(batch.to_pylist() if batch else [])]
+        elif f.suffix == ".csv":
+            with open(f, newline="") as handle:
+                rows += [(f"{f} line {i + 2}", r) for i, r in zip(range(SAMPLE_ROWS), csv.DictReader(handle))]
+        elif f.suffix == ".json" and f.read_text()[:1] == "[":
+            rows += [(f"row {i} of {f}", r) for i, r in enumerate(json.loads(f.read_text())[:SAMPLE_ROWS])]
+        else:
+            with open(f, "rb") as handle:
+                for number, raw in enumerate(handle, 1):
+                    if len(rows) >= SAMPLE_ROWS:
+                        break
+                    if raw.strip():
+                        try:
+                            row = json.loads(raw.decode("utf-8"))
+                        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                            raise ConfigError(f"bad training row at {f} line {number}: not JSON ({e}): fix or remove "
+                                              f"the row") from None
+                        rows.append((f"{f} line {number}", row))
+        if len(rows) >= SAMPLE_ROWS:
+            break
+    return rows[:SAMPLE_ROWS]
+
+
+def _tokenizer(model: ModelConfig):
+    """The fast tokenizer of a local model or tokenizer directory (tokenizers, no transformers), with
+    whether it has a chat template; None where it is not local."""
+    local = next((d for d in (local_model_dir(model.tokenizer_name_or_path), local_model_dir(model.model_name_or_path))
+                  if d is not None), None)
+    if local is None:
+        for name in (model.tokenizer_name_or_path, model.model_name_or_path):
+            if name and (Path(name) / "tokenizer.json").is_file():
+                local = Path(name)
+                break
+    if local is None or not (local / "tokenizer.json").is_file():
+        return None, True
+    from tokenizers import Tokenizer
+
+    config = local / "tokenizer_config.json"
+    has_template = (local / "chat_template.jinja").is_file() or (
+        config.is_file() and bool(json.loads(config.read_text()).get("chat_template")))
+    return Tokenizer.from_file(str(local / "tokenizer.json")), has_template
+
+
+def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview | None:
+    """The sample's verdict, or None for data that is not local (a hub id) or a save_to_disk directory.
+    A problem the trainer would stop on is raised here, one line, with the row it is in."""
+    path = Path(ds.train_data)
+    if not path.exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
+        return None
+    rows = _sample(_files(path, ds.split))
+    if not rows:
+        return None
+    columns = list(rows[0][1])
+    if pairs:
+        if not {"chosen", "rejected"} <= set(columns):
+            raise ConfigError(f"training_config.datasets.train_data={ds.train_data!r} has no chosen/rejected columns "
+                              f"(columns: {', '.join(columns)}): preference training (trainer_type=dpo) needs pairs "
+                              f"(prompt, chosen, rejected)")
+        fmt = "preference"
+    else:
+        fmt = row_format(ds.format, columns, ds.messages_key, ds.train_data)
+    texts = []
+    for where, row in rows:
+        try:
+            if fmt == "text":
+                texts.append(plain_text(row))
+            elif fmt != "preference":
+                turns = conversation(row, fmt, ds.messages_key)
+                check_messages(turns)
+                texts.append("\n".join(t["content"] for t in turns))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"bad training row at {where}: {e}: fix or remove the row") from None
+    tokenizer, has_template = _tokenizer(model)
+    if not has_template and fmt != "text" and not ds.chat_template:
+        name = model.tokenizer_name_or_path or model.model_name_or_path
+        raise ConfigError(f"the tokenizer {name!r} has no chat template, which renders every training row: use a chat "
+                          f"model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give one in "
+                          f"training_config.datasets.chat_template (its Jinja text or a file)")
+    lengths = [len(tokenizer.encode(t).ids) for t in texts] if tokenizer and texts else []
+    return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
+                       sum(n > ds.max_len for n in lengths))
