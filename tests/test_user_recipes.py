@@ -94,33 +94,41 @@ def saved_model(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_recipe_from_a_saved_model_plans_traces_and_trains(tmp_path, saved_model):
-    """scripts/new_recipe.py reads the model's config.json, writes the recipe into $LAUNCHER_RECIPES
-    with the model's shape, traces its sizes there and prints the dry run; the recipe is listed in
-    --help and trains locally."""
+def test_the_your_model_page_runs_as_written_on_a_saved_model(tmp_path, saved_model):
+    """docs/your-model.md's commands, as written (the page's paths swapped for this test's): the new
+    recipe has the model's shape, its traces go to $LAUNCHER_RECIPES, the dry run shows them, the
+    recipe is listed in --help and trains locally."""
     import json
     import os
+    import re
 
     import yaml
 
-    home = tmp_path / "mine"
-    home.mkdir()
-    env = {**os.environ, "LAUNCHER_RECIPES": str(home), "OMP_NUM_THREADS": "1"}
-    made = subprocess.run([sys.executable, str(ROOT / "scripts" / "new_recipe.py"), str(saved_model), "--method", "sft",
-                           "--name", "byo/my_model_sft", "--output-dir", str(tmp_path / "out")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert made.returncode == 0, made.stderr[-2000:]
-    path = home / "recipes" / "byo" / "my_model_sft.yaml"
+    page = (ROOT / "docs" / "your-model.md").read_text()
+    write, run = re.findall(r"```bash\n(.*?)```", page, re.S)[:2]
+    home = tmp_path / "launcher-recipes"
+    paths = {"~/launcher-recipes": str(home), "/models/my-mistral": str(saved_model),
+             "/data/chats.jsonl": str(ROOT / "data" / "sft_tiny.jsonl"),  # and run from tmp_path, so that
+             "python scripts/": f"python {ROOT}/scripts/", "python launcher.py": f"python {ROOT}/launcher.py"}  # results/ lands there
+    script = write + run
+    for shown, here in paths.items():
+        script = script.replace(shown, here)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["bash", "-euc", script], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = home / "recipes" / "byo" / "my_mistral_lora.yaml"
     recipe = yaml.safe_load(path.read_text())
     config = json.loads((saved_model / "config.json").read_text())
-    assert {k: recipe["model_shape"][k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")} == \
-        {k: config[k] for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")}
+    keys = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+    assert {k: recipe["model_shape"][k] for k in keys} == {k: config[k] for k in keys}
     assert recipe["training_config"]["datasets"]["max_len"] == config["max_position_embeddings"]  # no longer than the model
-    assert made.stdout.startswith(f"wrote {path}: ml.p5.48xlarge, 1..4 nodes")
-    assert "my-model-sft: elastic, 1..4 nodes of ml.p5.48xlarge" in made.stdout
-    assert '"recipe": "byo/my_model_sft"' in (home / "traced_memory.json").read_text()
-    assert "byo/my_model_sft" in run_launcher_process("--help", env={"LAUNCHER_RECIPES": str(home)}).stdout
-    trained = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "recipes=byo/my_model_sft", "action=local",
+    assert done.stdout.startswith(f"wrote {path}: ml.p5.48xlarge, 1..4 nodes")
+    assert '"recipe": "byo/my_mistral_lora"' in (home / "traced_memory.json").read_text()
+    tables = [line for line in done.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
+    assert len(tables) == 2 * 4 and not any("~" in line for line in tables)  # both dry runs, every size traced
+    env["LAUNCHER_RECIPES"] = str(home)
+    assert "byo/my_mistral_lora" in run_launcher_process("--help", env=env).stdout
+    trained = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "recipes=byo/my_mistral_lora", "action=local",
                               "recipes.training_config.datasets.train_data=data/sft_tiny.jsonl",
                               "recipes.training_config.training_args.max_steps=2", f"local.run_dir={tmp_path / 'run'}",
                               f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=240,
@@ -156,3 +164,11 @@ def test_a_new_recipe_needs_your_recipe_directory(tmp_path, saved_model):
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2 and done.stderr == ("error: LAUNCHER_RECIPES is not set: set it to the directory your "
                                                     "recipes live in (e.g. export LAUNCHER_RECIPES=~/launcher-recipes)\n")
+
+
+def test_a_missing_memory_figure_says_why_and_how_to_get_one(launch):
+    code, out, _ = launch("recipes=llama/llama3_1_8b_sft", "~recipes.model_shape")
+    assert code == 0
+    assert ("GiB/GPU -: recipes.model_shape is not set and model_name_or_path='meta-llama/Llama-3.1-8B-Instruct' is no "
+            "local directory whose config.json would fill it: add the model's shape to the recipe (python "
+            "scripts/new_recipe.py <model> writes a recipe with it; docs/your-model.md)") in out.splitlines()

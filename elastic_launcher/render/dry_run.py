@@ -37,6 +37,17 @@ def _memory_cell(plan: Plan, size) -> str:
     return f"{'' if size.memory.traced else '~'}{used:.0f}/{has:.0f}{mark}"
 
 
+def _no_memory_figure(plan: Plan) -> str:
+    """Why a GPU plan has no memory figure, and how to get one."""
+    mc = plan.base.training_config.model_config
+    if mc.architecture:
+        return ("the inline architecture leaves keys to transformers' defaults, which the launcher cannot read: "
+                "trace it (python scripts/trace_memory.py <recipe> --keep)")
+    return (f"recipes.model_shape is not set and model_name_or_path={mc.model_name_or_path!r} is no local directory "
+            f"whose config.json would fill it: add the model's shape to the recipe (python scripts/new_recipe.py "
+            f"<model> writes a recipe with it; docs/your-model.md)")
+
+
 def plan_table(plan: Plan) -> str:
     header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "sharding", "per-rank batch", "micro",
               "grad-accum", "LR", "tokens/step", "GiB/GPU", "config")
@@ -86,11 +97,13 @@ def summary(plan: Plan, target: str) -> str:
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
                      f"{Allowance().describe()} (~: estimated, not traced); 'tight' above {FIT_SHARE:.0%} "
                      f"(docs/recipes.md: Will it fit?)")
+    elif plan.instance.gpu_memory_gib:
+        lines.append(f"GiB/GPU -: {_no_memory_figure(plan)}")
+    if any(s.memory and not s.memory.traced for s in plan.sizes):
+        lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):
         lines.append("sharding: hsdp RxS holds the state sharded over S GPUs (one node's) in R replicas: each layer's "
                      "gathers stay on the node, gradients cross the network once per step; fsdp shards over every GPU")
-        if any(s.memory and not s.memory.traced for s in plan.sizes):
-            lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if plan.unused_scale_configs:
         lines.append(f"scale_config entries not used by this policy (outside the allowed sizes): "
                      f"{', '.join(f'n{n}' for n in plan.unused_scale_configs)}")
