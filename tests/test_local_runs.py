@@ -102,6 +102,19 @@ def test_local_run_with_a_missing_dataset_is_one_line_within_seconds(tmp_path):
     assert time.monotonic() - start < 45
 
 
+def training_until_stopped(tmp_path, run_dir):
+    """A local run of the tiny recipe with no end in sight, once it has trained two steps."""
+    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=100000",
+                    "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
+                    f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    try:
+        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
 def test_a_trainer_crash_in_a_local_run_is_one_line_with_where_it_was_raised(tmp_path):
     """An error that is no configuration mistake (here transformers refusing the model's shape) reaches
     the user as one line: the exception, the file and line that raised it, the rank and the log's
@@ -122,11 +135,8 @@ def test_ctrl_c_pressed_again_waits_for_the_checkpoint_and_says_so(tmp_path):
     """Ctrl-C, then three more while the workers save: the launcher stays until its whole process tree
     has exited, says why, and the stop's checkpoint is complete."""
     run_dir = tmp_path / "run"
-    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=100000",
-                    "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
-                    f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    proc = training_until_stopped(tmp_path, run_dir)
     try:
-        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
         torchrun = child_pids(proc.pid)
         tree = torchrun + [w for t in torchrun for w in child_pids(t)]
         proc.send_signal(signal.SIGINT)
@@ -146,11 +156,8 @@ def test_ctrl_c_pressed_again_waits_for_the_checkpoint_and_says_so(tmp_path):
 
 def test_sigterm_to_a_local_run_checkpoints_and_leaves_no_process(tmp_path):
     run_dir = tmp_path / "run"
-    proc = launcher(*TINY, "action=local", "recipes.training_config.training_args.max_steps=100000",
-                    "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
-                    f"output_dir={tmp_path / 'out'}", cwd=ROOT)
+    proc = training_until_stopped(tmp_path, run_dir)
     try:
-        wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
         torchrun = child_pids(proc.pid)
         workers = [w for t in torchrun for w in child_pids(t)]
         assert len(workers) == 2
