@@ -411,8 +411,6 @@ def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
     return set(random.Random(seed).sample(range(rows), held_out))
 
 
-
-
 def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0):
     """(training rows, validation rows or None, statistics) of `data_format` ("chat": one
     conversation per row; "pairs": a prompt with chosen and rejected answers). A malformed row stops

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic_launcher.planning.model_config import local_model_dir
+from elastic_launcher import ROOT
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
 from training.data_formats import check_messages, conversation, plain_text, row_format
@@ -79,16 +79,12 @@ def _sample(files: list[Path]) -> list[tuple[str, dict]]:
 
 
 def _tokenizer(model: ModelConfig):
-    """The fast tokenizer of a local model or tokenizer directory (tokenizers, no transformers), with
-    whether it has a chat template; None where it is not local."""
-    local = next((d for d in (local_model_dir(model.tokenizer_name_or_path), local_model_dir(model.model_name_or_path))
-                  if d is not None), None)
+    """The fast tokenizer of a local model or tokenizer directory (tokenizers, no transformers) and
+    whether it has a chat template; (None, True) where the tokenizer is not local."""
+    names = [n for n in (model.tokenizer_name_or_path, model.model_name_or_path) if n]
+    local = next((base / n for n in names[:1] for base in (Path.cwd(), ROOT) if (base / n / "tokenizer.json").is_file()),
+                 None)
     if local is None:
-        for name in (model.tokenizer_name_or_path, model.model_name_or_path):
-            if name and (Path(name) / "tokenizer.json").is_file():
-                local = Path(name)
-                break
-    if local is None or not (local / "tokenizer.json").is_file():
         return None, True
     from tokenizers import Tokenizer
 
