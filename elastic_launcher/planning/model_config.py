@@ -5,7 +5,10 @@ recipe plans with (`model_shape`), filled from a local model directory or checke
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from elastic_launcher import ROOT
 from training.contract.errors import ConfigError
@@ -44,8 +47,12 @@ def read_config(model: str) -> dict:
         return text_config(json.loads((local / "config.json").read_text()))
     try:
         from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import logging as hub_logging
 
-        return text_config(json.loads(Path(hf_hub_download(model, "config.json")).read_text()))
+        hub_logging.set_verbosity_error()  # its retry warnings would break the one-line error below
+        # a host that does not resolve fails here at once, not after the hub client's retries (~25 s)
+        socket.getaddrinfo(urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname, 443)
+        return text_config(json.loads(Path(hf_hub_download(model, "config.json", etag_timeout=5)).read_text()))
     except Exception as e:  # noqa: BLE001 - offline, gated, unknown id: all one line
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise ConfigError(f"model={model!r} is neither a local directory holding config.json nor a model the hub "
