@@ -104,7 +104,8 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096) -> New
             for nodes in NODE_COUNTS:  # the fewest nodes where micro-batch 1 fits, then the largest micro-batch there
                 if why := _misfit(name, instance, nodes, 1):
                     continue
-                fitting[instance] = (nodes, next(m for m in MICRO_BATCHES if m == 1 or not _misfit(name, instance, nodes, m)))
+                micro = next(m for m in MICRO_BATCHES if m == 1 or not _misfit(name, instance, nodes, m))
+                fitting[instance] = (nodes, micro)
                 break
         usable = [t for t in INSTANCE_TYPES if t in fitting]
         if not usable:

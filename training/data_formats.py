@@ -2,13 +2,13 @@
 
 `datasets.format` names one; `auto` (the default) recognizes it from the columns, in this order:
 
-| format              | columns                                   | read as                                              |
-|---------------------|-------------------------------------------|------------------------------------------------------|
-| `messages`          | `messages` (`datasets.messages_key`)      | the conversation as written (`role`, `content`, optional `weight`) |
-| `sharegpt`          | `conversations` of `from`/`value`         | roles mapped: human -> user, gpt -> assistant, system, tool |
-| `alpaca`            | `instruction`, `output` (`input`, `system`) | instruction and input joined as the user turn, output the answer |
-| `prompt_completion` | `prompt`, `completion`                    | one exchange (either side text or messages)          |
-| `text`              | `text`                                    | plain text, every token trained (continued pre-training) |
+- `messages` (column `datasets.messages_key`): the conversation as written (`role`, `content`,
+  optional `weight`);
+- `sharegpt` (`conversations` of `from`/`value`): roles mapped, human -> user, gpt -> assistant;
+- `alpaca` (`instruction`, `output`; optional `input`, `system`): instruction and input joined as the
+  user turn, output the answer;
+- `prompt_completion` (`prompt`, `completion`): one exchange, either side text or messages;
+- `text` (`text`): plain text, every token trained (continued pre-training).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class DataPreview:
     path: str
     format: str
     sampled: int
-    longest_tokens: int | None  # of the sampled rows' text (the chat template adds a few per turn); None: no tokenizer here
+    longest_tokens: int | None  # of the sampled rows' text (the template adds a few per turn); None: no tokenizer
     over_max_len: int
 
     def describe(self, max_len: int) -> str:

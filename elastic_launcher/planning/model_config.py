@@ -24,7 +24,8 @@ NOT_SHAPE = {"architectures", "auto_map", "transformers_version", "torch_dtype",
 
 
 def local_model_dir(model: str | None) -> Path | None:
-    """The local directory `model` names (relative to the working directory, else the project), if it holds config.json."""
+    """The local directory `model` names (relative to the working directory, else the project), if it
+    holds config.json."""
     if not model:
         return None
     for base in (Path.cwd(), ROOT):

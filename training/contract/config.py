@@ -91,9 +91,10 @@ class ModelConfig:
 
 @dataclass
 class DatasetConfig:
-    train_data: str = "data/sft_tiny.jsonl"  # JSONL/JSON/Parquet/CSV file or directory, a save_to_disk directory, or a hub dataset id
+    # JSONL/JSON/Parquet/CSV file or directory, a save_to_disk directory, or a hub dataset id
+    train_data: str = "data/sft_tiny.jsonl"
     split: str = "train"
-    format: str = one_of(*FORMATS)  # SFT rows: auto (recognized from the columns), messages, sharegpt, alpaca, ... (docs/your-data.md)
+    format: str = one_of(*FORMATS)  # SFT rows: auto (from the columns), messages, sharegpt, ... (docs/your-data.md)
     messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
     max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
     packing: bool = False
@@ -214,8 +215,8 @@ def check_methods(tc: TrainingSection) -> None:
     if tc.datasets.packing and not method.packing:
         raise ConfigError(f"training_config.datasets.packing=true with trainer_type={method.name}: the method "
                           f"scores whole sequences, not packed rows; set datasets.packing=false")
+    # (a directory may hold a validation or test split, which then validates: the trainer checks)
     if tc.training_args.eval_steps and tc.datasets.train_val_split_ratio >= 1 and not Path(tc.datasets.train_data).is_dir():
-        # (a directory may hold a validation or test split, which then validates: the trainer checks)
         raise ConfigError(f"training_config.training_args.eval_steps={tc.training_args.eval_steps} but "
                           f"datasets.train_val_split_ratio=1.0 leaves no validation rows: set it below 1 (e.g. 0.9), "
                           f"give a directory with a validation split as train_data, or set eval_steps=0")
