@@ -1,4 +1,4 @@
-"""The SFT row formats people bring (training.data_formats): each is read as the conversation it
+"""The SFT row formats people bring (training.contract.data_formats): each is read as the conversation it
 means, token by token, or refused in one line; plain text trains on every token, cut at max_len."""
 
 import csv

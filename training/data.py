@@ -25,7 +25,7 @@ import torch
 
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
-from training.data_formats import check_messages, conversation, plain_text, row_format
+from training.contract.data_formats import check_messages, conversation, plain_text, row_format
 
 IGNORE_INDEX = -100
 _READY = "READY"

@@ -13,7 +13,7 @@ from pathlib import Path
 from elastic_launcher import ROOT
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
-from training.data_formats import check_messages, conversation, plain_text, row_format
+from training.contract.data_formats import check_messages, conversation, plain_text, row_format
 
 SAMPLE_ROWS = 64
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")

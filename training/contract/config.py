@@ -14,7 +14,7 @@ from typing import Any
 from training.contract.errors import ConfigError
 from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
-from training.data_formats import FORMATS
+from training.contract.data_formats import FORMATS
 
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
