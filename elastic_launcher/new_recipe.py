@@ -14,7 +14,7 @@ import yaml
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, user_dirs
 from elastic_launcher.planning.memory import FIT_SHARE
-from elastic_launcher.planning.model_config import read_config, shape_of
+from elastic_launcher.planning.model_config import read_config, readable_shape, shape_of
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
 from training.contract.families import RECURRENT_FAMILIES, RECURRENT_KINDS
@@ -94,6 +94,9 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096) -> New
     if path.exists():
         raise ConfigError(f"{path} exists: pick another name, or delete it first")
     shape = shape_of(read_config(model))
+    if why := readable_shape(shape):
+        raise ConfigError(f"model={model!r}: {why}, which the planner reads (model_type {shape.get('model_type')}): "
+                          f"write the recipe by hand with a model_shape (docs/your-model.md)")
     max_len = min(max_len, shape.get("max_position_embeddings") or max_len)  # no longer than the model was made for
     path.parent.mkdir(parents=True, exist_ok=True)
     try:

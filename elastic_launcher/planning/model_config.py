@@ -63,9 +63,25 @@ def read_config(model: str) -> dict:
 
 def shape_of(config: dict) -> dict:
     """The config's keys a recipe keeps as its model_shape: everything structural, none of the files'
-    or tokenizer's."""
-    return {k: v for k, v in config.items() if k not in NOT_SHAPE and not k.startswith("_")
-            and isinstance(v, (int, float, str, bool, list, dict)) and k != "text_config"}
+    or tokenizer's. A config that lists its layers instead of counting them (Nemotron-H's
+    layers_block_type) gets the count the planner reads."""
+    shape = {k: v for k, v in config.items() if k not in NOT_SHAPE and not k.startswith("_")
+             and isinstance(v, (int, float, str, bool, list, dict)) and k != "text_config"}
+    layers = shape.get("layer_types") or shape.get("layers_block_type")
+    if "num_hidden_layers" not in shape and isinstance(layers, list):
+        shape["num_hidden_layers"] = len(layers)
+    return shape
+
+
+def readable_shape(shape: dict) -> str | None:
+    """Why the planner cannot size a model of this shape (a key it reads is missing), or None."""
+    from elastic_launcher.planning.memory import ModelShape
+
+    try:
+        ModelShape.from_config(shape)
+    except KeyError as e:
+        return f"its config has no {e.args[0]}"
+    return None
 
 
 def check_shape(model_shape: dict, model_dir: Path) -> None:

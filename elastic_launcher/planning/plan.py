@@ -13,7 +13,7 @@ from typing import Any
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
                                               trace_inputs, traced)
-from elastic_launcher.planning.model_config import check_shape, local_model_dir, read_config, shape_of
+from elastic_launcher.planning.model_config import check_shape, local_model_dir, read_config, readable_shape, shape_of
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
@@ -349,7 +349,10 @@ def _with_local_shape(hardware: Hardware, model: str | None) -> Hardware:
     if hardware.model_shape:
         check_shape(hardware.model_shape, model_dir)
         return hardware
-    return dataclasses.replace(hardware, model_shape=shape_of(read_config(str(model_dir))))
+    shape = shape_of(read_config(str(model_dir)))
+    if readable_shape(shape):  # a family the analytic shape cannot read: no memory figure, as without a shape
+        return hardware
+    return dataclasses.replace(hardware, model_shape=shape)
 
 
 def _sharding(hardware: Hardware, cfg: JobConfig, instance: InstanceType, nodes: int, nproc: int, batch: BatchPlan,
