@@ -17,7 +17,7 @@ from elastic_launcher.planning.memory import FIT_SHARE
 from elastic_launcher.planning.model_config import read_config, readable_shape, shape_of
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
-from training.contract.families import RECURRENT_FAMILIES, RECURRENT_KINDS
+from training.contract.families import recurrent
 
 # method -> the common recipes it builds on, as the catalogue's recipes do
 METHODS = {
@@ -45,11 +45,8 @@ class NewRecipe:
 
 def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, instance_types: list[str],
                  min_nodes: int, max_nodes: int, micro: int) -> str:
-    bases = METHODS[method]
-    recurrent = shape.get("model_type") in RECURRENT_FAMILIES or \
-        set(shape.get("layer_types") or shape.get("layers_block_type") or ()) & set(RECURRENT_KINDS)
     body = {
-        "defaults": [*bases, {"/scale_configs@scale_config": SCALE_CONFIG}, "_self_"],
+        "defaults": [*METHODS[method], {"/scale_configs@scale_config": SCALE_CONFIG}, "_self_"],
         "run": {"name": name.split("/")[-1].replace("_", "-")},
         "trainer": {"num_nodes": min_nodes},
         "instance_type": instance_types[0],
@@ -57,7 +54,7 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
         "model_shape": shape,
         "training_config": {
             "model_config": {"model_name_or_path": model},
-            "datasets": {"max_len": max_len, **({"packing": False} if recurrent and method != "dpo" else {})},
+            "datasets": {"max_len": max_len, **({"packing": False} if recurrent(shape) and method != "dpo" else {})},
             "training_args": {"micro_train_batch_size": micro},
         },
         "elastic_policy": {"is_elastic": True, "min_nodes": min_nodes, "max_nodes": max_nodes},

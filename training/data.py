@@ -25,7 +25,9 @@ import torch
 
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
-from training.contract.data_formats import check_messages, conversation, plain_text, row_format
+from training.contract.data_files import READERS, held_out_split, json_line, split_files
+from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
+                                           plain_text, row_format)
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -60,9 +62,6 @@ def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: i
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # suffix -> datasets' reader
-
-
 def _data_files(cfg: DatasetConfig) -> list[str] | None:
     """The local files behind train_data, or None for a hub dataset id."""
     path = Path(cfg.train_data)
@@ -79,7 +78,7 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
             raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/JSON/Parquet/CSV file "
                               f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
         return None
-    files = _split_files(path, cfg.split) if path.is_dir() else [str(path)]
+    files = split_files(path, cfg.split) if path.is_dir() else [str(path)]
     files = sorted(f for f in files if Path(f).suffix in READERS)
     if not files:
         raise ConfigError(f"{key}={cfg.train_data!r} has no {'/'.join(READERS)} files")
@@ -89,51 +88,6 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
     if all(Path(f).stat().st_size == 0 for f in files):
         raise ConfigError(f"{key}={cfg.train_data!r} is empty: it holds no rows")
     return files
-
-
-def _splits_of(directory: Path) -> tuple[dict[str, list[str]], bool]:
-    """The files of each split of a directory, named as Hugging Face datasets names splits (train*,
-    test*/eval*, validation*/dev* files or folders), and whether any file is so named (if none is,
-    every file is in `train`)."""
-    from datasets.data_files import DataFilesDict, get_data_patterns
-
-    patterns = get_data_patterns(str(directory))
-    by_split = {str(name): list(files) for name, files in
-                DataFilesDict.from_local_or_remote(patterns, base_path=str(directory)).items()}
-    return by_split, not (list(patterns) == ["train"] and patterns["train"] == ["**"])
-
-
-def _split_files(directory: Path, split: str) -> list[str]:
-    """The files of a directory's `split`: a `test.jsonl` beside `train.jsonl` is never trained on. A
-    directory without split names is one training split, whatever `split` says."""
-    by_split, named = _splits_of(directory)
-    if not named:
-        return by_split["train"]
-    if split not in by_split:
-        raise ConfigError(f"training_config.datasets.split={split!r} is not a split of train_data={str(directory)!r}, "
-                          f"whose file names make the splits {', '.join(sorted(by_split))}: set "
-                          f"training_config.datasets.split to one of them")
-    return by_split[split]
-
-
-HELD_OUT_SPLITS = ("validation", "test")  # the first one a source has validates when no rows are carved out
-
-
-def held_out_split(cfg: DatasetConfig) -> str | None:
-    """The split of a local source kept apart from its training split (its validation, else its test
-    split): a directory's split files or a saved DatasetDict's splits. None for a single file, a hub id
-    or a source without one."""
-    path = Path(cfg.train_data)
-    if not path.is_dir():
-        return None
-    if (path / "dataset_dict.json").is_file():
-        names = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-    elif (path / "state.json").is_file():
-        return None
-    else:
-        by_split, named = _splits_of(path)
-        names = by_split if named else {}
-    return next((name for name in HELD_OUT_SPLITS if name in names and name != cfg.split), None)
 
 
 def _saved_to_disk(path: Path, split: str):
@@ -195,13 +149,7 @@ def _unreadable_row(files: list[str]) -> str | None:
             for number, raw in enumerate(f, 1):
                 if not raw.strip():
                     continue
-                try:
-                    row = json.loads(raw.decode("utf-8"))
-                    problem = None if isinstance(row, dict) else f"not a JSON object ({type(row).__name__})"
-                except UnicodeDecodeError as e:
-                    problem = f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-                except json.JSONDecodeError as e:
-                    problem = f"invalid JSON ({e.msg} at column {e.colno})"
+                _, problem = json_line(raw)
                 if problem:
                     return f"bad training row at {name} line {number}: {problem}: fix or remove the row"
     return None
@@ -419,9 +367,7 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
     if data_format == "pairs" and not {"chosen", "rejected"} <= set(raw.column_names):
-        raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} has no chosen/rejected columns "
-                          f"(columns: {', '.join(raw.column_names)}): preference training (trainer_type=dpo) needs "
-                          f"pairs (prompt, chosen, rejected)")
+        raise no_preference_columns(cfg.train_data, raw.column_names)
     fmt = "pairs" if data_format == "pairs" else row_format(cfg.format, raw.column_names, cfg.messages_key,
                                                            cfg.train_data)
     encode_row = {"pairs": _encode_pair, "text": _encode_text}.get(fmt, _encode_sft)
@@ -538,9 +484,7 @@ def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None
                               f"file here: give the template's text or the path of a file the pods can read")
         tokenizer.chat_template = Path(chat_template).read_text()
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"the tokenizer {tokenizer_name!r} has no chat template, which renders every training row: "
-                          f"use a chat model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give "
-                          f"one in training_config.datasets.chat_template (its Jinja text or a file)")
+        raise no_chat_template(tokenizer_name)
 
 
 def _row_format(cfg: DatasetConfig) -> str:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from elastic_launcher import ROOT
 from training.contract.config import DatasetConfig, ModelConfig
+from training.contract.data_files import READERS, json_line, split_files
+from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
+                                           plain_text, row_format)
 from training.contract.errors import ConfigError
-from training.contract.data_formats import check_messages, conversation, plain_text, row_format
 
 SAMPLE_ROWS = 64
-SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,8 @@ class DataPreview:
 
 
 def _files(path: Path, split: str) -> list[Path]:
-    if path.is_file():
-        return [path]
-    from datasets.data_files import DataFilesDict, get_data_patterns  # datasets' own split naming, as the trainer
-
-    by_split = DataFilesDict.from_local_or_remote(get_data_patterns(str(path)), base_path=str(path))
-    files = by_split.get(split) or (by_split["train"] if list(by_split) == ["train"] else [])
-    return sorted(Path(f) for f in files if Path(f).suffix in SUFFIXES)
+    files = split_files(path, split) if path.is_dir() else [str(path)]  # the trainer's split naming
+    return sorted(Path(f) for f in files if Path(f).suffix in READERS)
 
 
 def _sample(files: list[Path]) -> list[tuple[str, dict]]:
@@ -59,19 +55,17 @@ def _sample(files: list[Path]) -> list[tuple[str, dict]]:
         elif f.suffix == ".csv":
             with open(f, newline="") as handle:
                 rows += [(f"{f} line {i + 2}", r) for i, r in zip(range(SAMPLE_ROWS), csv.DictReader(handle))]
-        elif f.suffix == ".json" and f.read_text()[:1] == "[":
-            rows += [(f"row {i} of {f}", r) for i, r in enumerate(json.loads(f.read_text())[:SAMPLE_ROWS])]
+        elif f.suffix == ".json" and (text := f.read_text()).lstrip()[:1] == "[":
+            rows += [(f"row {i} of {f}", r) for i, r in enumerate(json.loads(text)[:SAMPLE_ROWS])]
         else:
             with open(f, "rb") as handle:
                 for number, raw in enumerate(handle, 1):
                     if len(rows) >= SAMPLE_ROWS:
                         break
                     if raw.strip():
-                        try:
-                            row = json.loads(raw.decode("utf-8"))
-                        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                            raise ConfigError(f"bad training row at {f} line {number}: not JSON ({e}): fix or remove "
-                                              f"the row") from None
+                        row, problem = json_line(raw)
+                        if problem:
+                            raise ConfigError(f"bad training row at {f} line {number}: {problem}: fix or remove the row")
                         rows.append((f"{f} line {number}", row))
         if len(rows) >= SAMPLE_ROWS:
             break
@@ -106,9 +100,7 @@ def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview |
     columns = list(rows[0][1])
     if pairs:
         if not {"chosen", "rejected"} <= set(columns):
-            raise ConfigError(f"training_config.datasets.train_data={ds.train_data!r} has no chosen/rejected columns "
-                              f"(columns: {', '.join(columns)}): preference training (trainer_type=dpo) needs pairs "
-                              f"(prompt, chosen, rejected)")
+            raise no_preference_columns(ds.train_data, columns)
         fmt = "preference"
     else:
         fmt = row_format(ds.format, columns, ds.messages_key, ds.train_data)
@@ -125,10 +117,7 @@ def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview |
             raise ConfigError(f"bad training row at {where}: {e}: fix or remove the row") from None
     tokenizer, has_template = _tokenizer(model)
     if not has_template and fmt != "text" and not ds.chat_template:
-        name = model.tokenizer_name_or_path or model.model_name_or_path
-        raise ConfigError(f"the tokenizer {name!r} has no chat template, which renders every training row: use a chat "
-                          f"model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give one in "
-                          f"training_config.datasets.chat_template (its Jinja text or a file)")
+        raise no_chat_template(model.tokenizer_name_or_path or model.model_name_or_path)
     lengths = [len(tokenizer.encode(t).ids) for t in texts] if tokenizer and texts else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
                        sum(n > ds.max_len for n in lengths))

@@ -41,11 +41,15 @@ def text_config(config: dict) -> dict:
     return inner if isinstance(inner, dict) and inner.get("hidden_size") else config
 
 
+def local_config(model_dir: Path) -> dict:
+    return text_config(json.loads((model_dir / "config.json").read_text()))
+
+
 def read_config(model: str) -> dict:
     """The decoder config of a local model directory or a hub id (where the hub is reachable)."""
     local = local_model_dir(model)
     if local is not None:
-        return text_config(json.loads((local / "config.json").read_text()))
+        return local_config(local)
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.utils import logging as hub_logging
@@ -84,9 +88,9 @@ def readable_shape(shape: dict) -> str | None:
     return None
 
 
-def check_shape(model_shape: dict, model_dir: Path) -> None:
-    """A recipe's model_shape against the model it trains: one line naming the first key that differs."""
-    config = text_config(json.loads((model_dir / "config.json").read_text()))
+def check_shape(model_shape: dict, config: dict, model_dir: Path) -> None:
+    """A recipe's model_shape against the config of the model it trains (in `model_dir`): one line
+    naming the first key that differs."""
     for key in CHECKED_KEYS:
         if key in model_shape and key in config and model_shape[key] != config[key]:
             raise ConfigError(f"recipes.model_shape.{key}={model_shape[key]!r} but the model at {model_dir} has "

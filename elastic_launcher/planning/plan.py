@@ -13,7 +13,8 @@ from typing import Any
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
                                               trace_inputs, traced)
-from elastic_launcher.planning.model_config import check_shape, local_model_dir, read_config, readable_shape, shape_of
+from elastic_launcher.planning.model_config import (check_shape, local_config, local_model_dir, readable_shape,
+                                                    shape_of)
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, get_path
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
@@ -346,10 +347,11 @@ def _with_local_shape(hardware: Hardware, model: str | None) -> Hardware:
     model_dir = local_model_dir(model)
     if model_dir is None:
         return hardware
+    config = local_config(model_dir)
     if hardware.model_shape:
-        check_shape(hardware.model_shape, model_dir)
+        check_shape(hardware.model_shape, config, model_dir)
         return hardware
-    shape = shape_of(read_config(str(model_dir)))
+    shape = shape_of(config)
     if readable_shape(shape):  # a family the analytic shape cannot read: no memory figure, as without a shape
         return hardware
     return dataclasses.replace(hardware, model_shape=shape)

@@ -116,3 +116,15 @@ def check_messages(messages) -> None:
     first = next((m["role"] for m in messages if m["role"] != "system"), None)
     if first == "assistant":
         raise ValueError("the conversation starts with an assistant turn: it needs a user turn before it")
+
+
+def no_preference_columns(train_data: str, columns: list[str]) -> ConfigError:
+    return ConfigError(f"training_config.datasets.train_data={train_data!r} has no chosen/rejected columns (columns: "
+                       f"{', '.join(columns)}): preference training (trainer_type=dpo) needs pairs (prompt, chosen, "
+                       f"rejected)")
+
+
+def no_chat_template(tokenizer_name: str | None) -> ConfigError:
+    return ConfigError(f"the tokenizer {tokenizer_name!r} has no chat template, which renders every training row: use a "
+                       f"chat model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give one in "
+                       f"training_config.datasets.chat_template (its Jinja text or a file)")

@@ -33,10 +33,15 @@ def family_refusal(model: dict, packing: bool) -> str | None:
     model_type = model.get("model_type")
     if model_type in NOT_DECODERS:
         return f"model_type {model_type} is {NOT_DECODERS[model_type]}: the trainer fine-tunes {SUPPORTED}"
-    kinds = set(model.get("layer_types") or model.get("layers_block_type") or ())
-    if packing and (model_type in RECURRENT_FAMILIES or kinds & set(RECURRENT_KINDS)):
+    if packing and recurrent(model):
         return packing_refusal(model_type)
     return None
+
+
+def recurrent(model: dict) -> bool:
+    """Whether the model has layers whose state runs along the row (its rows are not packed)."""
+    kinds = set(model.get("layer_types") or model.get("layers_block_type") or ())
+    return model.get("model_type") in RECURRENT_FAMILIES or bool(kinds & set(RECURRENT_KINDS))
 
 
 def packing_refusal(model_type: str) -> str:
