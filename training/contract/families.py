@@ -22,12 +22,18 @@ NOT_DECODERS = {
                     "an encoder-decoder model"),
     **dict.fromkeys(("vit", "clip", "siglip", "dinov2", "convnext", "resnet", "swin"), "a vision model"),
 }
+# Families whose transformers model has no flex attention (Qwen 3.5's gated attention): sdpa serves
+# them, and as their rows are never packed (above) it needs no per-document mask.
+NO_FLEX_FAMILIES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+# Families that ended with a torch.compile error on a GPU (an H200, docs/benchmarks.md): by default
+# their decoder layers are not compiled there (model_config.compile=true still compiles them).
+EAGER_FAMILIES = ("gemma4_text", "nemotron_h")
 # The routed experts per MoE layer, under the names transformers' configs give it.
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 SUPPORTED = "decoder-only causal LMs (AutoModelForCausalLM: Llama, Qwen, Gemma, Mistral, GPT-OSS, Nemotron-H, ...)"
 
 
-def family_refusal(model: dict, packing: bool) -> str | None:
+def family_refusal(model: dict, packing: bool, attn_implementation: str | None = None) -> str | None:
     """Why a model of this config (a recipe's model_shape or inline architecture: model_type, and
     layer_types where given) cannot train as configured, in one line; None when nothing is known against it."""
     model_type = model.get("model_type")
@@ -35,6 +41,10 @@ def family_refusal(model: dict, packing: bool) -> str | None:
         return f"model_type {model_type} is {NOT_DECODERS[model_type]}: the trainer fine-tunes {SUPPORTED}"
     if packing and recurrent(model):
         return packing_refusal(model_type)
+    if attn_implementation == "flex_attention" and model_type in NO_FLEX_FAMILIES:
+        return (f"model_type {model_type} has no flex attention in transformers: set "
+                f"training_config.model_config.attn_implementation=sdpa (its rows are not packed: no per-document "
+                f"mask is needed)")
     return None
 
 

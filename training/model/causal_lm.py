@@ -20,7 +20,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
-from training.contract.families import SUPPORTED
+from training.contract.families import EAGER_FAMILIES, SUPPORTED
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
@@ -306,7 +306,8 @@ def _compile_for_training(layer: torch.nn.Module, limit: int) -> None:
 
 
 def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
-    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else on_gpu)
+    default = on_gpu and hf_model.config.model_type not in EAGER_FAMILIES
+    _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else default)
     return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
 
 
