@@ -41,6 +41,8 @@ RUN cd /tmp \
 # liger-kernel is not the trainer's (its loss is training/model/loss.py): bench/gpu_smoke.py compares the two.
 # flash-linear-attention (Triton, no build) is the chunked kernel transformers runs for Qwen 3.5's Gated
 # DeltaNet layers, and the one whose memory the dry run traces; without it they fall back to a slow torch loop.
+# Nemotron-H's Mamba-2 layers have no such kernel here (mamba_ssm and causal_conv1d need a CUDA build):
+# they run transformers' reference PyTorch path, the one the dry run traces for them.
 RUN pip install "pip<25.3" \
  && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \

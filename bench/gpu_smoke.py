@@ -11,8 +11,11 @@
 5. one training step under `torch.cuda.set_sync_debug_mode("warn")`: host syncs before the update;
 6. peak reserved memory of a step against the plan's figure (trace + allowance), FSDP and, with two
    or more GPUs, HSDP;
-7. bench/gpu_throughput.py (the longest part, so last; options this script does not know, such as
-   `--steps 12 --shapes llama_1b`, are passed to it).
+7. bench/gpu_throughput.py (the longest part; options this script does not know, such as
+   `--steps 12 --shapes llama_1b`, are passed to it);
+8. the newest families at their published layer widths (a few layers of Gemma 4 E4B, Qwen 3.5 4B and
+   Nemotron 3 Nano) through the trainer, and flex attention at Gemma 4's 512-wide global heads against
+   fp32 attention.
 A check that fails is a FAILED row and the next one runs; each row is also written to stderr as it ends.
 It prints one table, with the device and the date, to paste into docs/benchmarks.md.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import subprocess
 import sys
 import tempfile
@@ -163,11 +167,64 @@ def memory_against_plan(tmp: Path, nproc: int, data: Path) -> list[tuple[str, st
     return rows
 
 
+FAMILY_SHAPES = ("gemma4_e4b_6l", "qwen3_5_4b_4l", "nemotron3_nano_4l")
+TRAINING_ARGS = "recipes.training_config.training_args"
+
+
+def families(tmp: Path, data: Path) -> list[tuple[str, str, str]]:
+    """Six steps of each family on one GPU: the kernels only a GPU runs (flex attention's compiled
+    kernels at 256- and 512-wide heads, flash-linear-attention's Gated DeltaNet, grouped experts)."""
+    rows = []
+    for shape in FAMILY_SHAPES:
+        try:
+            configs = render(tmp, shape, 1, 6, data, (f"{TRAINING_ARGS}.learning_rate=1e-4",
+                                                      f"{TRAINING_ARGS}.min_learning_rate=1e-5"))
+            measured = run_trainer(configs, tmp / f"run-{shape}", 1, steady_after=2)
+            losses = measured["losses"]
+            fine = all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+            rows.append((f"8. {shape}", "ok" if fine else "FAILED",
+                         f"losses {' '.join(f'{x:.2f}' for x in losses)}; {measured['tokens_per_s']:,.0f} tokens/s, "
+                         f"peak {measured['peak_gib']:.1f} GiB"))
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the next family still runs
+            rows.append((f"8. {shape}", "FAILED", cause(error)))
+    return rows
+
+
+def wide_head_attention(device, heads=8, kv_heads=2, tokens=2048, width=512, window=512) -> tuple[str, str]:
+    """Flex attention (compiled, bf16) with Gemma 4's 512-wide global heads and its sliding window, at
+    the trainer's tiles for them, forward and backward, against fp32 attention with the same masks."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from training.model.attention import wide_head_tiles
+
+    torch.manual_seed(0)
+    q = torch.randn(1, heads, tokens, width, device=device, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(1, kv_heads, tokens, width, device=device, dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    worst = {}
+    causal = {"global": lambda b, h, i, j: j <= i, "sliding": lambda b, h, i, j: (j <= i) & (i - j < window)}
+    for name, keep in causal.items():
+        mask = create_block_mask(keep, None, None, tokens, tokens, device=device)
+        out = torch.compile(flex_attention)(q, k, v, block_mask=mask, enable_gqa=True, scale=1.0,
+                                            kernel_options=wide_head_tiles(device.index or 0))
+        grads = torch.autograd.grad(out.float().square().mean(), (q, k, v))
+        q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+        i, j = torch.arange(tokens, device=device)[:, None], torch.arange(tokens, device=device)[None]
+        dense = keep(None, None, i, j)
+        ref = torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, attn_mask=dense, scale=1.0,
+                                                               enable_gqa=True)
+        ref_grads = torch.autograd.grad(ref.square().mean(), (q32, k32, v32))
+        worst[name] = max(((a.float() - b).norm() / b.norm()).item()
+                          for a, b in zip((out, *grads), (ref, *ref_grads)))
+    return ("ok" if max(worst.values()) < 2e-2 else "FAILED"), \
+        "worst relative difference to fp32 (output, dq, dk, dv): " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=1, help="GPUs of this node to use")
     parser.add_argument("--cpu", action="store_true", help="the parts that run on CPU, tiny shapes")
-    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="the checks to run, by number (e.g. --only 5,6)")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8", help="the checks to run, by number (e.g. --only 5,6)")
     args, throughput_args = parser.parse_known_args()
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("error: no GPU here: run bench/gpu_smoke.py on a GPU node (or --cpu to check the bench itself)")
@@ -203,6 +260,8 @@ def main() -> int:
             synthetic_chats(long := tmp / "long.jsonl", rows=800, max_words=2048)
             check("6. memory", lambda: memory_against_plan(tmp, args.nproc, long))
             check("7. bench/gpu_throughput.py", lambda: throughput(args.nproc, throughput_args))
+            check("8. wide-head attention", lambda: wide_head_attention(device))
+            check("8. families", lambda: families(tmp, long))
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
     print(f"gpu_smoke on {name} ({args.nproc} process(es)), {datetime.date.today()}, torch {torch.__version__}")
     print("| check | result | figures |\n|---|---|---|")
@@ -212,9 +271,11 @@ def main() -> int:
 
 
 def cause(error: BaseException) -> str:
-    """The line of a failure that names it: the last one that says "Error", else the last one."""
+    """The line of a failure that names it: the trainer's own `error:` line, else the last one that
+    says "Error" (torchrun's ChildFailedError comes after the trainer's line), else the last one."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
-    return next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1])[:300]
+    return next((line for line in reversed(lines) if line.startswith("error:")),
+                next((line for line in reversed(lines) if "Error" in line), lines[-1]))[:300]
 
 
 def throughput(nproc: int, options: list[str]) -> tuple[str, str]:

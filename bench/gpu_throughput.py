@@ -36,6 +36,29 @@ SHAPES = {
         num_key_value_heads=8, head_dim=64, num_local_experts=32, num_experts_per_tok=4, vocab_size=201088,
         sliding_window=128, max_position_embeddings=131072), 2048,
         ["recipes.training_config.model_config.attn_implementation=flex_attention"]),
+    # the newest families at their published layer widths, a few layers each (bench/gpu_smoke.py, check 8)
+    "gemma4_e4b_6l": ("gemma/tiny_gemma4_sft", dict(
+        model_type="gemma4_text", hidden_size=2560, intermediate_size=10240, num_hidden_layers=6,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=256, global_head_dim=512, vocab_size=262144,
+        hidden_size_per_layer_input=256, vocab_size_per_layer_input=262144, num_kv_shared_layers=2,
+        layer_types=["sliding_attention", "full_attention"] * 3, sliding_window=512, final_logit_softcapping=30.0,
+        tie_word_embeddings=True, max_position_embeddings=131072), 4096, ["recipes.training_config.model_config.attn_implementation=flex_attention"]),
+    "qwen3_5_4b_4l": ("qwen/tiny_qwen3_5_sft", dict(
+        model_type="qwen3_5_text", hidden_size=2560, intermediate_size=9216, num_hidden_layers=4,
+        num_attention_heads=16, num_key_value_heads=4, head_dim=256, vocab_size=248320, linear_num_key_heads=16,
+        linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+        layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=True,
+        max_position_embeddings=131072), 4096,
+        ["recipes.training_config.model_config.attn_implementation=flex_attention",
+         "recipes.training_config.datasets.packing=false"]),
+    "nemotron3_nano_4l": ("nemotron/tiny_nemotron_h_sft", dict(
+        model_type="nemotron_h", layers_block_type=["mamba", "moe", "attention", "moe"], hidden_size=2688,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, mamba_num_heads=64, mamba_head_dim=64,
+        ssm_state_size=128, n_groups=8, chunk_size=128, n_routed_experts=128, num_experts_per_tok=6,
+        moe_intermediate_size=1856, moe_shared_expert_intermediate_size=3712, n_group=1, topk_group=1,
+        vocab_size=131072, intermediate_size=1856, max_position_embeddings=131072), 4096,
+        ["recipes.training_config.model_config.attn_implementation=flex_attention",
+         "recipes.training_config.datasets.packing=false"]),
     "smoke": ("llama/tiny_llama_sft", dict(
         model_type="llama", hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=1024, tie_word_embeddings=True), 256,
@@ -73,7 +96,7 @@ def run_trainer(configs: Path, run_dir: Path, nproc: int, steady_after: int = 5)
     job = LocalJob(configs, run_dir, nproc_per_node=nproc)
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
     if done.returncode:
-        sys.exit(f"trainer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+        sys.exit(f"trainer failed:\n{done.stdout[-2000:]}{done.stderr[-20000:]}")
     records = read_records(run_dir)
     steps = [r for r in records if "loss" in r][steady_after:]  # steady state: compilation and warm-up excluded
     data = next(r for r in records if r.get("event") == "data")
@@ -81,7 +104,7 @@ def run_trainer(configs: Path, run_dir: Path, nproc: int, steady_after: int = 5)
             "mfu": sum(r.get("mfu") or 0 for r in steps) / len(steps) or None,
             "peak_gib": max(r["peak_memory_gib"] for r in steps),
             "reserved_gib": max(r.get("peak_reserved_gib", r["peak_memory_gib"]) for r in steps),
-            "fill": data.get("packing_fill")}
+            "fill": data.get("packing_fill"), "losses": [r["loss"] for r in records if "loss" in r]}
 
 
 def run_baseline(configs: Path, nproc: int, steps: int, env: dict) -> dict:

@@ -93,6 +93,38 @@ def test_every_model_has_full_sft_lora_sft_and_dpo():
 
 
 CATALOGUE = [r for r in catalogue("recipes") if "tiny" not in r]
+NEWER_VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_0_7_0_recipes.json").read_text())
+
+
+@pytest.mark.parametrize("vendor", NEWER_VENDOR, ids=[v["vendor_file"] for v in NEWER_VENDOR])
+def test_the_newer_families_carry_the_vendor_s_model_sequence_length_and_learning_rate(vendor):
+    """Gemma 4 and Nemotron 3 Nano: the facts of the vendor's (non-elastic) verl recipes, read from
+    its files (sagemaker-hyperpod-recipes, recipes_collection/recipes/fine-tuning/*-0_7_0/)."""
+    tc = plan_of(vendor["recipe"]).base.training_config
+    assert tc.model_config.model_name_or_path == vendor["model"]
+    assert (tc.datasets.max_len, tc.training_args.learning_rate) == (vendor["max_len"], vendor["learning_rate"])
+    if "r" in vendor:
+        assert (tc.model_config.peft_config.r, tc.model_config.peft_config.lora_alpha) == (vendor["r"],
+                                                                                          vendor["lora_alpha"])
+    if "beta" in vendor:
+        assert tc.training_args.method_args["beta"] == vendor["beta"]
+
+
+@pytest.mark.parametrize("recipe", sorted({r for r in CATALOGUE if r.endswith("_sft")}))
+def test_the_attention_implementation_is_one_the_model_has(recipe):
+    """transformers builds each recipe's model with its attn_implementation: Qwen 3.5 has no flex
+    attention (its recipes use sdpa), and the launcher refuses flex for it before anything starts."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from training.contract.families import family_refusal
+
+    shape = dict(composed(recipe)["model_shape"])
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.for_model(shape["model_type"]))]
+    implementation = plan_of(recipe).base.training_config.model_config.attn_implementation
+    assert getattr(model_class, f"_supports_{implementation.replace('_attention', '_attn')}"), (recipe, implementation)
+    assert (family_refusal(shape, packing=False, attn_implementation="flex_attention") is None) == \
+        model_class._supports_flex_attn
 
 
 def fits(memory, instance) -> bool:
@@ -173,16 +205,20 @@ def test_the_parameter_count_is_what_transformers_builds(recipe):
 
 
 @pytest.mark.parametrize("recipe", ["llama/llama3_1_8b_sft", "qwen/qwen3_8b_sft", "llama/llama4_scout_17b_16e_sft",
-                                    "gpt_oss/gpt_oss_20b_sft"])
+                                    "gpt_oss/gpt_oss_20b_sft", "gemma/gemma4_31b_sft", "gemma/gemma4_e4b_sft",
+                                    "nemotron/nemotron3_nano_30b_sft"])
 def test_the_lora_count_is_what_peft_injects(recipe):
-    """Adapters on plain linear layers only: Llama 4's router and every fused expert stay frozen."""
+    """Adapters on plain linear layers only: Llama 4's router and every fused expert stay frozen, as
+    does Nemotron-H's Mamba output projection; Gemma 4's per-layer input projections are adapted."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from training.contract.config import PeftConfig
     from training.model.lora import apply_lora
 
-    small = {**shape_of(recipe), "num_hidden_layers": 2}  # per-layer counts: two layers suffice
+    small = shape_of(recipe)  # Gemma 4's and Nemotron-H's layer patterns: as published (meta tensors: no memory)
+    if small["model_type"] not in ("gemma4_text", "nemotron_h"):
+        small = {**small, "num_hidden_layers": 2}  # per-layer counts: two layers suffice
     args = {k: v for k, v in small.items() if k != "model_type"}
     with torch.device("meta"):
         model = apply_lora(AutoModelForCausalLM.from_config(AutoConfig.for_model(small["model_type"], **args)),

@@ -122,6 +122,16 @@ def test_families_with_recurrent_layers_refuse_packing_in_one_line(model_type):
     assert family_refusal({"model_type": model_type}, packing=False) is None
 
 
+def test_flex_attention_is_refused_in_one_line_for_qwen3_5(launch):
+    """transformers has no flex attention for Qwen 3.5: asking for it is refused before anything is
+    written, naming the fix (sdpa serves its unpacked rows)."""
+    code, out, err = launch("recipes=qwen/qwen3_5_4b_sft",
+                            "recipes.training_config.model_config.attn_implementation=flex_attention")
+    assert code == 2 and "Traceback" not in err
+    assert "model_type qwen3_5_text has no flex attention in transformers: set " \
+           "training_config.model_config.attn_implementation=sdpa" in err
+
+
 @pytest.mark.parametrize("model_type, what", [("bert", "an encoder-only model"), ("t5", "an encoder-decoder model")])
 def test_models_that_are_not_decoders_are_refused_in_one_line(model_type, what):
     from transformers import AutoConfig

@@ -48,7 +48,13 @@ ACTIVATION_FACTOR = 1.2  # fitted to the kept traces: the median fallback is 1.0
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The transformers config keys that size a decoder-only model's memory."""
+    """The transformers config keys that size a decoder-only model's memory, and each layer's kinds.
+
+    A layer is a sequence mixer and an MLP (`mixers[i]`, `mlps[i]`): "attention" (sliding or
+    global alike), "global_attention" (Gemma 4's full-attention layers: wider heads, their own KV
+    heads), "linear_attention" (Qwen 3.5's Gated DeltaNet), "mamba" (Mamba-2), or "" for none; an
+    MLP is "dense", "moe" or "". Nemotron-H's layers hold one block each: a mixer or an MLP.
+    """
 
     hidden_size: int
     num_hidden_layers: int
@@ -57,118 +63,171 @@ class ModelShape:
     num_key_value_heads: int
     vocab_size: int
     head_dim: int
+    mixers: tuple[str, ...]
+    mlps: tuple[str, ...]
     tie_word_embeddings: bool = False
+    norms_per_layer: int = 2
+    gated_mlp: bool = True  # gate, up and down projections (Nemotron-H's squared ReLU: up and down)
     experts: int = 0  # routed experts per MoE layer (0: dense)
     experts_per_token: int = 0
     expert_width: int = 0  # an expert's intermediate size (moe_intermediate_size; default intermediate_size)
     shared_width: int = 0  # the intermediate size of the expert every token passes through (0: none)
-    dense_layers: int = 0  # leading layers with a dense MLP instead of experts (DeepSeek-V3, GLM-4.5)
     attention_bias: bool = False  # Qwen2: biases on q/k/v
     attention_output_gate: bool = False  # Qwen 3.5: q_proj also yields a sigmoid gate per query channel
-    # Gated DeltaNet layers (Qwen 3.5's `linear_attention` layer type) in place of attention
-    linear_layers: int = 0
+    # Gated DeltaNet (Qwen 3.5's `linear_attention` layers)
     linear_key_heads: int = 0
     linear_value_heads: int = 0
     linear_key_dim: int = 0  # per head
     linear_value_dim: int = 0  # per head
     linear_conv_kernel: int = 0
+    # Mamba-2 (Nemotron-H's `mamba` layers)
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_groups: int = 0
+    ssm_state: int = 0
+    mamba_conv_kernel: int = 0
+    # Gemma 4: global layers' head width and KV heads (keys serve as values there under
+    # attention_k_eq_v), the last layers reusing earlier layers' keys and values (no k/v projections;
+    # a double-wide MLP under use_double_wide_mlp), and token embeddings per layer
+    global_head_dim: int = 0
+    global_kv_heads: int = 0
+    keys_as_values: bool = False
+    kv_shared_layers: int = 0
+    double_wide_shared_mlp: bool = False
+    per_layer_input: int = 0  # hidden_size_per_layer_input
+    per_layer_vocab: int = 0
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
-        """From a transformers config's keys, under each MoE family's names for its experts."""
+        """From a transformers config's keys, under each family's names for its layers and experts."""
         heads = config["num_attention_heads"]
         kind = config.get("model_type", "")
         experts = next((config[k] for k in EXPERT_COUNT_KEYS if config.get(k)), 0)
-        layers = config["num_hidden_layers"]
-        gated_delta_net = kind.startswith(("qwen3_5", "qwen3_next"))
-        if gated_delta_net:  # transformers' layer_types default: every full_attention_interval-th layer attends
-            interval = config.get("full_attention_interval", 4)
-            types = config.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
-                                                  for i in range(layers)]
-        linear = sum(t == "linear_attention" for t in types) if gated_delta_net else 0
+        mixers, mlps = _layer_kinds(config, experts)
         width = config.get("moe_intermediate_size") or config["intermediate_size"]
         shared = (config.get("shared_expert_intermediate_size") or config.get("moe_shared_expert_intermediate_size")
                   or (config.get("n_shared_experts") or 0) * width or (width if kind.startswith("llama4") else 0))
-        return cls(hidden_size=config["hidden_size"], num_hidden_layers=config["num_hidden_layers"],
-                   intermediate_size=config["intermediate_size"], num_attention_heads=heads,
+        linear, mamba = "linear_attention" in mixers, "mamba" in mixers
+        gemma4 = kind == "gemma4_text"
+        return cls(hidden_size=config["hidden_size"], num_hidden_layers=len(mixers),
+                   intermediate_size=config.get("intermediate_size") or 0, num_attention_heads=heads,
                    num_key_value_heads=config.get("num_key_value_heads") or heads,
                    vocab_size=config.get("vocab_size", 32000),
-                   head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+                   head_dim=config.get("head_dim") or config["hidden_size"] // heads, mixers=mixers, mlps=mlps,
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                   norms_per_layer=1 if kind == "nemotron_h" else 4 + bool(config.get("hidden_size_per_layer_input"))
+                   if kind.startswith("gemma") else 2,
+                   gated_mlp=kind != "nemotron_h",
                    experts=experts, experts_per_token=config.get("num_experts_per_tok") or 0,
                    expert_width=width if experts else 0, shared_width=shared if experts else 0,
-                   dense_layers=min(config.get("first_k_dense_replace") or 0, config["num_hidden_layers"]),
-                   attention_bias=kind == "qwen2", attention_output_gate=gated_delta_net,
-                   linear_layers=linear, linear_key_heads=config.get("linear_num_key_heads", 16) if linear else 0,
+                   attention_bias=kind == "qwen2", attention_output_gate=linear,
+                   linear_key_heads=config.get("linear_num_key_heads", 16) if linear else 0,
                    linear_value_heads=config.get("linear_num_value_heads", 32) if linear else 0,
                    linear_key_dim=config.get("linear_key_head_dim", 128) if linear else 0,
                    linear_value_dim=config.get("linear_value_head_dim", 128) if linear else 0,
-                   linear_conv_kernel=config.get("linear_conv_kernel_dim", 4) if linear else 0)
+                   linear_conv_kernel=config.get("linear_conv_kernel_dim", 4) if linear else 0,
+                   mamba_heads=config.get("mamba_num_heads", 128) if mamba else 0,
+                   mamba_head_dim=config.get("mamba_head_dim", 64) if mamba else 0,
+                   mamba_groups=config.get("n_groups", 8) if mamba else 0,
+                   ssm_state=config.get("ssm_state_size", 128) if mamba else 0,
+                   mamba_conv_kernel=config.get("conv_kernel", 4) if mamba else 0,
+                   global_head_dim=(config.get("global_head_dim") or 0) if gemma4 else 0,
+                   global_kv_heads=(config.get("num_global_key_value_heads") or 0) if gemma4 else 0,
+                   keys_as_values=bool(config.get("attention_k_eq_v")) if gemma4 else False,
+                   kv_shared_layers=(config.get("num_kv_shared_layers") or 0) if gemma4 else 0,
+                   double_wide_shared_mlp=bool(config.get("use_double_wide_mlp")) if gemma4 else False,
+                   per_layer_input=(config.get("hidden_size_per_layer_input") or 0) if gemma4 else 0,
+                   per_layer_vocab=(config.get("vocab_size_per_layer_input") or config.get("vocab_size", 0))
+                   if gemma4 else 0)
 
-    # --- parameter counts ---------------------------------------------------------------------------
+    # --- layers ---------------------------------------------------------------------------------------
     @property
-    def attention_params(self) -> int:
-        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-        gate = h * q if self.attention_output_gate else 0
-        return h * q + gate + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+    def linear_layers(self) -> int:
+        return self.mixers.count("linear_attention")
 
-    @property
-    def linear_projections(self) -> dict[str, tuple[int, int]]:
-        """A Gated DeltaNet layer's linear layers, (in, out): q/k/v together, the output gate z, the
-        decay and beta inputs (one per value head), and the output projection."""
-        h, k, v = self.hidden_size, self.linear_key_heads * self.linear_key_dim, \
-            self.linear_value_heads * self.linear_value_dim
-        return {"in_proj_qkv": (h, 2 * k + v), "in_proj_z": (h, v), "in_proj_b": (h, self.linear_value_heads),
-                "in_proj_a": (h, self.linear_value_heads), "out_proj": (v, h)}
+    def kv_shared(self, layer: int) -> bool:
+        return layer >= self.num_hidden_layers - self.kv_shared_layers
 
-    @property
-    def linear_attention_params(self) -> int:
-        """A Gated DeltaNet layer's token mixer: its projections and the depthwise convolution over q/k/v
-        (the per-head decay, bias and norm weights are a few hundred numbers)."""
-        qkv = self.linear_projections["in_proj_qkv"][1]
-        return sum(i * o for i, o in self.linear_projections.values()) + qkv * self.linear_conv_kernel
+    def attention_dims(self, mixer: str) -> tuple[int, int, int]:
+        """(query width, key width, value width) of an attention layer: 0 where it has no projection."""
+        if mixer == "global_attention" and self.global_head_dim:
+            kv_heads = self.global_kv_heads if self.keys_as_values and self.global_kv_heads \
+                else self.num_key_value_heads
+            key = kv_heads * self.global_head_dim
+            return self.num_attention_heads * self.global_head_dim, key, 0 if self.keys_as_values else key
+        kv = self.num_key_value_heads * self.head_dim
+        return self.num_attention_heads * self.head_dim, kv, kv
 
-    @property
-    def mlp_params(self) -> int:
-        """Per MoE layer (or dense layer of a dense model): the dense MLP, or every routed expert plus
-        the router and the shared expert."""
-        if not self.experts:
-            return 3 * self.hidden_size * self.intermediate_size
-        return 3 * self.hidden_size * (self.experts * self.expert_width + self.shared_width) + \
-            self.hidden_size * self.experts
+    def projections(self, layer: int) -> dict[str, tuple[int, int]]:
+        """A layer's linear layers, (in, out), by name: what all-linear LoRA adapts and, with the
+        experts, the router and the small vectors, what the layer holds."""
+        h, mixer, mlp = self.hidden_size, self.mixers[layer], self.mlps[layer]
+        found = {}
+        if mixer in ("attention", "global_attention"):
+            q, k, v = self.attention_dims(mixer)
+            found["q_proj"] = (h, 2 * q if self.attention_output_gate else q)
+            if not self.kv_shared(layer):
+                found.update({"k_proj": (h, k)} | ({"v_proj": (h, v)} if v else {}))
+            found["o_proj"] = (q, h)
+        elif mixer == "linear_attention":
+            k, v = self.linear_key_heads * self.linear_key_dim, self.linear_value_heads * self.linear_value_dim
+            found.update({"in_proj_qkv": (h, 2 * k + v), "in_proj_z": (h, v), "in_proj_b": (h, self.linear_value_heads),
+                          "in_proj_a": (h, self.linear_value_heads), "out_proj": (v, h)})
+        elif mixer == "mamba":
+            inner = self.mamba_heads * self.mamba_head_dim
+            found.update({"in_proj": (h, 2 * inner + 2 * self.mamba_groups * self.ssm_state + self.mamba_heads),
+                          "out_proj": (inner, h)})
+        width = {"dense": self.intermediate_size * (2 if self.double_wide_shared_mlp and self.kv_shared(layer) else 1),
+                 "moe": self.shared_width}.get(mlp, 0)
+        if width:
+            found.update(({"gate_proj": (h, width)} if self.gated_mlp else {}) | {"up_proj": (h, width),
+                                                                                   "down_proj": (width, h)})
+        if self.per_layer_input:
+            found.update({"per_layer_input_gate": (h, self.per_layer_input),
+                          "per_layer_projection": (self.per_layer_input, h)})
+        return found
+
+    def layer_param_count(self, layer: int) -> int:
+        """One decoder layer: its linear layers, routed experts and router, the Gated DeltaNet's or
+        Mamba's convolution, attention biases and its norms (per-head norms and decays: a few hundred)."""
+        h, mixer = self.hidden_size, self.mixers[layer]
+        count = sum(i * o for i, o in self.projections(layer).values()) + self.norms_per_layer * h
+        if mixer == "linear_attention":
+            count += self.projections(layer)["in_proj_qkv"][1] * self.linear_conv_kernel
+        if mixer == "mamba":
+            inner = self.mamba_heads * self.mamba_head_dim
+            count += (inner + 2 * self.mamba_groups * self.ssm_state) * (self.mamba_conv_kernel + 1) + inner
+        if self.attention_bias and mixer == "attention":
+            count += sum(self.attention_dims(mixer))
+        if self.mlps[layer] == "moe":
+            count += (3 if self.gated_mlp else 2) * h * self.experts * self.expert_width + h * self.experts
+        return count
 
     @property
     def layer_params(self) -> int:
-        """The largest decoder layer (an MoE one, in a mixture of experts; an attention or a Gated
-        DeltaNet one, whichever is larger): what FSDP gathers at once."""
-        mixer = max(self.attention_params, self.linear_attention_params if self.linear_layers else 0)
-        return mixer + self.mlp_params + 2 * self.hidden_size
+        """The largest decoder layer: what FSDP gathers at once."""
+        return max(self.layer_param_count(i) for i in range(self.num_hidden_layers))
 
     @property
     def params(self) -> int:
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        dense_mlp = 3 * self.hidden_size * self.intermediate_size
-        attention_layers = self.num_hidden_layers - self.linear_layers
-        mixers = attention_layers * self.attention_params + self.linear_layers * self.linear_attention_params
-        per_layer_rest = self.mlp_params + 2 * self.hidden_size
-        return (mixers + self.num_hidden_layers * per_layer_rest + self.dense_layers * (dense_mlp - self.mlp_params)
-                + embeddings + self.hidden_size)
+        per_layer_inputs = self.num_hidden_layers * self.per_layer_input  # Gemma 4's token embeddings per layer
+        per_layer_embeddings = per_layer_inputs * (self.per_layer_vocab + self.hidden_size)
+        return (sum(self.layer_param_count(i) for i in range(self.num_hidden_layers)) + embeddings
+                + per_layer_embeddings + self.hidden_size)
 
     def lora_params(self, r: int) -> int:
-        """Adapters (r x in + out x r) on every linear layer but the LM head: attention projections,
-        dense MLPs and the shared expert. Fused expert weights are 3-D parameters, not linear
-        layers: they stay frozen, as do the routers (training.model.lora.linear_module_names)."""
-        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
-            self.num_key_value_heads * self.head_dim, self.intermediate_size
-        gated_q = 2 * q if self.attention_output_gate else q
-        attention = r * ((h + gated_q) + 2 * (h + kv) + (q + h))
-        linear = r * sum(i_ + o for i_, o in self.linear_projections.values()) if self.linear_layers else 0
-        mixers = (self.num_hidden_layers - self.linear_layers) * attention + self.linear_layers * linear
-        mlp = (lambda width: r * (2 * (h + width) + (width + h)))  # noqa: E731 - gate, up, down
-        if not self.experts:
-            return mixers + self.num_hidden_layers * mlp(i)
-        moe_mlp = mlp(self.shared_width) if self.shared_width else 0
-        return mixers + self.num_hidden_layers * moe_mlp + self.dense_layers * (mlp(i) - moe_mlp)
+        """Adapters (r x in + out x r) on every linear layer but the LM head: attention and Gated
+        DeltaNet projections, Mamba's input projection, dense MLPs, the shared expert and Gemma 4's
+        per-layer projections. Fused expert weights are 3-D parameters, not linear layers: they stay
+        frozen, as do the routers; peft refuses a Mamba mixer's output projection
+        (training.model.lora.linear_module_names)."""
+        adapted = [(i, o) for layer in range(self.num_hidden_layers)
+                   for name, (i, o) in self.projections(layer).items()
+                   if not (name == "out_proj" and self.mixers[layer] == "mamba")]
+        if self.per_layer_input:
+            adapted.append((self.hidden_size, self.num_hidden_layers * self.per_layer_input))
+        return r * sum(i + o for i, o in adapted)
 
     # --- activations --------------------------------------------------------------------------------
     def layer_activation_bytes(self, tokens: int) -> int:
@@ -178,6 +237,34 @@ class ModelShape:
         h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
         mlp = self.experts_per_token * self.expert_width + self.shared_width if self.experts else self.intermediate_size
         return tokens * (12 * h + 4 * q + 4 * kv + 8 * mlp)
+
+
+def _layer_kinds(config: dict, experts: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Each layer's (mixer, MLP) from transformers' config keys: Nemotron-H's one block per layer
+    (layers_block_type or hybrid_override_pattern), Gemma 4's global layers, Qwen 3.5's Gated
+    DeltaNet layers (every full_attention_interval-th attends, transformers' default), DeepSeek's
+    leading dense layers."""
+    kind, layers = config.get("model_type", ""), config.get("num_hidden_layers")
+    if kind == "nemotron_h":
+        pattern = config.get("hybrid_override_pattern")
+        blocks = [{"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}[c] for c in pattern] if pattern else \
+            [{"linear_attention": "mamba", "full_attention": "attention"}.get(b, b) for b in
+             config.get("layers_block_type") or config.get("layer_types") or ()]
+        return (tuple(b if b in ("mamba", "attention") else "" for b in blocks),
+                tuple({"moe": "moe", "mlp": "dense"}.get(b, "") for b in blocks))
+    types = list(config.get("layer_types") or [])
+    if kind.startswith(("qwen3_5", "qwen3_next")) and not types:
+        interval = config.get("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if kind == "gemma4_text":  # five sliding layers to a global one, and the last layer global, as transformers
+        types = (types or ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)])
+        types[layers - 1] = "full_attention"
+    types = types or ["attention"] * layers
+    mixers = tuple("linear_attention" if t == "linear_attention" else
+                   "global_attention" if kind == "gemma4_text" and t == "full_attention" else "attention"
+                   for t in types[:layers])
+    dense = min(config.get("first_k_dense_replace") or 0, layers) if experts else layers
+    return mixers, tuple("dense" if i < dense else "moe" for i in range(layers))
 
 
 @dataclass(frozen=True)
@@ -274,11 +361,11 @@ def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int,
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
     # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
     padding = 0.0
-    width = shape.expert_width
-    for dims, share in (((shape.hidden_size, 2 * width), 2), ((width, shape.hidden_size), 1)):
+    width, up = shape.expert_width, 2 if shape.gated_mlp else 1
+    for dims, share in (((shape.hidden_size, up * width), up), ((width, shape.hidden_size), 1)):
         if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
             rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
-            padding += rows * shape.num_hidden_layers * shape.experts * share * shape.hidden_size * width
+            padding += rows * shape.mlps.count("moe") * shape.experts * share * shape.hidden_size * width
     if lora_r is None:
         state = 16 * (shape.params + padding)
         layer_grad = 6 * shape.layer_params

@@ -298,8 +298,9 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         except ConfigError as e:
             raise ConfigError(_named_where_set(str(e), where, entry or {})) from None
         check_methods(cfg.training_config)
-        refusal = family_refusal(hardware.model_shape or cfg.training_config.model_config.architecture or {},
-                                 cfg.training_config.datasets.packing)
+        mc = cfg.training_config.model_config
+        refusal = family_refusal(hardware.model_shape or mc.architecture or {}, cfg.training_config.datasets.packing,
+                                 mc.attn_implementation)
         if refusal:
             raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
