@@ -109,15 +109,18 @@ class ModelShape:
                   or (config.get("n_shared_experts") or 0) * width or (width if kind.startswith("llama4") else 0))
         linear, mamba = "linear_attention" in mixers, "mamba" in mixers
         gemma4 = kind == "gemma4_text"
+        norms = 2  # before attention and before the MLP; Gemma's four (and Gemma 4's per-layer input's), Nemotron-H's one
+        if kind.startswith("gemma"):
+            norms = 4 + bool(config.get("hidden_size_per_layer_input"))
+        elif kind == "nemotron_h":
+            norms = 1
         return cls(hidden_size=config["hidden_size"], num_hidden_layers=len(mixers),
                    intermediate_size=config.get("intermediate_size") or 0, num_attention_heads=heads,
                    num_key_value_heads=config.get("num_key_value_heads") or heads,
                    vocab_size=config.get("vocab_size", 32000),
                    head_dim=config.get("head_dim") or config["hidden_size"] // heads, mixers=mixers, mlps=mlps,
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                   norms_per_layer=1 if kind == "nemotron_h" else 4 + bool(config.get("hidden_size_per_layer_input"))
-                   if kind.startswith("gemma") else 2,
-                   gated_mlp=kind != "nemotron_h",
+                   norms_per_layer=norms, gated_mlp=kind != "nemotron_h",
                    experts=experts, experts_per_token=config.get("num_experts_per_tok") or 0,
                    expert_width=width if experts else 0, shared_width=shared if experts else 0,
                    attention_bias=kind == "qwen2", attention_output_gate=linear,
