@@ -17,7 +17,7 @@ from elastic_launcher.planning.memory import FIT_SHARE
 from elastic_launcher.planning.model_config import read_config, readable_shape, shape_of
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
-from training.contract.families import recurrent
+from training.contract.families import NO_FLEX_FAMILIES, recurrent
 
 # method -> the common recipes it builds on, as the catalogue's recipes do
 METHODS = {
@@ -53,7 +53,8 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
         "instance_types": instance_types,
         "model_shape": shape,
         "training_config": {
-            "model_config": {"model_name_or_path": model},
+            "model_config": {"model_name_or_path": model,  # sdpa where transformers has no flex attention
+                             **({"attn_implementation": "sdpa"} if shape.get("model_type") in NO_FLEX_FAMILIES else {})},
             "datasets": {"max_len": max_len, **({"packing": False} if recurrent(shape) and method != "dpo" else {})},
             "training_args": {"micro_train_batch_size": micro},
         },

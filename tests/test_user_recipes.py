@@ -172,3 +172,31 @@ def test_a_missing_memory_figure_says_why_and_how_to_get_one(launch):
     assert ("GiB/GPU -: recipes.model_shape is not set and model_name_or_path='meta-llama/Llama-3.1-8B-Instruct' is no "
             "local directory whose config.json would fill it: add the model's shape to the recipe (python "
             "scripts/new_recipe.py <model> writes a recipe with it; docs/your-model.md)") in out.splitlines()
+
+
+def test_a_new_recipe_for_qwen3_5_plans_with_sdpa_and_unpacked_rows(tmp_path, monkeypatch):
+    """A Qwen 3.5 model's new recipe trains as its catalogue twins do: transformers has no flex attention
+    for it and its Gated DeltaNet state runs along the row, so the recipe asks for sdpa and unpacked rows,
+    and the dry run plans it (the launcher would refuse flex or packing)."""
+    import json
+
+    import yaml
+
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.new_recipe import write_recipe
+    from elastic_launcher.planning.plan import make_plan
+
+    model = tmp_path / "qwen3_5"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_5_text", "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 8,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 16, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "max_position_embeddings": 4096}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    made = write_recipe(str(model), "sft", "byo/qwen3_5_small_sft")
+    mc = yaml.safe_load(made.path.read_text())["training_config"]
+    assert mc["model_config"]["attn_implementation"] == "sdpa" and mc["datasets"]["packing"] is False
+    plan = make_plan(to_plain(compose(["recipes=byo/qwen3_5_small_sft"])[0])["recipes"])
+    assert plan.base.training_config.model_config.attn_implementation == "sdpa"
