@@ -200,3 +200,22 @@ def test_a_new_recipe_for_qwen3_5_plans_with_sdpa_and_unpacked_rows(tmp_path, mo
     assert mc["model_config"]["attn_implementation"] == "sdpa" and mc["datasets"]["packing"] is False
     plan = make_plan(to_plain(compose(["recipes=byo/qwen3_5_small_sft"])[0])["recipes"])
     assert plan.base.training_config.model_config.attn_implementation == "sdpa"
+
+
+def test_a_new_recipe_for_a_config_the_planner_cannot_size_is_one_line(tmp_path, monkeypatch):
+    """A config.json without a key the planner reads is refused naming the key, and no recipe is written."""
+    import json
+
+    from elastic_launcher.new_recipe import write_recipe
+    from training.contract.errors import ConfigError
+
+    model = tmp_path / "odd"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                                   "num_attention_heads": 4, "vocab_size": 512}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    with pytest.raises(ConfigError, match=r"model='.*odd': its config has no num_hidden_layers, which the planner "
+                                          r"reads \(model_type llama\): write the recipe by hand"):
+        write_recipe(str(model), "sft", "byo/odd_sft")
+    assert not list((tmp_path / "mine").rglob("*.yaml"))

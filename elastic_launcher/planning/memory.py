@@ -57,7 +57,6 @@ class ModelShape:
     """
 
     hidden_size: int
-    num_hidden_layers: int
     intermediate_size: int
     num_attention_heads: int
     num_key_value_heads: int
@@ -114,7 +113,7 @@ class ModelShape:
             norms = 4 + bool(config.get("hidden_size_per_layer_input"))
         elif kind == "nemotron_h":
             norms = 1
-        return cls(hidden_size=config["hidden_size"], num_hidden_layers=len(mixers),
+        return cls(hidden_size=config["hidden_size"],
                    intermediate_size=config.get("intermediate_size") or 0, num_attention_heads=heads,
                    num_key_value_heads=config.get("num_key_value_heads") or heads,
                    vocab_size=config.get("vocab_size", 32000),
@@ -144,6 +143,10 @@ class ModelShape:
                    if gemma4 else 0)
 
     # --- layers ---------------------------------------------------------------------------------------
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.mixers)
+
     @property
     def linear_layers(self) -> int:
         return self.mixers.count("linear_attention")
@@ -193,10 +196,10 @@ class ModelShape:
     def layer_param_count(self, layer: int) -> int:
         """One decoder layer: its linear layers, routed experts and router, the Gated DeltaNet's or
         Mamba's convolution, attention biases and its norms (per-head norms and decays: a few hundred)."""
-        h, mixer = self.hidden_size, self.mixers[layer]
-        count = sum(i * o for i, o in self.projections(layer).values()) + self.norms_per_layer * h
+        h, mixer, projections = self.hidden_size, self.mixers[layer], self.projections(layer)
+        count = sum(i * o for i, o in projections.values()) + self.norms_per_layer * h
         if mixer == "linear_attention":
-            count += self.projections(layer)["in_proj_qkv"][1] * self.linear_conv_kernel
+            count += projections["in_proj_qkv"][1] * self.linear_conv_kernel
         if mixer == "mamba":
             inner = self.mamba_heads * self.mamba_head_dim
             count += (inner + 2 * self.mamba_groups * self.ssm_state) * (self.mamba_conv_kernel + 1) + inner
@@ -247,7 +250,7 @@ def _layer_kinds(config: dict, experts: int) -> tuple[tuple[str, ...], tuple[str
     (layers_block_type or hybrid_override_pattern), Gemma 4's global layers, Qwen 3.5's Gated
     DeltaNet layers (every full_attention_interval-th attends, transformers' default), DeepSeek's
     leading dense layers."""
-    kind, layers = config.get("model_type", ""), config.get("num_hidden_layers")
+    kind = config.get("model_type", "")
     if kind == "nemotron_h":
         pattern = config.get("hybrid_override_pattern")
         blocks = [{"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}[c] for c in pattern] if pattern else \
@@ -255,6 +258,7 @@ def _layer_kinds(config: dict, experts: int) -> tuple[tuple[str, ...], tuple[str
              config.get("layers_block_type") or config.get("layer_types") or ()]
         return (tuple(b if b in ("mamba", "attention") else "" for b in blocks),
                 tuple({"moe": "moe", "mlp": "dense"}.get(b, "") for b in blocks))
+    layers = config["num_hidden_layers"]  # a KeyError names the missing key (model_config.readable_shape)
     types = list(config.get("layer_types") or [])
     if kind.startswith(("qwen3_5", "qwen3_next")) and not types:
         interval = config.get("full_attention_interval", 4)
