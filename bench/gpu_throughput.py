@@ -42,14 +42,15 @@ SHAPES = {
         num_attention_heads=8, num_key_value_heads=2, head_dim=256, global_head_dim=512, vocab_size=262144,
         hidden_size_per_layer_input=256, vocab_size_per_layer_input=262144, num_kv_shared_layers=2,
         layer_types=["sliding_attention", "full_attention"] * 3, sliding_window=512, final_logit_softcapping=30.0,
-        tie_word_embeddings=True, max_position_embeddings=131072), 4096, ["recipes.training_config.model_config.attn_implementation=flex_attention"]),
+        tie_word_embeddings=True, max_position_embeddings=131072), 4096,
+        ["recipes.training_config.model_config.attn_implementation=flex_attention"]),
     "qwen3_5_4b_4l": ("qwen/tiny_qwen3_5_sft", dict(
         model_type="qwen3_5_text", hidden_size=2560, intermediate_size=9216, num_hidden_layers=4,
         num_attention_heads=16, num_key_value_heads=4, head_dim=256, vocab_size=248320, linear_num_key_heads=16,
         linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
         layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=True,
-        max_position_embeddings=131072), 4096,
-        ["recipes.training_config.model_config.attn_implementation=flex_attention",
+        max_position_embeddings=131072), 4096,  # sdpa: transformers has no flex attention for Qwen 3.5
+        ["recipes.training_config.model_config.attn_implementation=sdpa",
          "recipes.training_config.datasets.packing=false"]),
     "nemotron3_nano_4l": ("nemotron/tiny_nemotron_h_sft", dict(
         model_type="nemotron_h", layers_block_type=["mamba", "moe", "attention", "moe"], hidden_size=2688,

@@ -105,3 +105,14 @@ def test_the_first_gpu_hour_bench_runs_its_cpu_parts():
                                                  "3. grouped experts, unaligned groups", "4. fused loss",
                                                  "5. host syncs in a step"]
     assert [r[1] for r in rows] == ["ok", "ok", "ok", "ok", "skipped"]
+
+
+def test_every_gpu_bench_shape_renders(tmp_path, monkeypatch):
+    """The GPU benches' shapes (gpu_throughput, gpu_smoke's newest families) are configs the launcher
+    accepts: a shape it refuses (flex attention for Qwen 3.5, say) would fail only on the GPU, in its time."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.gpu_throughput import SHAPES, render, synthetic_chats
+
+    synthetic_chats(data := tmp_path / "chats.jsonl", rows=20, max_words=32)
+    for shape in SHAPES:
+        assert (render(tmp_path, shape, 1, 2, data) / "config-n1.yaml").is_file(), shape
