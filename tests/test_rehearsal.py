@@ -1,11 +1,19 @@
 """The local elastic rehearsal: a 2 -> 3 -> 1 -> 2 capacity trace plus a node failure, compared with
 a fixed-size run of the same steps."""
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, committed_samples, losses, records
+from conftest import ROOT, committed_samples, losses, records, wait_for
+from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 36
@@ -117,3 +125,56 @@ def test_the_simulator_predicts_the_rehearsal_from_its_own_measurements(rehearsa
     for nodes, steps in predicted["steps_by_nodes"].items():
         assert steps == pytest.approx(ran[int(nodes)], rel=0.10), (nodes, steps, ran)
     assert predicted["resizes"] == 4 and predicted["failures"] == 1
+
+
+GRACE = 20  # the recipe's graceful_shutdown_timeout in the interrupt test
+
+
+def own_processes(marker: str) -> list[int]:
+    """Processes whose command line names `marker` (torchrun and its workers name the run directory)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("after_line, delay, sig", [
+    ("signal signal=SIGUSR1", 0.0, signal.SIGINT),  # inside the resize's stop: the workers are saving
+    ("launch nodes=3", 0.0, signal.SIGINT),  # the relaunch's torchrun has no workers yet
+    ("launch nodes=3", 1.0, signal.SIGTERM),  # its workers are importing
+    ("launch nodes=3", 3.0, signal.SIGINT),  # its workers are starting up at the new size
+], ids=["during-stop", "at-relaunch", "workers-importing", "workers-starting"])
+def test_an_interrupt_anywhere_in_a_resize_stops_the_whole_rehearsal(tmp_path, after_line, delay, sig):
+    """Ctrl-C or SIGTERM to the launcher while the demo trace's first resize (2 -> 3 nodes at step 5)
+    stops and relaunches the job: the launcher stops every process within the graceful timeout,
+    nothing trains at the new size, and the resize's checkpoint is the newest."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launcher.py"), "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+         "action=rehearse", f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={run_dir}",
+         "recipes.training_config.training_args.max_steps=100000", f"recipes.elastic_policy.graceful_shutdown_timeout={GRACE}",
+         f"output_dir={tmp_path / 'out'}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    output = []
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if after_line in line:
+                break
+        time.sleep(delay)
+        proc.send_signal(sig)
+        interrupted = time.monotonic()
+        output += proc.stdout.readlines()
+        assert proc.wait(timeout=GRACE + 30) == 130, "".join(output)
+        assert time.monotonic() - interrupted < GRACE, "".join(output)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "stopped: the rehearsal" in "".join(output)
+    trained = [(r["step"], r["world_size"]) for r in records(run_dir) if "loss" in r]
+    assert max(trained) == (5, 2), trained  # nothing after the resize's stop, nothing at 3 nodes
+    assert step_of(latest_checkpoint(run_dir / "checkpoints")) == 5
+    wait_for(lambda: not own_processes(str(run_dir)), timeout=10)

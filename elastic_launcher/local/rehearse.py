@@ -26,8 +26,8 @@ from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.local import report as rehearsal_report
-from elastic_launcher.local.run import (LocalJob, child_pids, prepare, run_dir_of, sigterm_as_interrupt, stop_job,
-                                        stop_workers)
+from elastic_launcher.local.run import (LocalJob, child_pids, interrupts_deferred, patient, prepare, run_dir_of,
+                                        sigterm_as_interrupt, stop_job, stop_signal, stop_workers)
 from elastic_launcher.local.timeline import Timeline
 from elastic_launcher.planning.plan import Plan, make_plan
 from training.contract.errors import ConfigError
@@ -59,7 +59,8 @@ class Rehearsal:
         # The trainer waits after each step a trace event names until the event is applied, so
         # events fire at their step exactly, however fast the steps are.
         pause_at = sorted({e.step for e in self.trace if e.step is not None and e.step > self.progress()})
-        self.proc = self.local.start(nodes, log=self.log, pause_at=pause_at)
+        with interrupts_deferred():  # an interrupt now stops the job just launched, not the one before
+            self.proc = self.local.start(nodes, log=self.log, pause_at=pause_at)
         self.operator.launched(nodes, time.time())
         self.timeline.add("launch", nodes=nodes, reason=reason, pid=self.proc.pid)
 
@@ -143,7 +144,8 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
     """The same steps at the rehearsal's first size, never interrupted: what the resizes must match."""
     nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
     print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
-    rehearsal.proc = reference.start(nodes, log=rehearsal.log)
+    with interrupts_deferred():
+        rehearsal.proc = reference.start(nodes, log=rehearsal.log)
     deadline, shown = time.time() + timeout, 0
     while rehearsal.proc.poll() is None and time.time() < deadline:
         step = max((r["step"] for r in read_records(reference.run_dir) if "loss" in r), default=0)
@@ -186,9 +188,12 @@ def run(job: Job) -> int:
             if settings.compare:
                 run_reference(rehearsal, LocalJob(local.config_dir, reference_dir, local.nproc_per_node),
                               settings.timeout)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
+            grace = plan.policy.graceful_shutdown_timeout
             if rehearsal.proc is not None:
-                stop_job(rehearsal.proc, plan.policy.graceful_shutdown_timeout)
+                with patient(f"still stopping: the workers are saving a checkpoint; waiting up to {grace:g}s before "
+                             f"the rest is killed"):
+                    stop_job(rehearsal.proc, grace, stop_signal(interrupt))
             print(f"stopped: the rehearsal in {run_dir} was interrupted; start a new one to rehearse again", flush=True)
             return 130
         finally:

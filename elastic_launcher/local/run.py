@@ -92,20 +92,25 @@ def child_pids(pid: int, running: bool = False) -> list[int]:
 
 def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> tuple[int, bool]:
     """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
-    rest of the job. Returns torchrun's exit code and whether the job exited within `grace`."""
-    workers = child_pids(proc.pid)
-    for pid in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    try:
-        return proc.wait(timeout=grace), True
-    except subprocess.TimeoutExpired:
-        for pid in workers:
+    rest of the job. Workers torchrun starts while the stop is under way (a job interrupted just
+    after its launch) get `sig` as they appear: none may start training after the stop. Returns
+    torchrun's exit code and whether the job exited within `grace`."""
+    signalled: set[int] = set()
+    deadline = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < deadline:
+        for pid in set(child_pids(proc.pid, running=True)) - signalled:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, sig)
+            signalled.add(pid)
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        return proc.returncode, True
+    for pid in child_pids(proc.pid):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(), False
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait(), False
 
 
 def stop_workers(proc: subprocess.Popen, grace: float, sig: int) -> bool:
@@ -166,6 +171,22 @@ def patient(message: str):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Ctrl-C or SIGTERM inside the block is raised when it ends: a job launched inside is tracked
+    by the time the interrupt reaches the code that stops it, never left running unseen."""
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise Terminated if caught[0] == signal.SIGTERM else KeyboardInterrupt
 
 
 def stop_signal(interrupt: KeyboardInterrupt) -> int:
@@ -291,9 +312,10 @@ def run(job: Job) -> int:
     before = newest_step(local.run_dir)
     deadline = time.monotonic() + job.settings.local.timeout
     with sigterm_as_interrupt():
-        proc = local.start(nodes, log=subprocess.PIPE)
-        relay = OutputRelay(proc, local.run_dir / "torchrun.log")
         try:
+            with interrupts_deferred():
+                proc = local.start(nodes, log=subprocess.PIPE)
+                relay = OutputRelay(proc, local.run_dir / "torchrun.log")
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             if proc.poll() is None:
