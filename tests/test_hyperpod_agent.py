@@ -1,6 +1,6 @@
 """The rendered HyperPod job under the real elastic agent (`hyperpodrun`, hyperpod-elastic-agent and
 torch as the Dockerfile pins them), one agent per simulated node on loopback, driven as the
-operator drives it (tests/hyperpod_operator.py): start at 2 nodes, graceful stop; start at 3 (the
+operator drives it (elastic_launcher/local/hyperpod_agents.py): start at 2 nodes, graceful stop; start at 3 (the
 two pods that stayed read their shards from their node-local memory), graceful stops seconds apart;
 start at 3, a pod deleted on scale-down (SIGTERM); start at 2, a pod killed without a graceful stop
 (its node's memory lost: its shards come from the shared volume); start at 1, finish; shutdown.
@@ -20,23 +20,29 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, committed_samples, losses, records, train, wait_for
-from hyperpod_operator import Container, Operator
+from elastic_launcher.local.run import child_pids
+from elastic_launcher.local.hyperpod_agents import Container, Operator
 from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 STEPS = 40
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory, image_python):
-    """The tiny recipe's dry run (elastic over 1..3 nodes), its run directory under tmp."""
+def dry_run(work: Path, *overrides: str) -> Container:
+    """The tiny recipe's dry run (elastic over 1..3 nodes), its run directory under `work`."""
     from elastic_launcher.cli import main
 
-    work = tmp_path_factory.mktemp("hyperpod")
     assert main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
                  f"recipes.run.output_dir={work / 'run'}", "recipes.training_config.logging.audit_samples=true",
-                 f"recipes.training_config.training_args.max_steps={STEPS}", f"output_dir={work / 'dry'}"]) == 0
-    return work, Container.from_manifest(work / "dry" / "tiny-llama-sft" / "manifest.yaml"), image_python
+                 f"recipes.training_config.training_args.max_steps={STEPS}", f"output_dir={work / 'dry'}",
+                 *overrides]) == 0
+    return Container.from_manifest(work / "dry" / "tiny-llama-sft" / "manifest.yaml")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, image_python):
+    work = tmp_path_factory.mktemp("hyperpod")
+    return work, dry_run(work), image_python
 
 
 def steps_at(run_dir: Path, world_size: int) -> list[int]:
@@ -61,6 +67,21 @@ def own_processes(work: Path) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def assert_matches_a_fixed_size_run(work: Path, run_dir: Path, python: str) -> None:
+    """The committed stream equals a fixed-size run's, on the same torch: every step once, the same
+    losses, every sample once."""
+    fixed = work / "fixed"
+    train(work / "pods" / "config", fixed, nodes=1, python=python)
+    got, want = losses(run_dir), losses(fixed)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert abs(got[step] - want[step]) <= 1e-5 * abs(want[step]), (step, got[step], want[step])
+    samples = committed_samples(run_dir)
+    assert samples == committed_samples(fixed)
+    flat = [i for step in sorted(samples) for i in samples[step]]
+    assert len(flat) == len(set(flat)) == STEPS * 8
 
 
 def test_resize_2_3_1_under_the_real_agent(job):
@@ -163,17 +184,7 @@ def test_resize_2_3_1_under_the_real_agent(job):
     assert completions and all(t >= last_step and name == "pod-0" for t, name in completions), operator.history
     assert not any(status == "faulted" and name != "pod-0" for _, name, status in operator.history)
 
-    # The committed stream equals a fixed-size run's, on the same torch.
-    fixed = work / "fixed"
-    train(work / "pods" / "config", fixed, nodes=1, python=python)
-    got, want = losses(run_dir), losses(fixed)
-    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
-    for step in want:
-        assert abs(got[step] - want[step]) <= 1e-5 * abs(want[step]), (step, got[step], want[step])
-    samples = committed_samples(run_dir)
-    assert samples == committed_samples(fixed)
-    flat = [i for step in sorted(samples) for i in samples[step]]
-    assert len(flat) == len(set(flat)) == STEPS * 8
+    assert_matches_a_fixed_size_run(work, run_dir, python)
 
     # Restarts agreed with the agent's progress; nothing is left running.
     assert not any(re.search(r"warning: the agent's progress", p.log.read_text()) for p in operator.pods)
@@ -185,3 +196,111 @@ def test_resize_2_3_1_under_the_real_agent(job):
           f"of it the load (s, MB from node memory / shared volume): "
           f"{[(round(s, 2), '/'.join(str(v) for v in mb.values())) for s, mb in loads]}")
     assert os.path.isdir(step_dir(run_dir / "checkpoints", STEPS))
+
+
+def workers(pod) -> list[int]:
+    """The worker processes the pod's agent runs."""
+    return child_pids(pod.proc.pid, running=True)
+
+
+def start_and_wait(operator: Operator, run_dir: Path, pods, after_step: int, steps: int = 3) -> None:
+    operator.start(pods, operator.progress(operator.pods))
+    wait_step(run_dir, after_step + steps, len(pods))
+
+
+@pytest.fixture
+def in_place_job(tmp_path, image_python):
+    return tmp_path, dry_run(tmp_path, "recipes.elastic_policy.in_place=true",
+                             "recipes.elastic_policy.graceful_shutdown_timeout=20"), image_python
+
+
+def test_resize_in_place_2_3_1_under_the_real_agent(in_place_job):
+    """`elastic_policy.in_place`: the agents start their workers once; every /stop leaves them alive at
+    the agent's barrier and every /start resizes them in place: 2 nodes, 3 (the third pod's workers
+    waited at the barrier since the pod came up; the stops reach the pods 3 s apart), then pod 2 is
+    deleted while training (SIGTERM: everyone checkpoints, its agent leaves), and pod 0 finishes alone,
+    reading pod 1's and pod 2's shards from the shared volume. No worker of a staying pod is ever
+    restarted, and the run equals a fixed-size one."""
+    work, container, python = in_place_job
+    assert "--inprocess-restart" in container.args
+    run_dir = work / "run"
+    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    try:
+        p0, p1, p2 = (operator.add_pod() for _ in range(3))  # ready: their workers wait at the barrier
+        first = {pod.name: workers(pod) for pod in (p0, p1, p2)}
+        assert all(len(pids) == 1 for pids in first.values()), first
+
+        start_and_wait(operator, run_dir, [p0, p1], 0)
+        operator.stop([p0, p1])
+        operator.wait_status([p0, p1], {"ready"}, timeout=container.graceful_timeout)
+        stopped = newest_step(run_dir)
+
+        start_and_wait(operator, run_dir, [p0, p1, p2], stopped)
+        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+        assert (resume["step"], resume["world_size"]) == (stopped, 3)
+        assert resume["read_mb"]["node memory"] > 0 and resume["read_mb"]["shared volume"] > 0, resume
+        operator.stop([p2, p0, p1], apart=3.0)
+        operator.wait_status([p0, p1, p2], {"ready"}, timeout=container.graceful_timeout + 10)
+        assert not [h for h in operator.history if h[2] in ("completed", "faulted")], operator.history
+        stopped = newest_step(run_dir)
+
+        start_and_wait(operator, run_dir, [p0, p1, p2], stopped)
+        deleted_at = time.time()
+        operator.remove(p2, signal.SIGTERM)
+        p2.proc.wait(timeout=container.graceful_timeout)
+        wait_for(lambda: any(r.get("event") == "stop" and r["time"] >= deleted_at for r in records(run_dir)), 30)
+        operator.stop([p0, p1])
+        operator.wait_status([p0, p1], {"ready"}, timeout=container.graceful_timeout)
+        stopped = newest_step(run_dir)
+
+        operator.start([p0], operator.progress([p0, p1]))
+        operator.wait_status([p0], {"completed"}, timeout=180)
+        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+        assert (resume["step"], resume["world_size"]) == (stopped, 1)
+        assert resume["read_mb"]["shared volume"] > 0, resume  # what pods 1 and 2 held
+
+        # The staying pods' workers are the ones their agents started first, and said so each start.
+        assert workers(p1) == first["pod-1"]
+        starts = [line for line in p0.log.read_text().splitlines() if "in place: start" in line]
+        assert len(starts) == 4 and "kept its imports and data" in starts[-1], starts
+        for pod in (p0, p1):
+            operator.shutdown(pod)
+            assert pod.proc.wait(timeout=30) == 0
+    finally:
+        operator.close()
+    assert not any(status == "faulted" for _, _, status in operator.history), operator.history
+    assert_matches_a_fixed_size_run(work, run_dir, python)
+    wait_for(lambda: not own_processes(work / "pods"), timeout=30)
+
+
+def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(in_place_job):
+    """In place, pod 1's worker hangs (SIGSTOP) while training at 2 nodes: at /stop neither worker can
+    reach the barrier (pod 0's waits for pod 1's in a collective), so after the in-process timeout each
+    agent restarts its workers, which resume from the newest complete checkpoint. Nothing is lost: the
+    steps since that checkpoint are done again, and the run equals a fixed-size one."""
+    work, container, python = in_place_job
+    run_dir = work / "run"
+    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    try:
+        p0, p1 = operator.add_pod(), operator.add_pod()
+        first = workers(p0) + workers(p1)
+        start_and_wait(operator, run_dir, [p0, p1], 0, steps=6)
+        (hung,) = workers(p1)
+        os.kill(hung, signal.SIGSTOP)
+        hung_at = max(steps_at(run_dir, 2))
+        operator.stop([p0, p1])
+        operator.wait_status([p0, p1], {"ready"}, timeout=3 * container.graceful_timeout + 30)
+        restarted = workers(p0) + workers(p1)
+        assert not set(restarted) & set(first), (first, restarted)
+        resumed = newest_step(run_dir)
+        assert resumed < hung_at  # the stop could not checkpoint: the last periodic one is the newest
+
+        operator.start([p0, p1], operator.progress([p0, p1]))
+        operator.wait_status([p0, p1], {"completed"}, timeout=180)
+        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+        assert (resume["step"], resume["world_size"]) == (resumed, 2)
+        assert "a fresh process" in [line for line in p0.log.read_text().splitlines() if "in place: start" in line][-1]
+    finally:
+        operator.close()
+    assert_matches_a_fixed_size_run(work, run_dir, python)
+    wait_for(lambda: not own_processes(work / "pods"), timeout=30)

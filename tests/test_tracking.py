@@ -46,7 +46,7 @@ class MlflowServer:
 
 @pytest.fixture
 def server(tmp_path):
-    from hyperpod_operator import free_port
+    from elastic_launcher.local.hyperpod_agents import free_port
 
     s = MlflowServer(tmp_path, free_port())
     s.start()

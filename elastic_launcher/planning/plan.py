@@ -40,6 +40,9 @@ class ElasticPolicy:
     scaling_timeout: int = ranged(600, ge=0)  # capacity must stay available this long before a scale-up
     faulty_timeout: int = ranged(300, ge=0)  # wait for replacement capacity before scaling down after a fault
     scale_up_snooze_time: int = ranged(0, ge=0)  # no scale-up for this long after a restart
+    # Resize in place (HyperPod only): the agent's in-process restart keeps the workers of staying pods
+    # alive through a resize; a worker that cannot rejoin within graceful_shutdown_timeout is restarted.
+    in_place: bool = False
 
 
 @dataclass

@@ -16,7 +16,7 @@ from elastic_launcher.config.settings import ClusterSettings
 from elastic_launcher.planning.plan import Plan, node_local_gib
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob
-from training.contract.config_files import NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
+from training.contract.config_files import IN_PLACE_ENV, NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
 from training.contract.errors import ConfigError
 
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
@@ -73,6 +73,8 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: flo
         env.update({"NNODES": str(plan.initial_nodes), "NPROC_PER_NODE": str(plan.nproc_per_node),
                     # how long a worker whose peers stopped waits for its own agent's stop signal
                     STOP_WAIT_ENV: str(plan.policy.graceful_shutdown_timeout)})
+        if plan.policy.in_place:
+            env[IN_PLACE_ENV] = "1"
     if target == "hyperpod" and plan.policy.is_elastic and plan.policy.use_graceful_shutdown:
         # Without it the agent's elastic_event_detected() always answers False.
         env["HYPERPOD_SIGNAL_COORDINATION"] = "distributed"
@@ -126,6 +128,9 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
     if target == "trainjob":
         check_trainjob(plan, cluster)
+    if plan.policy.in_place and target != "hyperpod":
+        raise ConfigError(f"elastic_policy.in_place=true needs the HyperPod agent's in-process restart, which "
+                          f"target={target} has not: use target=hyperpod, or in_place=false for a process restart")
     configs = config_files(plan)
     labels = {**MANAGED_BY, "elastic-launcher/recipe": _label_value(recipe),
               **{str(k): str(v) for k, v in cluster.labels.items()}}
@@ -143,6 +148,10 @@ def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, re
         agent_args = [f"--nnodes={plan.initial_nodes}", f"--nproc-per-node={plan.nproc_per_node}",
                       f"--shutdown-timeout={plan.policy.graceful_shutdown_timeout}",
                       "--log-dir=/tmp/hyperpod", "--redirects=3", "--tee=3"]
+        if plan.policy.in_place:
+            # Staying workers save, then wait at the agent's barrier; one that is not there within the
+            # graceful timeout is restarted with its node's other workers (a process restart).
+            agent_args += ["--inprocess-restart", f"--inprocess-timeout={plan.policy.graceful_shutdown_timeout}"]
     context = {
         "job_name": plan.job_name, "namespace": namespace, "labels": labels, "cluster": asdict(cluster),
         "pod_labels": {**MANAGED_BY, "elastic-launcher/job": plan.job_name},

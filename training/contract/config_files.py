@@ -19,6 +19,9 @@ NUM_NODES_ENV = "ELASTIC_NUM_NODES"
 # the policy's default (elastic_launcher.planning.plan.ElasticPolicy) and the trainer's fallback.
 STOP_WAIT_ENV = "ELASTIC_STOP_WAIT_S"
 GRACEFUL_SHUTDOWN_TIMEOUT_S = 600
+# Set with hyperpodrun --inprocess-restart (elastic_policy.in_place): every worker the agent starts,
+# first or after a fallback restart, waits at the agent's barrier for its rank (training.runtime.in_place).
+IN_PLACE_ENV = "ELASTIC_IN_PLACE"
 # The node's own copy of the newest checkpoint (training.state.node_local): a memory-backed volume of
 # the pod, which outlives the training processes (a resize restarts them in the pod), not the pod.
 # `{node_rank}` in it is replaced by the node's rank (local runs keep one directory per emulated node).

@@ -14,6 +14,9 @@ inside a collective or a long import. What a signal does depends on the phase:
   store, where a watcher thread on every rank sees it within a fraction of a second and ends that
   rank too. A signal that arrives before the store exists waits (bounded) for it.
 - `waiting`: the stop is saved; the rank waits for its own signal (below) and exits 0 on it.
+- In place (`training.runtime.in_place`), the agent's `/stop` is a fault notification handled like
+  a signal; after the saved stop the rank is `between` sizes, then `idle` at the agent's barrier,
+  where a notification has nothing left to stop and a signal (the pod goes) ends the process.
 
 Exit codes, as the HyperPod agent reads them (its state machine, `plr_hyperpod_elastic_agent.py`):
 workers that exit 0 while the agent is RUNNING make it report `completed`; a non-zero exit makes it
@@ -41,6 +44,7 @@ import time
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S, STOP_WAIT_ENV
 
 STOP_SIGNALS = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}  # SIGINT: a local run's Ctrl-C
+FAULT = "AGENT_STOP"  # in place, the agent's /stop arrives as a fault notification, not a signal
 AGENT_SOCKET_ENV = "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"  # set by hyperpodrun for its workers
 NO_OWN_STOP_EXIT = 3  # a peer stopped, this node's agent never asked: a fault, not a completion
 STOP_KEY, STOPPED_KEY = "elastic/stop", "elastic/stopped"  # in the job's rendezvous store
@@ -73,6 +77,8 @@ class ElasticStop:
         self._store_ready = threading.Event()
         self._watching = True  # announcements are watched until every rank has agreed to train
         self._agent_handler = None
+        self._watcher_started = False
+        self.in_place = False  # set under the agent's in-process restart (training.runtime.in_place)
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by every thread started later
         threading.Thread(target=self._receive, name="stop-signals", daemon=True).start()
 
@@ -104,7 +110,27 @@ class ElasticStop:
             pass
         self._store, self._rank, self._world_size = store, rank, world_size
         self._store_ready.set()
-        threading.Thread(target=self._watch, name="stop-watch", daemon=True).start()
+        if not self._watcher_started:  # one watcher for the process; it follows the store of each size
+            self._watcher_started = True
+            threading.Thread(target=self._watch, name="stop-watch", daemon=True).start()
+
+    def wait_at_barrier(self) -> None:
+        """In place, between two world sizes: nothing pending, no store; a signal now ends the process
+        at once (nothing to save, no peer waits for it)."""
+        with self._lock:
+            self.signal_name, self.phase = None, "idle"
+            self._store = None
+            self._store_ready.clear()
+
+    def start_size(self) -> None:
+        """Released from the barrier: the next world size's start-up begins."""
+        with self._lock:
+            self.phase = "starting"
+        self._watching = True
+
+    def receive(self, name: str) -> None:
+        """A stop that is no signal (the agent's fault notification in place), handled as one."""
+        self._handle(name)
 
     def enter_training(self, agree) -> bool:
         """From now on a signal only sets the flag. `agree()` (a collective: did any rank see a
@@ -122,11 +148,16 @@ class ElasticStop:
         self._watching = True
 
     def exit_code_after_stop(self) -> int:
-        """The exit code of a rank whose loop ended on an agreed stop (its checkpoint is saved)."""
+        """The exit code of a rank whose loop ended on an agreed stop (its checkpoint is saved). In
+        place, the rank goes on to the agent's barrier once its own agent's stop has arrived (a
+        barrier reached before it would have the agent start this rank again at the old size)."""
         with self._lock:
+            if self.in_place:
+                self.phase = "between"
             if self.signal_name is not None or not under_agent():
                 return 0
-            self.phase = "waiting"  # from here the signal thread exits 0 when this node's own stop arrives
+            if not self.in_place:
+                self.phase = "waiting"  # from here the signal thread exits 0 when this node's own stop arrives
         return self._await_own_signal("a peer stopped")
 
     def yield_to_stop(self) -> None:
@@ -144,34 +175,41 @@ class ElasticStop:
     def _receive(self) -> None:
         while True:
             signum = signal.sigwait(STOP_SIGNALS)
-            name = signal.Signals(signum).name
-            with self._lock:
-                self.signal_name = self.signal_name or name
-                phase = self.phase
-            if phase == "training":
-                if self._agent_handler is not None and signum == signal.SIGUSR1:
-                    self._agent_handler(signum, None)
-                continue
-            if phase == "waiting":
-                os._exit(0)
-            _say(f"{name} during {'start-up' if phase == 'starting' else 'the final steps'}: "
-                 f"exiting without a checkpoint")
-            alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
-            if not alone and self._store_ready.wait(STORE_WAIT_S):
-                # Nothing is saved in these phases: the announcement must not keep this rank alive for long.
-                threading.Timer(3 * STORE_OP_TIMEOUT_S, os._exit, (0,)).start()
-                self._announce()
-            os._exit(0)
+            self._handle(signal.Signals(signum).name)
+
+    def _handle(self, name: str) -> None:
+        with self._lock:
+            self.signal_name = self.signal_name or name
+            phase = self.phase
+        if phase == "training":
+            if self._agent_handler is not None and name == "SIGUSR1":
+                self._agent_handler(signal.SIGUSR1, None)
+            return
+        if phase in ("between", "idle") and name == FAULT:
+            return  # in place, saved or at the barrier already: the notification has nothing left to stop
+        if phase in ("waiting", "between", "idle"):
+            os._exit(0)  # the stop's checkpoint is saved (or there is nothing to save): the process may go
+        _say(f"{name} during {'start-up' if phase == 'starting' else 'the final steps'}: "
+             f"exiting without a checkpoint")
+        alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+        if not alone and self._store_ready.wait(STORE_WAIT_S):
+            # Nothing is saved in these phases: the announcement must not keep this rank alive for long.
+            threading.Timer(3 * STORE_OP_TIMEOUT_S, os._exit, (0,)).start()
+            self._announce()
+        os._exit(0)
 
     def _watch(self) -> None:
+        dead = None
         while True:
             time.sleep(POLL_S)
-            if not self._watching:
+            store = self._store
+            if not self._watching or store is None or store is dead:
                 continue
             try:
-                seen = self._store.check([STOP_KEY])
+                seen = store.check([STOP_KEY])
             except Exception:  # noqa: BLE001 - the store's host is gone: its collectives fail on their own
-                return
+                dead = store
+                continue
             if seen and self._watching:  # this rank may be blocked in a collective with the one that left
                 with self._lock:
                     self.phase = "waiting"
@@ -206,6 +244,8 @@ class ElasticStop:
         _say(f"{why}: waiting up to {timeout:g}s for this node's own stop signal")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.in_place and self.signal_name is not None:
+                return 0
             time.sleep(0.05)  # the signal thread exits 0 when it arrives
         _say(f"error: {why} but no stop signal reached this node within {STOP_WAIT_ENV}={timeout:g}s: exiting "
              f"{NO_OWN_STOP_EXIT} so its agent reports a fault (the job resumes from its newest checkpoint), "

@@ -1,9 +1,17 @@
 """The training entrypoint: restart -> this size's config -> resume -> steps -> (elastic event) save, exit 0.
 
 Run under torchrun or hyperpodrun (`-m training --config-dir DIR`); every (re)start reads the live
-world size, so the same command serves every size the job is resized to. Building a `Trainer` is
-the restart half (config, process group, data, model, resume), `Trainer.train` the loop: one step,
-log, maybe save, stop when every rank agrees.
+world size, so the same command serves every size the job is resized to. Two lifetimes:
+
+- `Process`: what a process keeps for as long as it lives: its arguments, the stop handler, the
+  agent's progress client, the tokenized data (and everything imported, the compiler's caches).
+- `Trainer`: one world size. Building it is the restart half (config, process group and mesh,
+  sharded model and optimizer resumed from the newest checkpoint, batch plan, sampler position),
+  `Trainer.train` the loop: one step, log, maybe save, stop when every rank agrees.
+
+A process restart (torchrun, Kubeflow, TrainJob, hyperpodrun by default) builds one `Trainer` and
+exits after it. Under the HyperPod agent's in-process restart (`training.runtime.in_place`) a
+process that stopped waits at the agent's barrier and builds the next size's `Trainer` itself.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import warnings
 PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures restart cost from here
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -37,7 +46,8 @@ from training.model.causal_lm import (attention_flops, build_sharded_model, chec
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
-from training.runtime.elastic import ElasticStop  # noqa: E402
+from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
+from training.runtime.in_place import AgentBarrier, in_place_requested  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
 from training.runtime.snapshot import model_files  # noqa: E402
@@ -114,15 +124,34 @@ def _writable_run_dir(path: Path) -> Path:
     return path
 
 
+class Process:
+    """What outlives a resize in place. The tokenized data is kept by what it was built from: a size
+    whose config reads the same data with the same tokenizer reuses it."""
+
+    def __init__(self, args: argparse.Namespace, stop: ElasticStop):
+        self.args, self.stop = args, stop
+        self.started = PROCESS_START  # when the current size's start began: process start, or the barrier's release
+        self.agent: AgentProgress | None = None  # the agent's checkpoint discovery: one client per process
+        self._data: dict[str, object] = {}
+
+    def data(self, built_from: tuple, build):
+        key = repr(built_from)
+        if key not in self._data:
+            self._data = {key: build()}  # only the newest: an older size's data is not kept alive
+        return self._data[key]
+
+
 class Trainer:
     """One launch of the training job at one world size. Start-up builds each component once, from
     its own section of the config: process group (topology), tracking (`logging`), data (`datasets`),
     checkpointer (`checkpoint`), model and optimizer (`model_config`, `training_args`), then resumes.
     The loaded config is never changed: the config as run is a new object (`as_run`)."""
 
-    def __init__(self, args, stop: ElasticStop):
+    def __init__(self, process: Process):
+        args, stop = process.args, process.stop
         self.stop, self.topo = stop, Topology.from_env()
         self.rank0 = self.topo.rank == 0
+        self.stopped = False  # set when the loop ends on an agreed stop (its checkpoint saved)
         config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
         loaded = load_job_config(config_path)
         tc = loaded.training_config
@@ -149,20 +178,21 @@ class Trainer:
             raise ConfigError(f"training_config.model_config.sharding_degree={degree} does not divide the world size "
                               f"{self.topo.world_size}: use a divisor of it, e.g. the GPUs of one node")
         self.mesh = device_mesh(self.topo, self.device, degree)
-        launch = f"{int(PROCESS_START * 1000)}"
+        launch = f"{int(process.started * 1000)}"
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
         # Every micro-batch, training and evaluation, has the plan's rows and the packed length (or a
         # bucketed one): compiled functions meet one shape (training.data.BatchShape).
         ds, ta = tc.datasets, tc.training_args
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
-        self.data = build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
-                               builder=self.topo.local_rank == 0, data_format=self.method.data_format, seed=ta.seed)
+        self.data = process.data((ds, tc.model_config, self.source, self.method.data_format, ta.seed), lambda: build_data(
+            ds, tc.model_config, self.source, self.run_dir / "data_cache", builder=self.topo.local_rank == 0,
+            data_format=self.method.data_format, seed=ta.seed))
         self._log_data(ds, ta)
         self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens,
                                 self.on_gpu)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
-        self.log.event(event="start", process_start=PROCESS_START, world_size=self.topo.world_size,
+        self.log.event(event="start", process_start=process.started, world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
                        per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
                        grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
@@ -181,7 +211,9 @@ class Trainer:
         self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir / "checkpoints", self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
                                                      checkpointed_weights(tc.model_config), self.node_local)
-        self.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        if process.agent is None:
+            process.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        self.agent = process.agent
         self.state = self._model_and_state()
         self.flops_per_token = matmul_flops_per_token(self.model)
         self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
@@ -397,11 +429,12 @@ class Trainer:
     def train(self) -> int:
         """The loop; returns the process's exit code (see `training.runtime.elastic` for what each means)."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
-        loader = self._loader()
+        self.batches = loader = self._loader()
         self.model.train()
         if self.stop.enter_training(self._agree_stop):  # a rank was signalled as start-up ended
             self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
             self.log.close("KILLED")
+            self.stopped = True
             return self.stop.exit_code_after_stop()
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
@@ -426,6 +459,7 @@ class Trainer:
             if stopping:
                 self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
                 self.log.close("KILLED")
+                self.stopped = True
                 return self.stop.exit_code_after_stop()
         self.stop.enter_finishing()
         self.checkpointer.wait()
@@ -445,20 +479,51 @@ class Trainer:
         return bool(flag.item())
 
 
+    def close(self) -> None:
+        """End this world size in a process that goes on (an in-place resize): the stop's checkpoint is
+        written, the loader's workers, model, optimizer and process groups are released; the next size
+        re-forms the group and reshards from that checkpoint (its node's copy in memory first)."""
+        self.checkpointer.close()
+        del self.batches, self.model, self.optimizer, self.method
+        dist.destroy_process_group()
+        gc.collect()
+        if self.on_gpu:
+            torch.cuda.empty_cache()
+
+
 def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
-    """One launch, from the arguments training.runtime.arguments parsed."""
+    """One process: one world size, or under the agent's in-process restart every size the job is
+    resized to while this process lives."""
     stop = stop or ElasticStop()
-    trainer = None
+    process = Process(args, stop)
     try:
         stop.chain_agent_handler()
-        trainer = Trainer(args, stop)
-        return trainer.train()
+        barrier = AgentBarrier(stop) if in_place_requested() else None
+    except Exception as e:  # noqa: BLE001 - e.g. the agent's socket refused: the agent restarts the process
+        return report_crash(e, os.environ.get("RANK", "0"))
+    while True:
+        if barrier is not None:
+            process.started = barrier.wait_for_start()
+        code, trainer = run_size(process)
+        if barrier is None or trainer is None or code != 0 or stop.signal_name != FAULT:
+            return code  # done, failed, or stopped by a signal (the pod goes): the process ends
+        trainer.close()
+
+
+def run_size(process: Process) -> tuple[int, Trainer | None]:
+    """Train at the live world size until the job ends or stops: (exit code, the trainer if it stopped
+    cleanly, whose process may go on to the next size)."""
+    stop, trainer = process.stop, None
+    try:
+        trainer = Trainer(process)
+        code = trainer.train()
+        return code, trainer if trainer.stopped else None
     except USER_ERRORS as e:
         if trainer is not None:
             trainer.log.close("FAILED")
-        return report(e)
+        return report(e), None
     except Exception as e:
         stop.yield_to_stop()  # a peer's stop may be what broke this rank's collective
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        return report_crash(e, os.environ.get("RANK", "0"))  # the job restarts from its checkpoint: the run goes on
+        return report_crash(e, os.environ.get("RANK", "0")), None  # the job restarts from its checkpoint: the run goes on

@@ -315,6 +315,12 @@ class Checkpointer:
     def pending(self) -> bool:
         return self._pending is not None
 
+    def close(self) -> None:
+        """Finish the save in flight and stop the writer thread (the world size ends in place)."""
+        self.wait()
+        if self.async_save:
+            self._writer.shutdown()
+
     def wait(self) -> None:
         """Finish the save in flight: wait (bounded), agree on success across ranks, then mark it
         COMPLETE, or remove it and raise on every rank."""

@@ -1,13 +1,16 @@
-"""The HyperPod training operator's side of the agent contract, on loopback.
+"""The HyperPod training operator's side of the agent contract, on loopback: real HyperPod agents
+driven on this machine the way the operator drives them in a cluster (the agent tests, the resize
+benchmark).
 
 Each simulated node ("pod") is one real `hyperpodrun` (hyperpod-elastic-agent, from the image's
-virtualenv) started with the rendered manifest's own container command, args and env; only paths
-(config mount, log dir, the pod's node-local memory volume) and the agent's port are adapted. A pod's
-memory volume lives as long as the pod: a removed pod (deleted or its node dead) takes it along. The operator drives the agents through
-their HTTP API as the training operator does: `POST /start` (rank, nnodes, master address and port,
-rank IPs, fault count, the progress it read from `/status`), `POST /stop` (graceful: SIGUSR1 to the
-workers, then SIGKILL after `timeout`), `GET /status`, `POST /shutdown`. A watcher polls every
-agent's `/status` and keeps each change, so a test can tell what any agent ever reported.
+virtualenv: scripts/image_venv.py) started with the rendered manifest's own container command, args
+and env; only paths (config mount, log dir, the pod's node-local memory volume) and the agent's port
+are adapted. A pod's memory volume lives as long as the pod: a removed pod (deleted or its node dead)
+takes it along. The operator drives the agents through their HTTP API: `POST /start` (rank, nnodes,
+master address and port, rank IPs, fault count, the progress it read from `/status`), `POST /stop`
+(graceful: SIGUSR1 to the workers, or in place the agent's fault notification), `GET /status`,
+`POST /shutdown`. A watcher polls every agent's `/status` and keeps each change, so a caller can
+tell what any agent ever reported.
 """
 
 from __future__ import annotations
