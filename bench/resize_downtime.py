@@ -6,7 +6,8 @@ Downtime: the end of the last step at the old size to the start of the first ste
   against a fresh start (launch to the first step, no checkpoint). Goal: <= 1.2x.
 - In place, under real HyperPod agents on loopback (`hyperpodrun --inprocess-restart`, the image's
   virtualenv): the workers save and wait at the agent's barrier, the next /start re-forms the process
-  group and reshards in the same processes. Split: stop (to every agent ready), barrier (ready to
+  group and reshards in the same processes. Split: stop (to every agent ready; of it the save),
+  barrier (ready to
   the release), re-form (process group, config, data), reshard (model and optimizer from the
   checkpoint), first step. Against a fresh start under the same agents without in-place restart
   (/start to the first step, no checkpoint). Goal: <= 0.3x.
@@ -37,6 +38,7 @@ ARCH = "recipes.training_config.model_config.architecture"
 MODEL = [f"{ARCH}.hidden_size=512", f"{ARCH}.intermediate_size=1376", f"{ARCH}.num_hidden_layers=8",
          f"{ARCH}.num_attention_heads=8", f"{ARCH}.num_key_value_heads=8", f"+{ARCH}.vocab_size=32000"]
 GOAL, IN_PLACE_GOAL = 1.2, 0.3
+RESIZE_EVERY_S = 6.0
 
 
 def rehearse(start: int, then: int) -> dict:
@@ -93,16 +95,19 @@ def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
             first_step_start(run_dir, sizes[0], began)
             resizes = []
             for old, new in zip(sizes, sizes[1:]):
-                time.sleep(1.0)  # a few steps at the old size
+                # Steps at the old size; long enough that the last stop's checkpoint has reached the disk
+                # (synced in the background) before the next stop: resizes are minutes apart in a cluster.
+                time.sleep(RESIZE_EVERY_S)
                 operator.stop(pods[:old])
                 ready = operator.wait_status(pods[:old], {"ready"}, timeout=120)
                 last_end = max(r["time"] for r in trained(run_dir, old, 0) if r["time"] <= ready)
                 operator.start(pods[:new], operator.progress(pods))
                 first = first_step_start(run_dir, new, ready)
+                saved = [r for r in read_records(run_dir) if r.get("event") == "checkpoint" and r["time"] <= ready][-1]
                 start = [r for r in read_records(run_dir) if r.get("event") == "start" and r["time"] >= ready][0]
                 resume = [r for r in read_records(run_dir) if r.get("event") == "resume" and r["time"] >= ready][0]
                 resizes.append({"name": f"{old}->{new}", "to": new, "downtime": first - last_end,
-                                "stop": ready - last_end, "barrier": start["process_start"] - ready,
+                                "stop": ready - last_end, "save": saved["seconds"], "barrier": start["process_start"] - ready,
                                 "re-form": start["time"] - start["process_start"], "reshard": resume["time"] - start["time"],
                                 "first step": first - resume["time"]})
         finally:
@@ -142,7 +147,7 @@ def report_in_place(repeats: int) -> None:
               f"{spread(fresh[to], ' s')}: {spread(ratios, 'x')} -> "
               f"{'meets' if statistics.median(ratios) <= IN_PLACE_GOAL else 'MISSES'} the goal <= {IN_PLACE_GOAL}x")
         print("    " + ", ".join(f"{k} {spread([p[k] for p in parts], ' s')}"
-                                  for k in ("stop", "barrier", "re-form", "reshard", "first step")))
+                                  for k in ("stop", "save", "barrier", "re-form", "reshard", "first step")))
 
 
 def spread(values: list[float], unit: str = "") -> str:

@@ -47,6 +47,25 @@ def test_hyperpod_job_passes_the_hyperpod_sdk_model(launch, tmp_path):
     model.model_validate(job["spec"], by_name=True, by_alias=False)
 
 
+def test_a_resize_in_place_runs_the_agent_with_in_process_restart(launch, tmp_path):
+    """elastic_policy.in_place: the agent keeps the workers through a resize and restarts one that is
+    not back at its barrier within the graceful timeout; the workers are told to wait there."""
+    _, _, job = render(launch, tmp_path, *MAIN_COMMAND, "recipes.elastic_policy.in_place=true")
+    validate_crd(job, "hyperpodpytorchjob.schema.yaml")
+    container = pod_spec(job)["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("-m") - 2:args.index("-m")] == ["--inprocess-restart", "--inprocess-timeout=600"]
+    assert {"name": "ELASTIC_IN_PLACE", "value": "1"} in container["env"]
+
+
+@pytest.mark.parametrize("target, command", [("kubeflow", MAIN_COMMAND), ("trainjob", MAIN_COMMAND[:1])])
+def test_a_resize_in_place_is_refused_off_hyperpod(launch, target, command):
+    code, _, err = launch(*command, "recipes.elastic_policy.in_place=true", f"target={target}")
+    assert code != 0
+    assert err.strip() == (f"error: elastic_policy.in_place=true needs the HyperPod agent's in-process restart, which "
+                           f"target={target} has not: use target=hyperpod, or in_place=false for a process restart")
+
+
 def test_kubeflow_job_passes_schema_checks(launch, tmp_path):
     _, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, *FULL_CLUSTER, "target=kubeflow")
     validate_crd(job, "pytorchjob.schema.yaml")
@@ -72,6 +91,7 @@ def test_hyperpod_fields_users_rely_on(launch, tmp_path):
     assert (env["NNODES"]["value"], env["NPROC_PER_NODE"]["value"]) == ("2", "8")
     assert env["ELASTIC_STOP_WAIT_S"]["value"] == "600"  # a peer-stopped worker waits this long for its own stop
     assert "--shutdown-timeout=600" in container["args"]  # pod deletion: the workers get the graceful timeout
+    assert not [a for a in container["args"] if "inprocess" in a] and "ELASTIC_IN_PLACE" not in env  # process restarts
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     resources = container["resources"]
     for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):

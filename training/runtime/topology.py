@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from training.contract.config_files import NUM_NODES_ENV
@@ -60,6 +61,21 @@ def collective_timeout(save_timeout: float | None = None) -> float:
     return timeout
 
 
+def _await_master_store(timeout_s: float = 60.0) -> None:
+    """Wait (polling every 10 ms) until rank 0's rendezvous store listens. torch's own connect backs
+    off for up to a second after a refused attempt, so a rank released a moment before rank 0 (every
+    /start of the HyperPod agent, whose store the workers cannot share) would wait that out on every
+    restart. Under torchrun the agent's store already listens and this returns at once."""
+    address = (os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", 0)))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(address, timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.01)  # then torch's connect reports what is wrong, with its own timeout
+
+
 def start_process_group(topo: Topology, timeout_s: float | None = None):
     """This process's device (its local GPU, else the CPU) with the default process group started:
     NCCL for GPU tensors beside gloo for CPU ones, gloo alone on CPU. `timeout_s` (default:
@@ -74,6 +90,8 @@ def start_process_group(topo: Topology, timeout_s: float | None = None):
     if on_gpu:
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s or collective_timeout())
+    if topo.rank != 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        _await_master_store()
     dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", timeout=timeout,
                             device_id=device if on_gpu else None)
     return device

@@ -23,11 +23,12 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 
@@ -140,6 +141,18 @@ def _own_files(target: Path, rank: int) -> dict[str, list]:
             **{str(f.relative_to(target)): [f.stat().st_size, _crc32(f)] for f in small if f.exists()}}
 
 
+def _sync(target: Path, rank: int) -> None:
+    """Put this rank's files of `target` on the disk (rank 0 also the step's directory entries)."""
+    for name in _own_files(target, rank):
+        with suppress(OSError), open(target / name, "rb") as f:
+            os.fsync(f.fileno())
+    if rank == 0:
+        with suppress(OSError):
+            fd = os.open(target, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+
 def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str | None:
     """This rank's share of the verification before anything is read: every file's size, and the
     CRC32 of every world_size-th file that has one in the manifest (small files, and every file of
@@ -201,16 +214,15 @@ class Checkpointer:
         self._pending: tuple[Future, Path, TrainState, float] | None = None  # async save in flight
         self.load_seconds: dict[str, float] = {}  # prepare / read / apply times of the last load
         self.last_saved: tuple[Path, float] | None = None  # (directory, seconds) of a finished save not yet logged
+        # The background write runs DCP's collectives on a group of its own (gloo, which also serves CPU
+        # tensors under NCCL), never interleaved with the training's; made at the first async save
+        # (every rank reaches it at the same step), not on the way to the first step.
+        self._group = None
         if async_save:
-            # The background write runs DCP's collectives on a group of its own (gloo, which also serves
-            # CPU tensors under NCCL), never interleaved with the training's. The staging copy goes into
-            # pinned host buffers that the stager caches and reuses from one save to the next.
-            self._group = dist.new_group(backend="gloo")
+            # The staging copy goes into pinned host buffers that the stager caches and reuses.
             self._stager = DefaultStager(StagingOptions(use_pinned_memory=on_gpu, use_shared_memory=False,
                                                         use_async_staging=False, use_non_blocking_copy=on_gpu))
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
-        else:
-            self._group = None
 
     def _app_state(self, model, optimizer, to_load: bool = False) -> dict:
         _allocate_adamw_state(optimizer, to_load)
@@ -267,7 +279,12 @@ class Checkpointer:
                                   f"saved; the newest checkpoint stays {keep}")
         self._check_space(need, free, target)
 
-    def save(self, model, optimizer, state: TrainState, blocking: bool = False) -> Path:
+    def save(self, model, optimizer, state: TrainState, blocking: bool = False, sync_later: bool = False) -> Path:
+        """Save the step's state; async unless `blocking`. With `sync_later` (a blocking save the
+        process goes on from: an in-place resize) the files reach the disk in the background instead
+        of before the save returns: the next size starts from them at once, and a node that died
+        before they were on disk leaves checksums that fail, so the job resumes from the checkpoint
+        before (fsync is most of a blocking save's time)."""
         self.wait()  # one save in flight at a time
         target = step_dir(self.root, state.step)
         if (target / COMPLETE).exists():
@@ -286,21 +303,24 @@ class Checkpointer:
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, rng)
         if self.async_save and not blocking:
             staged = self._stager.stage(app)  # a private host copy: training may update the parameters now
+            self._group = self._group or dist.new_group(backend="gloo")
             future = self._writer.submit(self._write, staged, target, self._group)
             self._pending = (future, target, replace(state), started)  # training goes on mutating `state`
         else:
             future: Future = Future()
             try:
-                future.set_result(self._write(app, target, group=None))  # the training's own group
+                future.set_result(self._write(app, target, group=None, sync=not sync_later))  # the training's own group
             except Exception as e:  # noqa: BLE001 - reported through the agreement below
                 future.set_exception(e)
             self._pending = (future, target, state, started)
             self.wait()
+            if sync_later:
+                threading.Thread(target=_sync, args=(target, self.rank), name="checkpoint-sync", daemon=True).start()
         return target
 
-    def _write(self, app: dict, target: Path, group) -> dict[str, list]:
+    def _write(self, app: dict, target: Path, group, sync: bool = True) -> dict[str, list]:
         with lean_io():
-            dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads), process_group=group)
+            dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads, sync), process_group=group)
         own = _own_files(target, self.rank)
         self.node_local.keep(target, [name for name in own if name.endswith(".distcp")])
         return own

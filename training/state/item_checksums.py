@@ -237,9 +237,10 @@ def tensor_layout(item: ChecksummedItem, element_size: int) -> TensorLayout | No
     return TensorLayout(begin + offset * element_size, size, stride)
 
 
-def writer(path, threads: int = 1) -> FileSystemWriter:
-    """DCP's file writer, every item with its block checksums; `threads` files per rank, written at once."""
-    return FileSystemWriter(path, thread_count=threads, _extensions=[ItemCrc32()])
+def writer(path, threads: int = 1, sync: bool = True) -> FileSystemWriter:
+    """DCP's file writer, every item with its block checksums; `threads` files per rank, written at
+    once; with `sync`, each file reaches the disk before the save returns."""
+    return FileSystemWriter(path, thread_count=threads, sync_files=sync, _extensions=[ItemCrc32()])
 
 
 def registry() -> ExtensionRegistry:
