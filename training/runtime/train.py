@@ -488,7 +488,6 @@ class Trainer:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-
     def close(self) -> None:
         """End this world size in a process that goes on (an in-place resize): the stop's checkpoint is
         written, the loader's workers, model, optimizer and process groups are released; the next size
@@ -520,7 +519,10 @@ def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
         code, trainer = run_size(process)
         if barrier is None or trainer is None or code != 0 or stop.signal_name != FAULT:
             return code  # done, failed, or stopped by a signal (the pod goes): the process ends
-        trainer.close()
+        try:
+            trainer.close()
+        except Exception as e:  # noqa: BLE001 - the agent restarts this process, which resumes from the checkpoint
+            return report_crash(e, os.environ.get("RANK", "0"))
 
 
 def run_size(process: Process) -> tuple[int, Trainer | None]:

@@ -116,14 +116,18 @@ def _crc32(path: Path, chunk: int = 16 << 20) -> int:
     return crc
 
 
-def _write_durably(path: Path, text: str) -> None:
-    """Write, fsync, rename into place and fsync the directory: the file exists whole or not at all."""
+def _write_durably(path: Path, text: str, sync: bool = True) -> None:
+    """Write, fsync, rename into place and fsync the directory: the file exists whole or not at all
+    (without `sync`, the fsyncs are left to `_sync`)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not sync:
+        return
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -142,8 +146,10 @@ def _own_files(target: Path, rank: int) -> dict[str, list]:
 
 
 def _sync(target: Path, rank: int) -> None:
-    """Put this rank's files of `target` on the disk (rank 0 also the step's directory entries)."""
-    for name in _own_files(target, rank):
+    """Put this rank's files of `target` on the disk; rank 0 then its state, COMPLETE and the step's
+    directory entries (the marker reaches the disk after the data it vouches for)."""
+    names = [*_own_files(target, rank), *([STATE_FILE, COMPLETE] if rank == 0 else [])]
+    for name in names:
         with suppress(OSError), open(target / name, "rb") as f:
             os.fsync(f.fileno())
     if rank == 0:
@@ -313,10 +319,16 @@ class Checkpointer:
             except Exception as e:  # noqa: BLE001 - reported through the agreement below
                 future.set_exception(e)
             self._pending = (future, target, state, started)
-            self.wait()
+            self.wait(sync=not sync_later)
             if sync_later:
-                threading.Thread(target=_sync, args=(target, self.rank), name="checkpoint-sync", daemon=True).start()
+                threading.Thread(target=self._sync_then_prune, args=(target,), name="checkpoint-sync", daemon=True).start()
         return target
+
+    def _sync_then_prune(self, target: Path) -> None:
+        """A `sync_later` save's files to the disk, and only then the older checkpoints away."""
+        _sync(target, self.rank)
+        if self.rank == 0:
+            self._prune(step_of(target))
 
     def _write(self, app: dict, target: Path, group, sync: bool = True) -> dict[str, list]:
         with lean_io():
@@ -341,9 +353,9 @@ class Checkpointer:
         if self.async_save:
             self._writer.shutdown()
 
-    def wait(self) -> None:
+    def wait(self, sync: bool = True) -> None:
         """Finish the save in flight: wait (bounded), agree on success across ranks, then mark it
-        COMPLETE, or remove it and raise on every rank."""
+        COMPLETE (with `sync`, on the disk, and prune the older ones), or remove it and raise on every rank."""
         if not self._pending:
             return
         future, target, state, started = self._pending
@@ -366,9 +378,10 @@ class Checkpointer:
                                   f"checkpoint is still {getattr(latest_checkpoint(self.root), 'name', '(none)')}")
         if self.rank == 0:
             files = {name: entry for _, own, _ in results for name, entry in own.items()}
-            _write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1))
-            _write_durably(target / COMPLETE, json.dumps({"files": files}))  # last: the checkpoint exists
-            self._prune(step_of(target))
+            _write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1), sync)
+            _write_durably(target / COMPLETE, json.dumps({"files": files}), sync)  # last: the checkpoint exists
+            if sync:
+                self._prune(step_of(target))
         dist.barrier()
         self.node_local.drop_all_but(target.name)
         self.last_saved = (target, time.perf_counter() - started)
