@@ -117,9 +117,9 @@ def host_syncs(configs: Path, run_dir: Path, device) -> tuple[str, str]:
 
     from training.runtime.arguments import parse_args
     from training.runtime.elastic import ElasticStop
-    from training.runtime.train import Trainer
+    from training.runtime.train import Process, Trainer
 
-    trainer = Trainer(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop())
+    trainer = Trainer(Process(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop()))
     try:
         loader = trainer._loader()
         trainer.model.train()

@@ -93,7 +93,7 @@ import training.runtime.train as train_module
 
 store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
-def start_up(args, stop):
+def start_up(process):
     stop.attach_store(store, rank=1, world_size=2)  # the process group exists
     if sys.argv[1] == "announced":  # rank 0 heard SIGUSR1, announced the stop and left at once
         peer = TCPStore("127.0.0.1", store.port, is_master=False)
@@ -228,7 +228,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from training.runtime.elastic import ElasticStop
 from training.runtime.arguments import parse_args
-from training.runtime.train import Trainer
+from training.runtime.train import Process, Trainer
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
@@ -266,7 +266,7 @@ import dataclasses
 import training.runtime.train as train_module
 loaded, load = [], train_module.load_job_config
 train_module.load_job_config = lambda path: loaded.append((path, load(path))) or loaded[-1][1]
-trainer = Trainer(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop())
+trainer = Trainer(Process(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop()))
 trainer.model.lm_head.fused = True  # the GPU's loss (gradients in forward), on the CPU
 # Start-up resolved the config as run (vocabulary, schedule) into a new object: the loaded one is as read.
 (path, config), = loaded
