@@ -7,9 +7,8 @@ Downtime: the end of the last step at the old size to the start of the first ste
 - In place, under real HyperPod agents on loopback (`hyperpodrun --inprocess-restart`, the image's
   virtualenv): the workers save and wait at the agent's barrier, the next /start re-forms the process
   group and reshards in the same processes. Split: stop (to every agent ready; of it the save),
-  barrier (ready to
-  the release), re-form (process group, config, data), reshard (model and optimizer from the
-  checkpoint), first step. Against a fresh start under the same agents without in-place restart
+  barrier (ready to the release), re-form (process group, config, data), reshard (model and
+  optimizer from the checkpoint), first step. Against a fresh start under the same agents without in-place restart
   (/start to the first step, no checkpoint). Goal: <= 0.3x.
 
 Median of --repeats, with the range.
@@ -20,7 +19,6 @@ Median of --repeats, with the range.
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local.hyperpod_agents import Container, Operator  # noqa: E402
+from scripts.image_venv import ensure as image_venv  # noqa: E402
 from training.contract.records import read_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,9 +102,10 @@ def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
                 last_end = max(r["time"] for r in trained(run_dir, old, 0) if r["time"] <= ready)
                 operator.start(pods[:new], operator.progress(pods))
                 first = first_step_start(run_dir, new, ready)
-                saved = [r for r in read_records(run_dir) if r.get("event") == "checkpoint" and r["time"] <= ready][-1]
-                start = [r for r in read_records(run_dir) if r.get("event") == "start" and r["time"] >= ready][0]
-                resume = [r for r in read_records(run_dir) if r.get("event") == "resume" and r["time"] >= ready][0]
+                events = [r for r in read_records(run_dir) if "event" in r]
+                saved = [r for r in events if r["event"] == "checkpoint" and r["time"] <= ready][-1]
+                start = next(r for r in events if r["event"] == "start" and r["time"] >= ready)
+                resume = next(r for r in events if r["event"] == "resume" and r["time"] >= ready)
                 resizes.append({"name": f"{old}->{new}", "to": new, "downtime": first - last_end,
                                 "stop": ready - last_end, "save": saved["seconds"], "barrier": start["process_start"] - ready,
                                 "re-form": start["time"] - start["process_start"], "reshard": resume["time"] - start["time"],
@@ -128,14 +128,8 @@ def agent_fresh_start(venv_bin: Path, nodes: int) -> float:
             operator.close()
 
 
-def image_venv_bin() -> Path:
-    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "image_venv.py")], capture_output=True, text=True,
-                           check=True)
-    return Path(built.stdout.strip().splitlines()[-1]).parent
-
-
 def report_in_place(repeats: int) -> None:
-    venv_bin = image_venv_bin()
+    venv_bin = image_venv().parent  # the image's virtualenv: the agent and its torch
     resizes = in_place_resizes(venv_bin, [2, 1] * repeats + [2])
     fresh = {n: [agent_fresh_start(venv_bin, n) for _ in range(repeats)] for n in (1, 2)}
     print(f"in-place resize under the HyperPod agent (hyperpodrun --inprocess-restart, {sys.platform}), "

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -104,6 +105,17 @@ def committed_samples(run_dir) -> dict[int, list[int]]:
     from training.contract.records import committed
 
     return committed(Path(run_dir), "samples.jsonl", "sample_ids")
+
+
+def own_processes(marker) -> list[int]:
+    """Processes whose command line names `marker` (a test's directory: the agents, torchrun and the
+    workers all name it)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(marker) in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+    return found
 
 
 def wait_for(predicate, timeout=120, interval=0.2):

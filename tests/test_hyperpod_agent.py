@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, committed_samples, losses, records, train, wait_for
+from conftest import ROOT, committed_samples, losses, own_processes, records, train, wait_for
 from elastic_launcher.local.run import child_pids
 from elastic_launcher.local.hyperpod_agents import Container, Operator
 from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
@@ -55,18 +55,6 @@ def wait_step(run_dir: Path, at_least: int, world_size: int) -> None:
 
 def newest_step(run_dir: Path) -> int:
     return int(latest_checkpoint(run_dir / "checkpoints").name.split("-")[1])
-
-
-def own_processes(work: Path) -> list[int]:
-    """Processes whose command line names this test's directory (agents and workers)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if str(work) in cmdline.read_bytes().decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            pass
-    return found
 
 
 def assert_matches_a_fixed_size_run(work: Path, run_dir: Path, python: str) -> None:

@@ -1,7 +1,6 @@
 """The local elastic rehearsal: a 2 -> 3 -> 1 -> 2 capacity trace plus a node failure, compared with
 a fixed-size run of the same steps."""
 
-import contextlib
 import json
 import os
 import signal
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, committed_samples, losses, records, wait_for
+from conftest import ROOT, committed_samples, losses, own_processes, records, wait_for
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -130,16 +129,6 @@ def test_the_simulator_predicts_the_rehearsal_from_its_own_measurements(rehearsa
 GRACE = 20  # the recipe's graceful_shutdown_timeout in the interrupt test
 
 
-def own_processes(marker: str) -> list[int]:
-    """Processes whose command line names `marker` (torchrun and its workers name the run directory)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            if marker in cmdline.read_bytes().decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-    return found
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("after_line, delay, sig", [
     ("signal signal=SIGUSR1", 0.0, signal.SIGINT),  # inside the resize's stop: the workers are saving
@@ -177,4 +166,4 @@ def test_an_interrupt_anywhere_in_a_resize_stops_the_whole_rehearsal(tmp_path, a
     trained = [(r["step"], r["world_size"]) for r in records(run_dir) if "loss" in r]
     assert max(trained) == (5, 2), trained  # nothing after the resize's stop, nothing at 3 nodes
     assert step_of(latest_checkpoint(run_dir / "checkpoints")) == 5
-    wait_for(lambda: not own_processes(str(run_dir)), timeout=10)
+    wait_for(lambda: not own_processes(run_dir), timeout=10)

@@ -90,20 +90,27 @@ def child_pids(pid: int, running: bool = False) -> list[int]:
     return sorted(children)
 
 
-def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> tuple[int, bool]:
-    """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
-    rest of the job. Workers torchrun starts while the stop is under way (a job interrupted just
-    after its launch) get `sig` as they appear: none may start training after the stop. Returns
-    torchrun's exit code and whether the job exited within `grace`."""
+def _signal_workers(proc: subprocess.Popen, sig: int, grace: float, done) -> bool:
+    """Send `sig` to every worker of torchrun `proc`, and to each one it starts meanwhile (a job
+    stopped just after its launch), until `done()` or `grace` seconds pass; returns whether done."""
     signalled: set[int] = set()
     deadline = time.monotonic() + grace
-    while proc.poll() is None and time.monotonic() < deadline:
+    while not done():
+        if time.monotonic() > deadline:
+            return False
         for pid in set(child_pids(proc.pid, running=True)) - signalled:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
             signalled.add(pid)
         time.sleep(0.02)
-    if proc.poll() is not None:
+    return True
+
+
+def stop_job(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> tuple[int, bool]:
+    """Ask every worker to checkpoint and exit (`sig`), wait up to `grace` seconds, then kill the
+    rest of the job: no worker may start training after the stop. Returns torchrun's exit code and
+    whether the job exited within `grace`."""
+    if _signal_workers(proc, sig, grace, lambda: proc.poll() is not None):
         return proc.returncode, True
     for pid in child_pids(proc.pid):
         with contextlib.suppress(ProcessLookupError):
@@ -119,16 +126,10 @@ def stop_workers(proc: subprocess.Popen, grace: float, sig: int) -> bool:
     workers have exited: the HyperPod agent (and torchrun restarting its own workers) stays up between
     the stop and the next start, so torchrun's own exit is no part of a resize; it goes on in the
     background and is reaped there."""
-    workers = child_pids(proc.pid)
-    for pid in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    deadline = time.monotonic() + grace
-    while child_pids(proc.pid, running=True) and proc.poll() is None:
-        if time.monotonic() > deadline:
-            stop_job(proc, grace=0)
-            return False
-        time.sleep(0.02)
+    if not _signal_workers(proc, sig, grace,
+                           lambda: proc.poll() is not None or not child_pids(proc.pid, running=True)):
+        stop_job(proc, grace=0)
+        return False
     threading.Thread(target=_reap, args=(proc,), name="reap-torchrun", daemon=True).start()
     return True
 

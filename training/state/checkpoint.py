@@ -126,9 +126,13 @@ def _write_durably(path: Path, text: str, sync: bool = True) -> None:
         if sync:
             os.fsync(f.fileno())
     os.replace(tmp, path)
-    if not sync:
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
+    if sync:
+        _fsync_directory(path.parent)
+
+
+def _fsync_directory(path: Path) -> None:
+    """Put a directory's entries (files created or renamed in it) on the disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -154,9 +158,7 @@ def _sync(target: Path, rank: int) -> None:
             os.fsync(f.fileno())
     if rank == 0:
         with suppress(OSError):
-            fd = os.open(target, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
+            _fsync_directory(target)
 
 
 def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str | None:
