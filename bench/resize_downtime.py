@@ -106,9 +106,12 @@ def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
                 saved = [r for r in events if r["event"] == "checkpoint" and r["time"] <= ready][-1]
                 start = next(r for r in events if r["event"] == "start" and r["time"] >= ready)
                 resume = next(r for r in events if r["event"] == "resume" and r["time"] >= ready)
+                model = next(r for r in events if r["event"] == "model" and r["time"] >= ready)
                 resizes.append({"name": f"{old}->{new}", "to": new, "downtime": first - last_end,
                                 "stop": ready - last_end, "save": saved["seconds"], "barrier": start["process_start"] - ready,
                                 "re-form": start["time"] - start["process_start"], "reshard": resume["time"] - start["time"],
+                                "of it the model": model["seconds"], **{f"read {k[5:-2]}": v for k, v in resume.items()
+                                                                         if k.startswith("load_")},
                                 "first step": first - resume["time"]})
         finally:
             operator.close()
@@ -141,7 +144,7 @@ def report_in_place(repeats: int) -> None:
               f"{spread(fresh[to], ' s')}: {spread(ratios, 'x')} -> "
               f"{'meets' if statistics.median(ratios) <= IN_PLACE_GOAL else 'MISSES'} the goal <= {IN_PLACE_GOAL}x")
         print("    " + ", ".join(f"{k} {spread([p[k] for p in parts], ' s')}"
-                                  for k in ("stop", "save", "barrier", "re-form", "reshard", "first step")))
+                                  for k in parts[0] if k not in ("name", "to", "downtime")))
 
 
 def spread(values: list[float], unit: str = "") -> str:

@@ -6,13 +6,15 @@ is used only where its copy is whole and current."""
 import errno
 import os
 import shutil
+import time
 
 import pytest
 import torch
 
 from conftest import tiny_causal_lm
+from training.state import checkpoint
 from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
-                                       complete_checkpoints, step_dir)
+                                       complete_checkpoints, is_checkpoint, step_dir)
 from training.state.node_local import NODE_LOCAL, SHARED, NodeLocalTier
 
 
@@ -129,6 +131,31 @@ def test_keep_last_one_keeps_the_newest_and_drops_partials(tmp_path, process_gro
     assert [p.name for p in tmp_path.iterdir()] == ["step-00000004"]
     manifest = (step_dir(tmp_path, 4) / COMPLETE).read_text()
     assert "__0_0.distcp" in manifest and ".metadata" in manifest
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_an_in_place_stop_puts_its_files_on_the_disk_after_the_next_start_and_only_then_prunes(
+        tmp_path, process_group, monkeypatch, released):
+    """A resize in place saves without fsync; the files reach the disk when the next size has taken
+    its first step (release) or at the deadline, and the checkpoint before stays until they have."""
+    monkeypatch.setattr(checkpoint, "SYNC_DEADLINE_S", 60 if released else 2)
+    model, optimizer, ckpt = make(tmp_path, keep_last=1)
+    ckpt.save(model, optimizer, TrainState(step=2))
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    ckpt.save(model, optimizer, TrainState(step=4), blocking=True, sync_later=True)
+    pending = ckpt.unsynced
+    assert pending.target == step_dir(tmp_path, 4) and is_checkpoint(pending.target)
+    assert not synced and step_dir(tmp_path, 2).exists()  # the fallback stays while step 4 is not durable
+    time.sleep(0.5)
+    assert not synced and step_dir(tmp_path, 2).exists()
+    if released:
+        pending.release()
+    assert pending.done.wait(timeout=30)
+    shard, complete = str(largest_shard(pending.target)), str(pending.target / COMPLETE)
+    assert shard in synced and complete in synced and synced.index(shard) < synced.index(complete)
+    assert [p.name for p in tmp_path.iterdir()] == ["step-00000004"]
 
 
 # --- the node-local tier ------------------------------------------------------------------------------

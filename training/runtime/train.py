@@ -134,6 +134,7 @@ class Process:
         self.agent: AgentProgress | None = None  # the agent's checkpoint discovery: one client per process
         self._data: dict[str, object] = {}
         self._writable: set[Path] = set()
+        self.unsynced = None  # the last size's stop checkpoint, put on the disk after the next size's first step
 
     def writable(self, run_dir: Path) -> Path:
         """The run directory, checked writable once per process (the probe's file operations would
@@ -157,7 +158,7 @@ class Trainer:
 
     def __init__(self, process: Process):
         args, stop = process.args, process.stop
-        self.stop, self.topo = stop, Topology.from_env()
+        self.process, self.stop, self.topo = process, stop, Topology.from_env()
         self.rank0 = self.topo.rank == 0
         self.stopped = False  # set when the loop ends on an agreed stop (its checkpoint saved)
         config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
@@ -447,6 +448,9 @@ class Trainer:
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
             record, stopping, writing = self.train_step(micro_batches)
+            if self.process.unsynced is not None:  # the restart is over: the disk's work slows nothing now
+                self.process.unsynced.release()
+                self.process.unsynced = None
             if tc.logging.audit_samples:
                 self._audit(micro_batches)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
@@ -493,6 +497,7 @@ class Trainer:
         written, the loader's workers, model, optimizer and process groups are released; the next size
         re-forms the group and reshards from that checkpoint (its node's copy in memory first)."""
         self.checkpointer.close()
+        self.process.unsynced = self.checkpointer.unsynced
         del self.batches, self.model, self.optimizer, self.method
         dist.destroy_process_group()
         gc.collect()
