@@ -6,7 +6,7 @@ import pytest
 from elastic_launcher.capacity.sizing_policy import Decision, Operator
 from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.config.compose import compose, to_plain
-from elastic_launcher.local.rehearse import Rehearsal
+from elastic_launcher.local.driver import Rehearsal
 from elastic_launcher.local.run import LocalJob
 from elastic_launcher.planning.plan import make_plan
 

@@ -68,6 +68,7 @@ def test_timeline_and_report_show_every_transition(rehearsal):
     report = json.loads((run_dir / "rehearsal_report.json").read_text())
     causes = [t["cause"] for t in report["transitions"]]
     assert causes == ["resize", "resize", "resize", "failure", "resize"]
+    assert {t["restart"] for t in report["transitions"]} == {"process"}  # torchrun starts new workers each time
     for t in report["transitions"]:
         assert t["downtime_s"] > 0 and t["relaunch_to_first_step_s"] > 0
         if t["cause"] == "resize":

@@ -115,6 +115,12 @@ CASES = {
                                           "local.trace[0]={'step': 3} needs either nodes (the free capacity) or kill: true"),
     "trace event with step and time": ([*TINY, "action=rehearse", "local.trace=[{step:3,time:2,nodes:1}]"],
                                        "needs exactly one of step or time"),
+    "rehearsal under agents without hyperpodrun": (
+        [*TINY, "action=rehearse", "local.trace=[{step:0,nodes:2}]", "local.agent_python=/usr/bin/python3"],
+        "local.agent_python='/usr/bin/python3' has no hyperpodrun beside it"),
+    "rehearsal under agents of a Kubeflow job": (
+        [*TINY, "action=rehearse", "local.trace=[{step:0,nodes:2}]", "target=kubeflow", "local.agent_python=/x/python"],
+        "local.agent_python rehearses the HyperPod agent, not target=kubeflow"),
     "local run at a size the recipe disallows": (["recipes=llama/tiny_llama_sft", "action=local", "local.nodes=3"],
                                                  "local.nodes=3 is not a size this recipe allows (2)"),
     "bad override syntax": (["recipes.run.name=[unclosed"], "recipes.run.name=[unclosed"),

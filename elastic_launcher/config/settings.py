@@ -52,7 +52,7 @@ class ClusterSettings:
 
 @dataclass
 class LocalSettings:
-    """`action=local` and `action=rehearse`: torchrun on this machine."""
+    """`action=local` and `action=rehearse`: torchrun (or the HyperPod agent) on this machine."""
 
     nodes: int | None = ranged(None, ge=1)  # local: default recipes.trainer.num_nodes
     nproc_per_node: int = ranged(1, ge=1)  # processes per local "node"
@@ -61,6 +61,9 @@ class LocalSettings:
     trace: Any = None  # rehearse: capacity events, e.g. [{step:0,nodes:2},{step:6,nodes:3}] or a YAML file
     compare: bool = True  # rehearse: also run the same steps at a fixed size and compare
     min_stable_period: float = ranged(0.0, ge=0)  # rehearse: seconds between two resizes (anti-thrashing)
+    # rehearse: drive real HyperPod agents (hyperpodrun, one per node) instead of torchrun, from the
+    # environment of this python (one with hyperpod-elastic-agent: `python scripts/image_venv.py` prints one)
+    agent_python: str | None = None
     timeout: float = ranged(900.0, gt=0)  # hard wall-clock limit of a local run or rehearsal
 
 

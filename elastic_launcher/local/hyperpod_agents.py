@@ -1,6 +1,6 @@
 """The HyperPod training operator's side of the agent contract, on loopback: real HyperPod agents
 driven on this machine the way the operator drives them in a cluster (the agent tests, the resize
-benchmark).
+benchmark, `action=rehearse local.agent_python=...`).
 
 Each simulated node ("pod") is one real `hyperpodrun` (hyperpod-elastic-agent, from the image's
 virtualenv: scripts/image_venv.py) started with the rendered manifest's own container command, args
@@ -51,7 +51,10 @@ class Container:
 
     @classmethod
     def from_manifest(cls, manifest: Path) -> "Container":
-        docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+        return cls.from_objects([d for d in yaml.safe_load_all(manifest.read_text()) if d])
+
+    @classmethod
+    def from_objects(cls, docs: list[dict]) -> "Container":
         job = next(d for d in docs if d["kind"] == "HyperPodPyTorchJob")
         configmap = next(d for d in docs if d["kind"] == "ConfigMap")
         pod = job["spec"]["replicaSpecs"][0]["template"]["spec"]
@@ -73,8 +76,11 @@ class Pod:
 
 
 class Operator:
-    def __init__(self, container: Container, work: Path, venv_bin: Path, cwd: Path):
+    def __init__(self, container: Container, work: Path, venv_bin: Path, cwd: Path, worker_args: list[str] = ()):
+        """Pods run `container` from `venv_bin` in `cwd`, their files under `work`; `worker_args` go
+        after the container's own to the training entrypoint (a rehearsal's run directory, its pauses)."""
         self.container, self.work, self.venv_bin, self.cwd = container, work, venv_bin, cwd
+        self.worker_args = list(worker_args)
         self.config_dir = work / "config"  # the ConfigMap, "mounted"
         self.config_dir.mkdir(parents=True, exist_ok=True)
         for name, text in container.config_files.items():
@@ -90,12 +96,19 @@ class Operator:
 
     # --- pods ---------------------------------------------------------------------------------------
     def add_pod(self) -> Pod:
+        """A new pod, once its agent is ready (in place: once its workers wait at the barrier)."""
+        pod = self.spawn_pod()
+        self.wait_status([pod], {"ready"}, timeout=90)
+        return pod
+
+    def spawn_pod(self) -> Pod:
+        """A new pod, its agent starting (not waited for: `status` says when it is ready)."""
         name = f"pod-{len(self.pods)}"
         port, log = free_port(), self.work / f"{name}.log"
         args = [a.replace(f"={self.container.config_mount}", f"={self.config_dir}") for a in self.container.args]
         args = [f"--log-dir={self.work / name / 'logs'}" if a.startswith("--log-dir=") else a for a in args]
         command = [str(self.venv_bin / self.container.command[0]), "--server-host=127.0.0.1",
-                   f"--server-port={port}", *args]
+                   f"--server-port={port}", *args, *self.worker_args]
         env = {**os.environ, **self.container.env, "PATH": f"{self.venv_bin}{os.pathsep}{os.environ['PATH']}",
                "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "VIRTUAL_ENV": str(self.venv_bin.parent)}
         if NODE_LOCAL_DIR_ENV in env:  # the pod's memory-backed emptyDir
@@ -105,7 +118,6 @@ class Operator:
                                 start_new_session=True)
         pod = Pod(name, port, proc, log)
         self.pods.append(pod)
-        self.wait_status([pod], {"ready"}, timeout=90)
         return pod
 
     def node_local(self, name: str) -> Path:

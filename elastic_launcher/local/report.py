@@ -24,6 +24,7 @@ class Transition:
     steps_recomputed: int
     load_s: float | None = None  # of the relaunch: reading the checkpoint (allocation, read, apply)
     read_mb: dict | None = None  # what the load read from each tier (node memory, shared volume)
+    restart: str | None = None  # "in place" (rank 0's process kept through the resize) or "process"
 
 
 @dataclass
@@ -39,11 +40,11 @@ class Report:
     matched: bool | None = None  # None: no comparison run
 
     def summary(self) -> str:
-        header = ("#", "cause", "nodes", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "load",
+        header = ("#", "cause", "nodes", "restart", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "load",
                   "read MB node/shared", "downtime", "redo")
         fmt = lambda v, unit="s": "-" if v is None else f"{v:.2f}{unit}"  # noqa: E731
         tiers = lambda mb: "-" if not mb else "/".join(f"{v:.0f}" for v in mb.values())  # noqa: E731
-        rows = [header] + [(str(i + 1), t.cause, f"{t.from_nodes}->{t.to_nodes}", fmt(t.signal_to_exit_s),
+        rows = [header] + [(str(i + 1), t.cause, f"{t.from_nodes}->{t.to_nodes}", t.restart or "-", fmt(t.signal_to_exit_s),
                             fmt(t.checkpoint_save_s), fmt(t.checkpoint_bytes and t.checkpoint_bytes / 1e6, ""),
                             fmt(t.relaunch_to_first_step_s), fmt(t.load_s), tiers(t.read_mb), fmt(t.downtime_s),
                             str(t.steps_recomputed)) for i, t in enumerate(self.transitions)]
@@ -72,6 +73,7 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
     to_first_step = _first_start(records, relaunched)
     first_start = relaunched["time"] + to_first_step if to_first_step is not None else None
     resume = next((r for r in records if r.get("event") == "resume" and r["time"] >= relaunched["time"]), None)
+    start = next((r for r in records if r.get("event") == "start" and r["time"] >= relaunched["time"]), None)
     resumed = resume["step"] if resume else 0
     return Transition(
         cause="failure" if failed else "resize", from_nodes=launched["nodes"], to_nodes=relaunched["nodes"],
@@ -82,7 +84,8 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
         downtime_s=first_start - old_steps[-1]["time"] if first_start is not None and old_steps else None,
         steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed),
         load_s=sum(v for k, v in resume.items() if k.startswith("load_")) if resume else None,
-        read_mb=resume.get("read_mb") if resume else None)
+        read_mb=resume.get("read_mb") if resume else None,
+        restart=("in place" if start.get("same_process") else "process") if start else None)
 
 
 def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Report:

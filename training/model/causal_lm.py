@@ -49,6 +49,15 @@ def _hf_config(cfg: ModelConfig, source: str | None = None):
     return config
 
 
+def import_model_code(cfg: ModelConfig) -> None:
+    """Import the transformers modules the model's classes live in (its config and modeling code: a
+    skeleton built on the meta device, no memory), without reading its weights."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        AutoModelForCausalLM.from_config(_hf_config(cfg), **_attention(cfg))
+
+
 def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> None:
     """Refuse, before anything is built, a model the trainer cannot train (training.model.structure)."""
     check_trainable(_hf_config(cfg, source), packing)

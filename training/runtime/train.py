@@ -47,7 +47,7 @@ from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
-from training.runtime.in_place import AgentBarrier, in_place_requested  # noqa: E402
+from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
 from training.runtime.snapshot import model_files  # noqa: E402
@@ -135,6 +135,7 @@ class Process:
         self._data: dict[str, object] = {}
         self._writable: set[Path] = set()
         self.unsynced = None  # the last size's stop checkpoint, put on the disk after the next size's first step
+        self.sizes = 0  # world sizes this process has started (more than one: resized in place)
 
     def writable(self, run_dir: Path) -> Path:
         """The run directory, checked writable once per process (the probe's file operations would
@@ -159,6 +160,7 @@ class Trainer:
     def __init__(self, process: Process):
         args, stop = process.args, process.stop
         self.process, self.stop, self.topo = process, stop, Topology.from_env()
+        process.sizes += 1
         self.rank0 = self.topo.rank == 0
         self.stopped = False  # set when the loop ends on an agreed stop (its checkpoint saved)
         config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
@@ -201,7 +203,8 @@ class Trainer:
                                 self.on_gpu)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
-        self.log.event(event="start", process_start=process.started, world_size=self.topo.world_size,
+        self.log.event(event="start", process_start=process.started, same_process=process.sizes > 1,
+                       world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
                        per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
                        grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
@@ -517,6 +520,8 @@ def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
         return report_crash(e, os.environ.get("RANK", "0"))
     while True:
         if barrier is not None:
+            if process.sizes == 0:  # a new pod's worker imports its first start's code before the barrier
+                warm_up(args.config_dir)
             # What lives for the process (imports, data) is never walked by the collector again: the
             # collection that frees a stopped size's model (close) then takes milliseconds, not 0.2 s.
             gc.freeze()
