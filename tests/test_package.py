@@ -5,9 +5,12 @@ validates as written."""
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -16,11 +19,44 @@ from conftest import ROOT
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+DATA_FOLDERS = ("data", "recipes", "scale_configs", "templates", "traces")  # carried as elastic_launcher.project.*
+
+
+def data_files() -> list[str]:
+    """The project's data files as the checkout tracks them (a fresh clone's, without build leftovers)."""
+    listed = subprocess.run(["git", "ls-files", *DATA_FOLDERS, "launcher.yaml"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.split()
+    return [path for path in listed if not path.endswith(".py")]
+
+
 def test_pyproject_lists_every_package():
     packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    in_tree = {".".join(p.parent.relative_to(ROOT).parts) for top in ("elastic_launcher", "training")
-               for p in (ROOT / top).rglob("__init__.py")}
-    assert packages == in_tree | {"elastic_launcher.project"}
+    code = {".".join(p.parent.relative_to(ROOT).parts) for top in ("elastic_launcher", "training")
+            for p in (ROOT / top).rglob("__init__.py")}
+    # setuptools wants every folder that holds package data listed as a package, or it warns
+    data = {".".join(("elastic_launcher", "project", *PurePosixPath(path).parent.parts))
+            for path in data_files() if "/" in path}
+    assert packages == code | data | {"elastic_launcher.project"}
+
+
+def test_the_wheel_builds_quietly_and_carries_every_data_file(tmp_path):
+    """A build from the tracked files alone (as CI's clean clone has them) prints no setuptools
+    warning, and the wheel holds every recipe, scale config, template, trace and tiny data file."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    source = tmp_path / "source"
+    for path in tracked:
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, source / path)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    warnings = [line.strip() for line in (build.stdout + build.stderr).splitlines()
+                if re.search(r"Warning|absent from|would be ignored", line)]
+    assert not warnings, warnings[:5]
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl")))
+    missing = {path for path in data_files()} - {name.removeprefix("elastic_launcher/project/")
+                                                 for name in wheel.namelist()}
+    assert not missing
 
 
 def fresh_venv(path):
