@@ -1,12 +1,16 @@
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SESSION_START = pytest.StashKey[float]()
+SECONDS_PER_TEST: dict[str, float] = {}  # setup + call + teardown, per test id, in this session
 
 
 # Two tiers: `python -m pytest` runs the quick one (units, the launcher, one short multi-process
@@ -27,6 +31,34 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+# --- the suite's time budget -----------------------------------------------------------------------
+# A whole tier's run records its wall time and each test's seconds in pytest's cache (.pytest_cache,
+# never the checkout); tests/test_suite_budget.py holds the last record of each tier to its budget.
+def whole_tier(config) -> bool:
+    """Only a run of the whole tier says what the tier costs: no paths, -k, -m or --lf narrowing it."""
+    opt = config.option
+    return (not config.args or config.args == config.getini("testpaths")) and not opt.keyword \
+        and not opt.markexpr and not getattr(opt, "lf", False)
+
+
+def pytest_sessionstart(session):
+    session.config.stash[SESSION_START] = time.time()
+
+
+def pytest_runtest_logreport(report):
+    SECONDS_PER_TEST[report.nodeid] = SECONDS_PER_TEST.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if config.cache is None or not whole_tier(config) or session.testscollected == 0:
+        return
+    tier = "full" if config.getoption("--full") else "quick"
+    config.cache.set(f"elastic-launcher/durations/{tier}", {
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(time.time() - config.stash[SESSION_START], 1),
+        "tests": {nodeid: round(seconds, 2) for nodeid, seconds in SECONDS_PER_TEST.items()}})
 MAIN_COMMAND = ["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                 "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8"]
 
@@ -54,9 +86,6 @@ def run_launcher_process(*args, env=None, cwd=ROOT, timeout=60):
 
 
 # --- training runs ---------------------------------------------------------------------------------
-import signal
-import time
-
 
 def render_configs(out_dir: Path, *overrides, recipe="llama/tiny_llama_sft") -> Path:
     """The launcher's per-size configs for a tiny recipe (elastic over 1..3 nodes)."""
