@@ -1,6 +1,6 @@
 """The memory trace of the trainer's step (training/model/memory_trace.py), held against what can be
-counted exactly, and the FSDP units it exposed. Each trace runs in a process of its own: it starts
-a fake process group of the traced world size."""
+counted exactly, and the FSDP units it exposed. The traces run in a process of their own: each
+starts a fake process group of the traced world size."""
 
 import json
 import os
@@ -18,48 +18,58 @@ SHAPE = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "n
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32000, "tie_word_embeddings": False}
 LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
 
-TRACE = """
+# One process traces every case of this module (each trace starts and ends its own fake process
+# group of the traced world size): a case is the recipe's overrides, the world, the HSDP shard degree
+# (None: FSDP over the whole world, as the 1-node plan is sharded over the traced world instead) and
+# the micro-steps; the parameter counts come from the model the trainer builds.
+TRACES = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.planning.plan import make_plan
 from training.model.memory_trace import trace_step
-from training.model.causal_lm import build_model, CausalLM
-shape, world, overrides = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
-                                   "recipes.training_config.model_config.mixed_precision=bf16", *overrides])[0])["recipes"])
-from dataclasses import replace
-cfg = plan.sizes[0].config  # planned for 1 node: sharded over the traced world instead
-tc = cfg.training_config
-cfg = replace(cfg, training_config=replace(tc, model_config=replace(tc.model_config, sharding="fsdp", sharding_degree=None)))
-step = trace_step(cfg, world, micro_batch=2, micro_steps=1, model_shape=shape)
-mc = replace(cfg.training_config.model_config, architecture=shape, model_name_or_path=None)
-model = build_model(mc, seed=0)
-if mc.lora:
-    from training.model.lora import apply_lora
-    model = apply_lora(model, mc.peft_config)
-trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-print(json.dumps({"step": asdict(step), "trainable": trainable, "frozen": frozen}))
+from training.model.causal_lm import build_model
+shape, results = json.loads(sys.argv[1]), []
+for case in json.loads(sys.argv[2]):
+    plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                                       "recipes.training_config.model_config.mixed_precision=bf16",
+                                       *case["overrides"]])[0])["recipes"])
+    cfg = plan.sizes[0].config
+    tc = cfg.training_config
+    sharding = {"sharding": "fsdp", "sharding_degree": None} if case["degree"] is None else {"sharding_degree": case["degree"]}
+    cfg = replace(cfg, training_config=replace(tc, model_config=replace(tc.model_config, **sharding)))
+    step = trace_step(cfg, case["world"], micro_batch=2, micro_steps=case["micro_steps"], model_shape=shape)
+    mc = replace(cfg.training_config.model_config, architecture=shape, model_name_or_path=None)
+    model = build_model(mc, seed=0)
+    if mc.lora:
+        from training.model.lora import apply_lora
+        model = apply_lora(model, mc.peft_config)
+    results.append({"step": asdict(step), "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                    "frozen": sum(p.numel() for p in model.parameters() if not p.requires_grad)})
+print(json.dumps(results))
 """
+CASES = {"full": ([], WORLD, None, 1), "lora": ([LORA], WORLD, None, 1),
+         "hsdp 2x2": ([], 4, 2, 2), "fsdp over 2": ([], 2, 2, 2), "fsdp over 4": ([], 4, 4, 2)}
 
 
-def trace(*overrides, shape=SHAPE, world=WORLD) -> dict:
-    done = subprocess.run([sys.executable, "-c", TRACE, json.dumps(shape), str(world), *overrides], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240)
+@pytest.fixture(scope="module")
+def traced() -> dict[str, dict]:
+    cases = [{"overrides": o, "world": w, "degree": d, "micro_steps": m} for o, w, d, m in CASES.values()]
+    done = subprocess.run([sys.executable, "-c", TRACES, json.dumps(SHAPE), json.dumps(cases)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(zip(CASES, json.loads(done.stdout.strip().splitlines()[-1])))
 
 
 def gib(n_bytes: float) -> float:
     return n_bytes / 2**30
 
 
-def test_the_trace_counts_full_training_state_exactly():
+def test_the_trace_counts_full_training_state_exactly(traced):
     """fp32 master weights (4 bytes a parameter) and AdamW's two moments (8) over the world size:
     every dimension here divides by 4, so FSDP pads nothing and the count is exact."""
-    got = trace()
+    got = traced["full"]
     split, params = got["step"]["split_gib"], got["trainable"]
     assert got["frozen"] == 0
     assert split["sharded state"] == pytest.approx(gib(4 * params / WORLD), abs=1e-3)
@@ -67,23 +77,23 @@ def test_the_trace_counts_full_training_state_exactly():
     assert got["step"]["peak_gib"] == pytest.approx(sum(split.values()), abs=1e-2)
 
 
-def test_the_trace_counts_lora_state_exactly():
+def test_the_trace_counts_lora_state_exactly(traced):
     """Under LoRA in bf16 the frozen base is stored in bf16 (2 bytes), the adapters in fp32 with their
     moments (4 + 8): the optimizer holds nothing for the base."""
-    got = trace(LORA)
+    got = traced["lora"]
     split = got["step"]["split_gib"]
     assert got["trainable"] < got["frozen"] / 20
     assert split["sharded state"] == pytest.approx(gib((2 * got["frozen"] + 4 * got["trainable"]) / WORLD), abs=1e-3)
     assert split["optimizer"] == pytest.approx(gib(8 * got["trainable"] / WORLD), abs=1e-3)
 
 
-def test_embeddings_and_head_are_never_gathered_together():
+def test_embeddings_and_head_are_never_gathered_together(traced):
     """Embeddings and LM head are FSDP units of their own, each gathered (and its gradient reduced)
     only around its own forward and backward. At the step's peak FSDP's working set (gathered
     parameters and gradients in flight) holds at most one of them: FSDP's all-gather holds a unit
     twice while it copies it out, so under 3x one in bf16. In the root unit both stayed gathered
     from the first forward, and their gradients unreduced until the end of backward (6x here)."""
-    got = trace()
+    got = traced["full"]
     split, embedding_bf16 = got["step"]["split_gib"], 2 * SHAPE["vocab_size"] * SHAPE["hidden_size"]
     assert split["gathered parameters"] + split["gradients"] < gib(3 * embedding_bf16)
 
@@ -124,7 +134,6 @@ from training.methods.sft import SFT
 from training.model.causal_lm import apply_fsdp
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))  # HSDP: 2 nodes x 2 GPUs
-model = apply_fsdp(tiny_causal_lm(), mesh, "fp32")
 calls = {"all_reduce": 0, "reduce_scatter": 0}
 for name in calls:
     original = getattr(dist, name + ("" if name == "all_reduce" else "_tensor"))
@@ -133,22 +142,24 @@ for name in calls:
         return _original(*args, **kwargs)
     setattr(dist, name + ("" if name == "all_reduce" else "_tensor"), counted)
 rows = [{"input_ids": list(range(1, 9)), "labels": list(range(1, 9)), "sample_ids": [i], "lengths": [8]} for i in range(2)]
-micro_batches = [collate(rows) for _ in range(int(sys.argv[1]))]
-SFT(None, None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
-print(json.dumps(calls))
+counts = []
+for micro_steps in json.loads(sys.argv[1]):  # a fresh model per step count: no gradients carried over
+    model = apply_fsdp(tiny_causal_lm(), mesh, "fp32")
+    calls.update(all_reduce=0, reduce_scatter=0)
+    micro_batches = [collate(rows) for _ in range(micro_steps)]
+    SFT(None, None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
+    counts.append(dict(calls))
+print(json.dumps(counts))
 """
 
 
 def test_hsdp_reduces_across_nodes_once_per_step():
     """Gradient accumulation under HSDP: the in-node reduce-scatter runs after every micro-batch's
     backward, the all-reduce across nodes only after the last (one per FSDP unit per step)."""
-    counts = []
-    for micro_steps in (1, 3):
-        done = subprocess.run([sys.executable, "-c", REDUCES, str(micro_steps)], cwd=ROOT / "tests", capture_output=True,
-                              text=True, timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-        assert done.returncode == 0, done.stderr[-3000:]
-        counts.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    one, three = counts
+    done = subprocess.run([sys.executable, "-c", REDUCES, "[1, 3]"], cwd=ROOT / "tests", capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, three = json.loads(done.stdout.strip().splitlines()[-1])
     assert one["all_reduce"] > 0 and three["all_reduce"] == one["all_reduce"]
     assert three["reduce_scatter"] == 3 * one["reduce_scatter"]
 
@@ -195,33 +206,11 @@ def test_fsdp_splits_each_parameter_where_it_pads_least():
     assert least_padding(3)(torch.nn.Parameter(torch.empty(64, 128, device="meta"))) == Shard(0)
 
 
-HSDP_TRACE = """
-import json, sys, warnings
-warnings.filterwarnings("ignore")
-from dataclasses import asdict, replace
-from elastic_launcher.config.compose import compose, to_plain
-from elastic_launcher.planning.plan import make_plan
-from training.model.memory_trace import trace_step
-shape, world, degree = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-cfg = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
-                                  "recipes.training_config.model_config.mixed_precision=bf16"])[0])["recipes"]).sizes[0].config
-tc = cfg.training_config
-cfg = replace(cfg, training_config=replace(tc, model_config=replace(tc.model_config, sharding_degree=degree)))
-print(json.dumps(asdict(trace_step(cfg, world, micro_batch=2, micro_steps=2, model_shape=shape))))
-"""
-
-
-def test_an_hsdp_rank_holds_what_an_fsdp_rank_of_its_shard_group_holds():
+def test_an_hsdp_rank_holds_what_an_fsdp_rank_of_its_shard_group_holds(traced):
     """The planner reads an HSDP size's memory from the trace of FSDP over its shard group
     (planning.memory.trace_inputs): the state sharded over 2 of 4 ranks, replicated twice, peaks
     where FSDP over 2 ranks does, in every category, gradient accumulation included."""
-    def run(world, degree):
-        done = subprocess.run([sys.executable, "-c", HSDP_TRACE, json.dumps(SHAPE), str(world), str(degree)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    hsdp, fsdp, fsdp_over_all = run(4, 2), run(2, 2), run(4, 4)
+    hsdp, fsdp, fsdp_over_all = (traced[case]["step"] for case in ("hsdp 2x2", "fsdp over 2", "fsdp over 4"))
     assert (hsdp["peak_gib"], hsdp["split_gib"]) == (fsdp["peak_gib"], fsdp["split_gib"])
     assert fsdp_over_all["split_gib"]["sharded state"] < hsdp["split_gib"]["sharded state"]  # the mesh did change
 

@@ -134,12 +134,12 @@ class AgentRehearsal(Rehearsal):
             return 1
         return 0 if all(s in DONE for s in statuses) else None
 
-    def forget_job(self) -> None:
+    def forget_job(self, code: int) -> None:
         """The job ended: a failed one's pods are stopped (their workers killed) and ready again."""
-        if self.job and self.exit_code() != 0:
+        if self.job and code != 0:
             self._stop(graceful=False)
         self.job = []
-        super().forget_job()
+        super().forget_job(code)
 
     def abort(self, grace: float, sig: int = signal.SIGTERM) -> None:
         if self.job:

@@ -54,8 +54,8 @@ class Rehearsal:
         """The job's exit code once it ended by itself (done or failed), else None."""
         return self.proc.poll() if self.proc is not None else None
 
-    def forget_job(self) -> None:
-        """The job ended by itself: nothing of it is left to stop."""
+    def forget_job(self, code: int) -> None:
+        """The job ended by itself with exit `code`: nothing of it is left to stop."""
         self.proc = None
 
     def abort(self, grace: float, sig: int = signal.SIGTERM) -> None:
@@ -136,7 +136,7 @@ class Rehearsal:
             now = time.time()
             code = self.exit_code()
             if code is not None:  # the job ended by itself
-                self.forget_job()
+                self.forget_job(code)
                 self.dying = False
                 if code == 0 and self.progress() >= self.max_steps:
                     self.timeline.add("done", step=self.progress())
