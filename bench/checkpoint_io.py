@@ -12,7 +12,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -69,9 +68,9 @@ def worker(directory: str) -> None:
 
 def measure_once() -> dict[str, float]:
     """One save and one cold load, with the raw disk measured right after on the same bytes."""
-    from bench.common import raw_disk_mb_per_s
+    from bench.common import raw_disk_mb_per_s, scratch
 
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+    with scratch() as tmp:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                               __file__, "--worker", tmp], env=env, check=True, capture_output=True, text=True).stdout

@@ -6,6 +6,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,12 @@ def time_process(args: list[str], runs: int, cwd: Path = ROOT, env: dict | None 
                        env={**os.environ, **(env or {})})
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A temporary directory for a bench's runs, never inside the checkout: under $BENCH_TMPDIR where
+    set (put it on the disk whose speed the bench should see), else the system's temporary directory."""
+    return tempfile.TemporaryDirectory(prefix="elastic-bench-", dir=os.environ.get("BENCH_TMPDIR"))
 
 
 def python(*args: str) -> list[str]:

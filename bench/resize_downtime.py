@@ -20,12 +20,12 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import scratch  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
 from elastic_launcher.local.hyperpod_agents import Container, Operator  # noqa: E402
 from scripts.image_venv import ensure as image_venv  # noqa: E402
@@ -42,7 +42,7 @@ RESIZE_EVERY_S = 6.0
 
 def rehearse(start: int, then: int) -> dict:
     """One rehearsal start -> then nodes: the fresh start at `start`, and the resize's parts."""
-    with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent.parent) as tmp:
+    with scratch() as tmp:
         tmp = Path(tmp)
         code = launcher(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
                          *MODEL, "recipes.training_config.training_args.max_steps=5",
@@ -85,7 +85,7 @@ def first_step_start(run_dir: Path, world_size: int, since: float, timeout: floa
 
 def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
     """One in-place job through `sizes` (e.g. 2, 1, 2, ...): each resize's downtime and its split."""
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+    with scratch() as tmp:
         container, run_dir = agent_job(Path(tmp), in_place=True)
         operator = Operator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
         try:
@@ -120,7 +120,7 @@ def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
 
 def agent_fresh_start(venv_bin: Path, nodes: int) -> float:
     """Seconds from /start to the first step of a new job under agents without in-place restart."""
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+    with scratch() as tmp:
         container, run_dir = agent_job(Path(tmp), in_place=False)
         operator = Operator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
         try:

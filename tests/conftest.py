@@ -1,5 +1,6 @@
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +78,16 @@ def launch(tmp_path, capsys, monkeypatch):
         return code, out, err
 
     return run
+
+
+def tracked_copy(dest: Path) -> Path:
+    """The checkout's tracked files copied to `dest` (a fresh clone's tree): builds there leave the
+    checkout as it was (setuptools writes build/ and *.egg-info beside the sources)."""
+    for path in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
+        if (ROOT / path).is_file():
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, dest / path)
+    return dest
 
 
 def run_launcher_process(*args, env=None, cwd=ROOT, timeout=60):

@@ -145,6 +145,7 @@ def test_models_that_are_not_decoders_are_refused_in_one_line(model_type, what):
         check_trainable(AutoConfig.for_model(model_type), packing=False)
 
 
+@pytest.mark.slow  # compiles flex attention for each family: the full suite
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_the_trainers_flex_attention_equals_eager_attention(model_type):
     """The recipes' attention (the trainer's flex kernel with block masks from document ids) gives the

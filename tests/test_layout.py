@@ -4,6 +4,8 @@ training package never reaches up into the launcher."""
 import ast
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 
 PACKAGES = ("elastic_launcher", "training")
@@ -130,21 +132,17 @@ METHOD = WeightedSFT
 '''
 
 
+@pytest.mark.slow  # two local training runs: the full suite
 def test_a_new_method_is_one_new_module(tmp_path):
     """A copy of the project with one file added (training/methods/weighted_sft.py) plans, validates
     and trains the new method locally: its keys are checked, its line is printed, and its loss is
     the weight times SFT's on the same data and init."""
-    import shutil
     import subprocess
     import sys
 
-    from conftest import losses
+    from conftest import losses, tracked_copy
 
-    copy = tmp_path / "project"
-    for name in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split():
-        if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+    copy = tracked_copy(tmp_path / "project")
     (copy / "training" / "methods" / "weighted_sft.py").write_text(WEIGHTED_SFT)
 
     def launch(run, *overrides, action="local"):

@@ -124,6 +124,7 @@ def test_chunked_and_fused_losses_equal_the_full_logits_loss(softcap):
     assert torch.allclose(full, reference)
 
 
+@pytest.mark.slow  # compiles (inductor on CPU): the full suite
 def test_compiled_layers_equal_eager():
     from training.contract.config import ModelConfig
     from training.model.causal_lm import _optimize_layers
@@ -163,6 +164,7 @@ def catalogue_head_counts() -> set[tuple[int, int]]:
     return counts
 
 
+@pytest.mark.slow  # compiles flex attention: the full suite
 def test_flex_attention_keeps_kv_heads_for_every_catalogue_head_count(monkeypatch):
     """Grouped-query attention without copying K/V to every query head, equal to flex on K/V copied
     to every head (what transformers' flex path does where the head count is not a power of two),
@@ -221,6 +223,7 @@ def test_gpt_oss_sinks_are_applied_in_fp32():
     assert error(torch.randn(heads, dtype=torch.float64) * 2 + 4) <= flex_alone + 2**-8
 
 
+@pytest.mark.slow  # compiles flex attention: the full suite
 def test_a_gpt_oss_forward_with_flex_attention_equals_eager():
     """The trainer's flex attention inside the model (sliding and full layers, sinks, block masks
     from document ids): the same loss as GPT-OSS's eager attention, packed rows included, in float64."""

@@ -5,7 +5,6 @@ validates as written."""
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -14,7 +13,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, tracked_copy
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -42,11 +41,7 @@ def test_pyproject_lists_every_package():
 def test_the_wheel_builds_quietly_and_carries_every_data_file(tmp_path):
     """A build from the tracked files alone (as CI's clean clone has them) prints no setuptools
     warning, and the wheel holds every recipe, scale config, template, trace and tiny data file."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    source = tmp_path / "source"
-    for path in tracked:
-        (source / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / path, source / path)
+    source = tracked_copy(tmp_path / "source")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
@@ -76,7 +71,7 @@ def fresh_venv(path):
 def test_the_installed_console_command_plans_from_any_directory(tmp_path, editable):
     bin_dir = fresh_venv(tmp_path / "venv")
     install = [bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-               "--check-build-dependencies", *(["-e"] if editable else []), str(ROOT)]
+               "--check-build-dependencies", *(["-e", str(ROOT)] if editable else [str(tracked_copy(tmp_path / "source"))])]
     subprocess.run(install, check=True, timeout=300, cwd=tmp_path, capture_output=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
