@@ -1,5 +1,5 @@
 """Every architecture in the catalogue, proven on its tiny twin (Qwen2, Qwen3, Llama 4, Qwen 3.5,
-Gemma 4, Nemotron-H; Llama and GPT-OSS have their own tests): an elastic rehearsal over the demo trace matches its fixed-size run,
+Gemma 4, Nemotron-H; Llama and GPT-OSS have their own tests): a resize 2 -> 3 -> 1 matches a fixed-size run,
 DPO under LoRA resumes at another size exactly, the exported model gives the trained model's
 logits, each family's chat template labels exactly the assistant's answer, and Llama 4 trains its
 text model out of a vision+text checkpoint."""
@@ -20,32 +20,30 @@ DPO = ["recipes.training_config.training_args.trainer_type=dpo", "recipes.traini
 STEPS = 6
 
 
-def assert_same_run(run_dir, fixed_dir):
+def assert_same_run(run_dir, fixed_dir, steps=STEPS):
     got, want = losses(run_dir), losses(fixed_dir)
-    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
     for step in want:
         assert abs(got[step] - want[step]) <= 1e-5 * abs(want[step]), (step, got[step], want[step])
     assert committed_samples(run_dir) == committed_samples(fixed_dir)
 
 
 @pytest.mark.parametrize("twin", TWINS + NEWEST)
-def test_the_elastic_rehearsal_matches_the_fixed_run(twin, tmp_path):
-    from elastic_launcher.cli import main
-
-    # 2 -> 3 -> 1 nodes: every resize direction, uneven batches at 3; the demo trace's node failure
-    # is the same code for every architecture (tests/test_rehearsal.py runs it).
+def test_a_resize_2_3_1_matches_the_fixed_size_run(twin, tmp_path):
+    """2 -> 3 -> 1 nodes: every resize direction, uneven batches at 3, against one node that never
+    stopped. The rehearsal's driving of the job (signals, the trace, a node's failure) is the same
+    code for every architecture: tests/test_rehearsal.py runs it."""
     steps = 8
-    code = main([f"recipes={TINY_RECIPES[twin]}", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
-                 "local.trace=[{step:0,nodes:2},{step:3,nodes:3},{step:6,nodes:1}]", f"local.run_dir={tmp_path / 'run'}",
-                 f"recipes.training_config.training_args.max_steps={steps}", "local.timeout=500",
-                 f"output_dir={tmp_path / 'out'}"])
-    assert code == 0
-    run_dir, fixed_dir = tmp_path / "run", tmp_path / "run" / "fixed"
-    got, want = losses(run_dir), losses(fixed_dir)
-    assert sorted(got) == list(range(1, steps + 1))
+    configs = render_configs(tmp_path / "configs", f"recipes.training_config.training_args.max_steps={steps}",
+                             "recipes.training_config.logging.audit_samples=true",
+                             "recipes.training_config.checkpoint.save_steps=1000", recipe=TINY_RECIPES[twin])
+    train(configs, tmp_path / "fixed", nodes=1)
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2, stop_at_step=3)
+    train(configs, run_dir, nodes=3, stop_at_step=6)
+    train(configs, run_dir, nodes=1)
     assert [r["world_size"] for r in records(run_dir) if "loss" in r] == [2, 2, 2, 3, 3, 3, 1, 1]
-    assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
-    assert committed_samples(run_dir) == committed_samples(fixed_dir)
+    assert_same_run(run_dir, tmp_path / "fixed", steps)
 
 
 @pytest.mark.parametrize("twin", TWINS)
