@@ -1,6 +1,10 @@
 """Compiled decoder layers stay compiled through a whole run: training, evaluation and DPO's
 reference forward add no compiled variants beyond the one dynamic-length graph torch makes when
-unpacked rows change length (packed rows all have the packed length: not even that)."""
+unpacked rows change length (packed rows all have the packed length: not even that).
+
+The layers compile with the aot_eager backend (ELASTIC_COMPILE_BACKEND): recompiles are dynamo's
+guards, whatever the backend; inductor's own code generation runs in tests/test_training_runs.py's
+compiled resize and tests/test_model_numerics.py's compiled layers."""
 
 import re
 
@@ -19,6 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def test_a_compiled_run_with_evaluation_recompiles_at_most_for_the_row_length(tmp_path, monkeypatch, recipe,
                                                                               overrides, allowed):
     monkeypatch.setenv("TORCH_LOGS", "recompiles")
+    monkeypatch.setenv("ELASTIC_COMPILE_BACKEND", "aot_eager")
     configs = render_configs(tmp_path / "configs", "recipes.training_config.model_config.compile=true",
                              "recipes.training_config.model_config.activation_checkpointing=full",
                              "recipes.training_config.training_args.max_steps=4",
