@@ -58,11 +58,19 @@ def newest_step(run_dir: Path) -> int:
     return int(latest_checkpoint(run_dir / "checkpoints").name.split("-")[1])
 
 
-def assert_matches_a_fixed_size_run(work: Path, run_dir: Path, python: str) -> None:
+@pytest.fixture(scope="module")
+def fixed_run(tmp_path_factory, image_python) -> Path:
+    """The tiny recipe's STEPS on one node, never stopped, on the agents' torch: what every job of
+    this module must equal (its elastic policy, in place or not, leaves the training config alone)."""
+    work = tmp_path_factory.mktemp("fixed")
+    dry_run(work)
+    train(work / "dry" / "tiny-llama-sft" / "configs", work / "run", nodes=1, python=image_python)
+    return work / "run"
+
+
+def assert_matches_a_fixed_size_run(run_dir: Path, fixed: Path) -> None:
     """The committed stream equals a fixed-size run's, on the same torch: every step once, the same
     losses, every sample once."""
-    fixed = work / "fixed"
-    train(work / "pods" / "config", fixed, nodes=1, python=python)
     got, want = losses(run_dir), losses(fixed)
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
     for step in want:
@@ -73,7 +81,7 @@ def assert_matches_a_fixed_size_run(work: Path, run_dir: Path, python: str) -> N
     assert len(flat) == len(set(flat)) == STEPS * 8
 
 
-def test_resize_2_3_1_under_the_real_agent(job):
+def test_resize_2_3_1_under_the_real_agent(job, fixed_run):
     work, container, python = job
     run_dir = work / "run"
     operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
@@ -173,7 +181,7 @@ def test_resize_2_3_1_under_the_real_agent(job):
     assert completions and all(t >= last_step and name == "pod-0" for t, name in completions), operator.history
     assert not any(status == "faulted" and name != "pod-0" for _, name, status in operator.history)
 
-    assert_matches_a_fixed_size_run(work, run_dir, python)
+    assert_matches_a_fixed_size_run(run_dir, fixed_run)
 
     # Restarts agreed with the agent's progress; nothing is left running.
     assert not any(re.search(r"warning: the agent's progress", p.log.read_text()) for p in operator.pods)
@@ -203,7 +211,7 @@ def in_place_job(tmp_path, image_python):
                              "recipes.elastic_policy.graceful_shutdown_timeout=20"), image_python
 
 
-def test_resize_in_place_2_3_1_under_the_real_agent(in_place_job):
+def test_resize_in_place_2_3_1_under_the_real_agent(in_place_job, fixed_run):
     """`elastic_policy.in_place`: the agents start their workers once; every /stop leaves them alive at
     the agent's barrier and every /start resizes them in place: 2 nodes, 3 (the third pod's workers
     waited at the barrier since the pod came up; the stops reach the pods 3 s apart), then pod 2 is
@@ -258,11 +266,11 @@ def test_resize_in_place_2_3_1_under_the_real_agent(in_place_job):
     finally:
         operator.close()
     assert not any(status == "faulted" for _, _, status in operator.history), operator.history
-    assert_matches_a_fixed_size_run(work, run_dir, python)
+    assert_matches_a_fixed_size_run(run_dir, fixed_run)
     wait_for(lambda: not own_processes(work / "pods"), timeout=30)
 
 
-def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(in_place_job):
+def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(in_place_job, fixed_run):
     """In place, pod 1's worker hangs (SIGSTOP) while training at 2 nodes: at /stop neither worker can
     reach the barrier (pod 0's waits for pod 1's in a collective), so after the in-process timeout each
     agent restarts its workers, which resume from the newest complete checkpoint. Nothing is lost: the
@@ -291,7 +299,7 @@ def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(i
         assert "a fresh process" in [line for line in p0.log.read_text().splitlines() if "in place: start" in line][-1]
     finally:
         operator.close()
-    assert_matches_a_fixed_size_run(work, run_dir, python)
+    assert_matches_a_fixed_size_run(run_dir, fixed_run)
     wait_for(lambda: not own_processes(work / "pods"), timeout=30)
 
 
