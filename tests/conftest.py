@@ -54,12 +54,15 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    if getattr(config, "cache", None) is None or not whole_tier(config) or session.testscollected == 0:
+    finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)  # not interrupted
+    if getattr(config, "cache", None) is None or not finished or not whole_tier(config) or not session.testscollected:
         return
     tier = "full" if config.getoption("--full") else "quick"
     config.cache.set(f"elastic-launcher/durations/{tier}", {
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(time.time() - config.stash[SESSION_START], 1),
         "tests": {nodeid: round(seconds, 2) for nodeid, seconds in SECONDS_PER_TEST.items()}})
+
+
 MAIN_COMMAND = ["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                 "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8"]
 

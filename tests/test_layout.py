@@ -4,8 +4,6 @@ training package never reaches up into the launcher."""
 import ast
 from pathlib import Path
 
-import pytest
-
 from conftest import ROOT
 
 PACKAGES = ("elastic_launcher", "training")
@@ -132,7 +130,6 @@ METHOD = WeightedSFT
 '''
 
 
-@pytest.mark.slow  # two local training runs: the full suite
 def test_a_new_method_is_one_new_module(tmp_path):
     """A copy of the project with one file added (training/methods/weighted_sft.py) plans, validates
     and trains the new method locally: its keys are checked, its line is printed, and its loss is
