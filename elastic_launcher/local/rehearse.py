@@ -28,8 +28,8 @@ from elastic_launcher.job import Job
 from elastic_launcher.local import report as rehearsal_report
 from elastic_launcher.local.agent_rehearsal import AgentRehearsal, agents_bin, container_of
 from elastic_launcher.local.driver import POLL_SECONDS, Rehearsal
-from elastic_launcher.local.run import (LocalJob, interrupts_deferred, patient, prepare, run_dir_of,
-                                        sigterm_as_interrupt, stop_job, stop_signal)
+from elastic_launcher.local.run import (STILL_STOPPING, LocalJob, interrupts_deferred, patient, prepare,
+                                        run_dir_of, sigterm_as_interrupt, stop_job, stop_signal)
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
 from training.contract.records import read_records
@@ -93,8 +93,7 @@ def run(job: Job) -> int:
         except KeyboardInterrupt as interrupt:
             grace = plan.policy.graceful_shutdown_timeout
             if rehearsal.running():
-                with patient(f"still stopping: the workers are saving a checkpoint; waiting up to {grace:g}s before "
-                             f"the rest is killed"):
+                with patient(f"{STILL_STOPPING}; waiting up to {grace:g}s before the rest is killed"):
                     rehearsal.abort(grace, stop_signal(interrupt))
             print(f"stopped: the rehearsal in {run_dir} was interrupted; start a new one to rehearse again", flush=True)
             return 130

@@ -147,16 +147,28 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM to the launcher: stops a local job as Ctrl-C does, gracefully."""
 
 
+STILL_STOPPING = "still stopping: the workers are saving a checkpoint"
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    def interrupt(signum, frame):
-        raise Terminated
+    """SIGTERM stops a job as Ctrl-C does. Only the first of them raises (Terminated for SIGTERM): a
+    second, pressed while the first one's stop is starting, would be raised into the code that stops
+    the job and leave it running with no launcher; it is only noted (patient() says more)."""
+    def later(signum, frame):
+        os.write(sys.stderr.fileno(), f"{STILL_STOPPING}\n".encode())  # not print(): it may interrupt a print
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    def first(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, later)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -186,7 +198,10 @@ def interrupts_deferred():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if caught:
+    if caught:  # raised by the handler in place (sigterm_as_interrupt's notes a later signal only)
+        handler = signal.getsignal(caught[0])
+        if callable(handler):
+            handler(caught[0], None)
         raise Terminated if caught[0] == signal.SIGTERM else KeyboardInterrupt
 
 
@@ -326,8 +341,7 @@ def run(job: Job) -> int:
         except KeyboardInterrupt as interrupt:
             say("stopping: the workers checkpoint and exit ...")
             grace = job.plan.policy.graceful_shutdown_timeout
-            with patient(f"still stopping: the workers are saving a checkpoint; waiting up to {grace:g}s before "
-                         f"the rest is killed"):
+            with patient(f"{STILL_STOPPING}; waiting up to {grace:g}s before the rest is killed"):
                 stop_job(proc, grace, stop_signal(interrupt))
                 relay.join()
             step = newest_step(local.run_dir)
