@@ -44,10 +44,17 @@ def test_padding_rows_and_a_bucketed_width_add_no_loss_no_gradient_and_no_sample
     model = tiny_causal_lm(model_type, float64=True)
     loss, grads = loss_and_grads(model, plain)
     padded_loss, padded_grads = loss_and_grads(model, padded)
-    assert padded_loss.item() == pytest.approx(loss.item(), rel=1e-12)
     assert grads.keys() == padded_grads.keys()
+    if model_type == "llama4_text":
+        # transformers runs Llama 4's norms, rotary embedding and router in float32 even in a float64
+        # model, and a float32 reduction's order may follow the tensor's size on some CPUs (seen: 2
+        # roundings apart): within 16 float32 roundings (unit roundoff 2^-24) of the gradient's scale.
+        loss_rel, tolerance = 16 * 2**-24, lambda grad: {"rtol": 0, "atol": 16 * 2**-24 * grad.abs().max().item()}
+    else:
+        loss_rel, tolerance = 1e-12, lambda grad: {"rtol": 1e-10, "atol": 1e-12}
+    assert padded_loss.item() == pytest.approx(loss.item(), rel=loss_rel)
     for name, grad in grads.items():
-        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+        torch.testing.assert_close(padded_grads[name], grad, msg=name, **tolerance(grad))
     empty = collate([], shape)  # a rank's empty micro-batch: padding rows alone
     assert empty["input_ids"].shape == (4, 16) and (empty["sample_ids"], empty["label_tokens"], empty["tokens"]) == ([], 0, 0)
     assert BatchShape(rows=4, max_len=48, packed=False).width(40) == 48 and shape.width(1) == 16
