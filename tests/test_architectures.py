@@ -28,11 +28,13 @@ def assert_same_run(run_dir, fixed_dir, steps=STEPS):
     assert committed_samples(run_dir) == committed_samples(fixed_dir)
 
 
-@pytest.mark.parametrize("twin", TWINS + NEWEST)
+@pytest.mark.parametrize("twin", ["llama4_text", *NEWEST])
 def test_a_resize_2_3_1_matches_the_fixed_size_run(twin, tmp_path):
     """2 -> 3 -> 1 nodes: every resize direction, uneven batches at 3, against one node that never
     stopped. The rehearsal's driving of the job (signals, the trace, a node's failure) is the same
-    code for every architecture: tests/test_rehearsal.py runs it."""
+    code for every architecture: tests/test_rehearsal.py runs it. Qwen2's and Qwen3's state is
+    Llama's plus 1-D biases and norms, which Llama's own resize shards unevenly at 3 ranks too
+    (tests/test_training_runs.py); their adapters resume at another size below."""
     steps = 8
     configs = render_configs(tmp_path / "configs", f"recipes.training_config.training_args.max_steps={steps}",
                              "recipes.training_config.logging.audit_samples=true",
