@@ -93,6 +93,13 @@ def tracked_copy(dest: Path) -> Path:
     return dest
 
 
+def interruptible() -> None:
+    """A child's Ctrl-C back to the terminal's default (preexec_fn): a suite started in the background
+    (`python -m pytest --full &`) runs with SIGINT ignored, and every child it starts would inherit
+    that, so a test's Ctrl-C would reach no one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_launcher_process(*args, env=None, cwd=ROOT, timeout=60):
     """The launcher as a user runs it: a fresh `python launcher.py` process."""
     return subprocess.run([sys.executable, str(ROOT / "launcher.py"), *args], cwd=cwd, capture_output=True,

@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from conftest import MAIN_COMMAND, ROOT, losses, records, render_configs, train, wait_for
+from conftest import MAIN_COMMAND, ROOT, interruptible, losses, records, render_configs, train, wait_for
 from elastic_launcher.local.run import child_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -63,7 +63,8 @@ def test_dry_run_local_run_and_rehearsal_plan_the_same_micro_batches(launch, tmp
 
 def launcher(*args, cwd, timeout=120):
     return subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=interruptible)
 
 
 def test_local_run_from_another_directory_with_a_closing_line(tmp_path):
@@ -177,12 +178,13 @@ def test_ctrl_c_with_the_output_piped_still_stops_gracefully(tmp_path):
     the reader too, so the launcher's stdout breaks mid-stop. The workers still checkpoint (their
     stop event says SIGINT), and the closing line reaches the user on stderr."""
     run_dir = tmp_path / "run"
-    reader = subprocess.Popen(["grep", "-v", "^step="], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    reader = subprocess.Popen(["grep", "-v", "^step="], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              preexec_fn=interruptible)
     proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *TINY, "action=local",
                              "recipes.training_config.training_args.max_steps=100000",
                              "recipes.training_config.checkpoint.save_steps=100000", f"local.run_dir={run_dir}",
                              f"output_dir={tmp_path / 'out'}"], cwd=ROOT, stdout=reader.stdin, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=interruptible)
     reader.stdin.close()
     try:
         wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)

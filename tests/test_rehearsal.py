@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, committed_samples, losses, own_processes, records, wait_for
+from conftest import ROOT, committed_samples, interruptible, losses, own_processes, records, wait_for
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -147,7 +147,8 @@ def test_an_interrupt_anywhere_in_a_resize_stops_the_whole_rehearsal(tmp_path, a
          "action=rehearse", f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={run_dir}",
          "recipes.training_config.training_args.max_steps=100000", f"recipes.elastic_policy.graceful_shutdown_timeout={GRACE}",
          f"output_dir={tmp_path / 'out'}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=interruptible)
     output = []
     try:
         for line in proc.stdout:
