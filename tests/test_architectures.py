@@ -52,7 +52,8 @@ def test_a_resize_2_3_1_matches_the_fixed_size_run(twin, tmp_path):
 def test_lora_dpo_resumes_at_another_size_exactly_and_exports(twin, tmp_path):
     """DPO under LoRA (the reference: the base with its adapters off) stopped at 2 nodes and resumed at
     1 equals the run that never stopped, and exports the model it trained. Full-parameter SFT's
-    resizes are the rehearsal's above; LoRA SFT's adapters move exactly as these do."""
+    resizes are held above (and for Qwen2's and Qwen3's Llama-shaped state, by Llama's own); LoRA
+    SFT's adapters move exactly as these do."""
     overrides = [LORA, *DPO, f"recipes.training_config.training_args.max_steps={STEPS}",
                  "recipes.training_config.logging.audit_samples=true", "recipes.training_config.checkpoint.save_steps=1000",
                  "recipes.training_config.training_args.save_hf_ckpt=true"]
