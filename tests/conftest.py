@@ -26,12 +26,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--full"):
-        return
     slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
+    if slow and not config.getoption("--full"):
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    # Two workers (pyproject's addopts: xdist, --dist loadgroup). A module whose tests share an expensive
+    # module fixture is one `xdist_group`, run whole on one worker; those go first, then the other slow
+    # tests, then the quick ones, which fill both workers to the end instead of one long test running
+    # alone there.
+    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None, item.get_closest_marker("slow") is None))
 
 
 # --- the suite's time budget -----------------------------------------------------------------------
@@ -53,9 +56,9 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    config = session.config
+    config = session.config  # xdist's workers each see their share; the controller records the whole
     finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)  # not interrupted
-    if getattr(config, "cache", None) is None or not finished or not whole_tier(config) or not session.testscollected:
+    if hasattr(config, "workerinput") or getattr(config, "cache", None) is None or not finished or not whole_tier(config) or not session.testscollected:
         return
     tier = "full" if config.getoption("--full") else "quick"
     config.cache.set(f"elastic-launcher/durations/{tier}", {

@@ -25,7 +25,8 @@ from elastic_launcher.local.run import child_pids
 from elastic_launcher.local.hyperpod_agents import Container, Operator
 from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
+              pytest.mark.xdist_group("test_hyperpod_agent")]  # on one worker: its tests share module fixtures
 STEPS = 40
 
 

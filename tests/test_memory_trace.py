@@ -11,7 +11,8 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.xdist_group("test_memory_trace")]  # on one worker: its tests share module fixtures
 WORLD = 4
 # Embeddings and head dominate this shape (2 x 8.2M parameters against 4 x 0.8M in the layers).
 SHAPE = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,

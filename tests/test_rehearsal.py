@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT, committed_samples, interruptible, losses, own_processes, records, wait_for
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.xdist_group("test_rehearsal")]  # on one worker: its tests share module fixtures
 STEPS = 36
 
 

@@ -12,7 +12,8 @@ from conftest import committed_samples, local_job, losses, records, render_confi
 from elastic_launcher.local.run import child_pids
 from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.xdist_group("test_training_runs")]  # on one worker: its tests share module fixtures
 STEPS = 8
 # A step's loss is a mean over ~70 label tokens whose bf16 logits carry rounding errors of up to
 # bf16's unit roundoff u = 2^-8 each; independent errors move the mean by about u / sqrt(70) = u / 8.

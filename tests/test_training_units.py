@@ -334,3 +334,14 @@ def test_collectives_outlast_a_checkpoint_write(monkeypatch):
         collective_timeout(1800)
     monkeypatch.setenv(PG_TIMEOUT_ENV, "3600")
     assert collective_timeout(1800) == 3600
+
+
+def test_a_local_job_in_a_deep_run_dir_keeps_multiprocessings_sockets_short(tmp_path):
+    """multiprocessing puts AF_UNIX sockets (at most 107 characters) under TMPDIR, e.g. when data
+    loader workers pass tensors back: a local job's TMPDIR stays short however deep its run dir."""
+    from conftest import local_job
+
+    deep = tmp_path / ("a-long-directory-name" * 4) / "run"
+    tmpdir = local_job(tmp_path / "configs", deep).env(1)["TMPDIR"]
+    assert len(tmpdir) + len("/pymp-12345678/listener-12345678") <= 107 and str(deep) not in tmpdir
+    assert tmpdir == local_job(tmp_path / "configs", deep).env(2)["TMPDIR"]  # one per run dir, not per launch

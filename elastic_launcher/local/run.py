@@ -13,11 +13,13 @@ import contextlib
 import copy
 import ctypes
 import dataclasses
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -61,7 +63,10 @@ class LocalJob:
             shutil.rmtree(self.node_local_dir(node), ignore_errors=True)
 
     def env(self, nodes: int) -> dict[str, str]:
-        tmp = self.run_dir / "tmp"  # torchrun leaves a directory per launch in TMPDIR
+        # torchrun leaves a directory per launch in TMPDIR: one short directory per run dir under the
+        # system's, not the run dir (multiprocessing puts AF_UNIX sockets in TMPDIR, whose paths may
+        # not pass 107 characters, and a run dir may be as deep as it likes).
+        tmp = Path(tempfile.gettempdir()) / f"elastic-launcher-{hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:12]}"
         tmp.mkdir(parents=True, exist_ok=True)
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
