@@ -47,7 +47,7 @@ RUN pip install "pip<25.3" \
  && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
         pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0 \
-        flash-linear-attention==0.6.0
+        flash-linear-attention==0.6.0 math-verify==0.9.0
 
 # The container contract (docs/container.md): the working directory holds the `training` package, so
 # `hyperpodrun ... -m training --config-dir=/config` (HyperPod), `torchrun -m training --config-dir=/config`

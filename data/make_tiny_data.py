@@ -5,7 +5,9 @@
 sft_tiny.jsonl: chat samples ({"id", "messages": [{role, content}, ...]}) about arithmetic, colours,
 counting and word facts, some multi-turn, some with a system prompt. dpo_tiny.jsonl: preference
 pairs on the same questions, a right answer chosen over a wrong one, laid out as UltraFeedback's
-binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. tiny_tokenizer/: a 512-token
+binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. grpo_tiny.jsonl: prompts
+for GRPO in TRL's prompt-only layout (`prompt` as chat messages) with the reference `answer` (sums of
+one-digit numbers), scored by math_verify and data/grpo_tiny_rewards.py. tiny_tokenizer/: a 512-token
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
 tiny_tokenizers/<family>/: the same vocabulary with a model family's special tokens and chat
 template (tiny_tokenizers/<family>/chat_template.jinja, the one copy of it: the published template's
@@ -72,6 +74,15 @@ def write_preferences() -> None:
             f.write(json.dumps(preference_pair(rng, i)) + "\n")
 
 
+def write_prompts() -> None:
+    rng = random.Random(2)
+    with open(HERE / "grpo_tiny.jsonl", "w") as f:
+        for i in range(256):
+            a, b = rng.randrange(10), rng.randrange(10)
+            f.write(json.dumps({"id": i, "prompt": [{"role": "user", "content": f"What is {a} plus {b}?"}],
+                                "answer": str(a + b)}) + "\n")
+
+
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -124,6 +135,7 @@ def main() -> None:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(HERE / "tiny_tokenizer")
     write_preferences()
+    write_prompts()
     family_tokenizers()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -58,11 +59,20 @@ def dry_run(job: Job) -> int:
     from training.contract.methods import method_facts
 
     tc = job.plan.base.training_config
-    data = preview(tc.datasets, tc.model_config, method_facts(tc.training_args.trainer_type).sequences_per_sample == 2)
+    method = method_facts(tc.training_args.trainer_type)
+    options = method.build_args(tc.training_args.method_args)
+    limit = getattr(options, "max_prompt_length", tc.datasets.max_len)
+    data = preview(tc.datasets, tc.model_config, method.data_format, limit)
+    if method.data_format == "prompts":  # each reward function imported and its signature checked
+        from elastic_launcher import ROOT
+        from training.rl.rewards import DEFAULT_REWARDS, check_rewards, located
+
+        specs = [located(spec, (Path.cwd(), ROOT)) for spec in options.rewards or DEFAULT_REWARDS]
+        check_rewards(specs, options.reward_weights, set(data.columns) if data else None)
     out = write_job(job)
     print(summary(job.plan, job.settings.target))
     if data:
-        print(data.describe(tc.datasets.max_len))
+        print(data.describe(limit))
     if gib := node_local_size(job.plan, job.settings.cluster):
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
               f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "

@@ -1,19 +1,22 @@
 import os
 import sys
 
-from training.runtime.arguments import parse_args
-from training.runtime.elastic import ElasticStop, die_with_parent
+# Guarded: a process that multiprocessing starts from this one (spawn, forkserver: the reward
+# functions' pool) imports the main module again, and must not start training.
+if __name__ == "__main__":
+    from training.runtime.arguments import parse_args
+    from training.runtime.elastic import ElasticStop, die_with_parent
 
-args = parse_args()  # --help and a mistyped flag answer before torch loads
-# Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
-die_with_parent()
-stop = ElasticStop()
+    args = parse_args()  # --help and a mistyped flag answer before torch loads
+    # Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
+    die_with_parent()
+    stop = ElasticStop()
 
-from training.runtime.train import main  # noqa: E402
+    from training.runtime.train import main
 
-code = main(args, stop=stop)
-# Everything is saved and flushed: skip the interpreter's teardown of a large model and the
-# distributed runtime, which would only delay the restart at the new size.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(code)
+    code = main(args, stop=stop)
+    # Everything is saved and flushed: skip the interpreter's teardown of a large model and the
+    # distributed runtime, which would only delay the restart at the new size.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

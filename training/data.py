@@ -1,5 +1,6 @@
 """Training data: chat samples (SFT) or preference pairs (DPO) -> token ids with prompt tokens masked
-out of the labels, split into training and validation rows.
+out of the labels; or prompts (GRPO) -> their token ids, with the columns their rewards read. Split
+into training and validation rows.
 
 Tokenization runs once per dataset/tokenizer/settings and is cached under the run directory. One
 process per node builds the cache while the others poll the file system, so a long tokenization
@@ -27,7 +28,7 @@ from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
 from training.contract.data_files import READERS, held_out_split, json_line, split_files
 from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
-                                           plain_text, row_format)
+                                           plain_text, prompt_and_columns, prompt_format, row_format)
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -55,10 +56,10 @@ def _template_identity(chat_template: str) -> str:
     return chat_template if _is_template_text(chat_template) else _source_identity(chat_template)
 
 
-def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int) -> str:
+def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int, prompt_limit: int | None = None) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.format, cfg.messages_key, cfg.max_len, cfg.packing,
                        cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name),
-                       cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT])
+                       cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT, prompt_limit])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -257,7 +258,8 @@ def _packed(ds, max_len: int):
 
 
 DROP_REASONS = {"no_assistant_tokens": "no assistant tokens",
-                "truncated_away": "no assistant tokens within max_len (raise datasets.max_len)"}
+                "truncated_away": "no assistant tokens within max_len (raise datasets.max_len)",
+                "overlong_prompt": "a prompt longer than method_args.max_prompt_length"}
 
 
 def _drop_detail(dropped: dict[str, int]) -> str:
@@ -336,6 +338,21 @@ def _pieces(batch: dict, max_len: int) -> dict:
     return out
 
 
+def _encode_prompt(row: dict, cfg: DatasetConfig, tokenizer, fmt: str, limit: int) -> tuple[dict, str, int]:
+    """A prompt's token ids (chat messages rendered with the generation prompt, text as it is) and,
+    as JSON, the prompt itself and the row's other columns (any shapes: the reward functions get them
+    back as they were). Longer than `limit` it is dropped (verl's filter_overlong_prompts)."""
+    prompt, columns = prompt_and_columns(row, fmt)
+    if isinstance(prompt, str):
+        ids = tokenizer(prompt)["input_ids"]
+    else:
+        template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
+        ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=True,
+                                            **template_kwargs)["input_ids"]
+    return ({"prompt_ids": ids, "prompt": json.dumps(prompt), "columns": json.dumps(columns, default=str)},
+            "overlong_prompt" if len(ids) > limit else "", 0)
+
+
 def _encode_pair(row: dict, cfg: DatasetConfig, tokenizer, fmt: str) -> tuple[dict, str, int]:
     out, reasons, cuts = {}, [], []
     for side, messages in zip(("chosen", "rejected"), preference_conversations(row)):
@@ -359,18 +376,22 @@ def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
     return set(random.Random(seed).sample(range(rows), held_out))
 
 
-def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0):
+def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0, prompt_limit: int | None = None):
     """(training rows, validation rows or None, statistics) of `data_format` ("chat": one
-    conversation per row; "pairs": a prompt with chosen and rejected answers). A malformed row stops
-    the build with its file and line."""
+    conversation per row; "pairs": a prompt with chosen and rejected answers; "prompts": a prompt
+    of at most `prompt_limit` tokens). A malformed row stops the build with its file and line."""
     raw, files = _load_raw(cfg)
     if len(raw) == 0:
         raise ConfigError(f"training_config.datasets.train_data={cfg.train_data!r} holds no rows")
     if data_format == "pairs" and not {"chosen", "rejected"} <= set(raw.column_names):
         raise no_preference_columns(cfg.train_data, raw.column_names)
-    fmt = "pairs" if data_format == "pairs" else row_format(cfg.format, raw.column_names, cfg.messages_key,
-                                                           cfg.train_data)
-    encode_row = {"pairs": _encode_pair, "text": _encode_text}.get(fmt, _encode_sft)
+    if data_format == "prompts":
+        fmt = prompt_format(cfg.format, raw.column_names, cfg.train_data)
+        encode_row = functools.partial(_encode_prompt, limit=prompt_limit)
+    else:
+        fmt = "pairs" if data_format == "pairs" else row_format(cfg.format, raw.column_names, cfg.messages_key,
+                                                               cfg.train_data)
+        encode_row = {"pairs": _encode_pair, "text": _encode_text}.get(fmt, _encode_sft)
 
     def encoded(rows, files):
         def encode(row, idx):
@@ -431,16 +452,17 @@ def describe_drops(stats: dict) -> str | None:
 
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
-                  data_format: str = "chat", seed: int = 0, poll_timeout: float = 24 * 3600):
+                  data_format: str = "chat", seed: int = 0, poll_timeout: float = 24 * 3600,
+                  prompt_limit: int | None = None):
     """(training rows, validation rows or None, statistics) from the cache; `builder` (one process
     per node) builds it if missing."""
     import datasets
 
-    target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed)
+    target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed, prompt_limit)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         try:
-            *splits, stats = build_dataset(cfg, tokenizer, data_format, seed)
+            *splits, stats = build_dataset(cfg, tokenizer, data_format, seed, prompt_limit)
             for name, split in zip(SPLITS, splits):
                 if split is not None:
                     split.save_to_disk(str(tmp / name))
@@ -471,6 +493,7 @@ class TrainingData:
     vocab_size: int  # the tokenizer's: an inline architecture takes it
     special_tokens: dict[str, int | None]  # pad/bos/eos token ids of the tokenizer, as config keys
     stats: dict
+    tokenizer: object = None  # GRPO decodes its completions with it
 
 
 def with_chat_template(tokenizer, tokenizer_name: str, chat_template: str | None) -> None:
@@ -492,7 +515,7 @@ def _row_format(cfg: DatasetConfig) -> str:
 
 
 def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, cache_root: Path, builder: bool,
-               data_format: str, seed: int) -> TrainingData:
+               data_format: str, seed: int, prompt_limit: int | None = None) -> TrainingData:
     """The run's data from its `datasets` section, tokenized by the model's tokenizer (its own files,
     `source`, where the model has them); `builder` (one process per node) tokenizes into the cache."""
     from transformers import AutoTokenizer
@@ -505,9 +528,9 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
         if data_format != "chat" or _row_format(section) != "text":  # plain text is tokenized without a template
             raise
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
-                                             data_format=data_format, seed=seed)
+                                             data_format=data_format, seed=seed, prompt_limit=prompt_limit)
     special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}
-    return TrainingData(train, validation, len(tokenizer), special, stats)
+    return TrainingData(train, validation, len(tokenizer), special, stats, tokenizer)
 
 
 @dataclass(frozen=True)

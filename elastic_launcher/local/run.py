@@ -252,6 +252,11 @@ def _localized(config: JobConfig) -> JobConfig:
                 if (base / value).exists():
                     setattr(owner, key, str((base / value).resolve()))
                     break
+    method_args = config.training_config.training_args.method_args
+    if isinstance(method_args, dict) and isinstance(method_args.get("rewards"), list):  # GRPO's reward files
+        from training.rl.rewards import located
+
+        method_args["rewards"] = [located(spec, (Path.cwd(), ROOT)) for spec in method_args["rewards"]]
     return config
 
 

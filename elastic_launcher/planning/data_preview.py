@@ -14,7 +14,7 @@ from elastic_launcher import ROOT
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.data_files import READERS, json_line, split_files
 from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
-                                           plain_text, row_format)
+                                           plain_text, prompt_and_columns, prompt_format, row_format)
 from training.contract.errors import ConfigError
 
 SAMPLE_ROWS = 64
@@ -26,7 +26,9 @@ class DataPreview:
     format: str
     sampled: int
     longest_tokens: int | None  # of the sampled rows' text (the template adds a few per turn); None: no tokenizer
-    over_max_len: int
+    over_max_len: int  # prompts (GRPO): over method_args.max_prompt_length, which the trainer leaves out
+    columns: tuple[str, ...] = ()  # what a row gives its reward functions (prompts)
+    limit_key: str = "datasets.max_len"
 
     def describe(self, max_len: int) -> str:
         line = f"data: {self.path} read as {self.format} rows ({self.sampled} sampled"
@@ -34,7 +36,8 @@ class DataPreview:
             return line + ")"
         line += f", the longest ~{self.longest_tokens:,} tokens"
         if self.over_max_len:
-            line += f"; {self.over_max_len} of them longer than datasets.max_len={max_len}, which cuts them"
+            effect = "which leaves them out" if self.format in ("prompt", "verl", "question") else "which cuts them"
+            line += f"; {self.over_max_len} of them longer than {self.limit_key}={max_len}, {effect}"
         return line + ")"
 
 
@@ -72,25 +75,51 @@ def _sample(files: list[Path]) -> list[tuple[str, dict]]:
     return rows[:SAMPLE_ROWS]
 
 
+def _local_tokenizer(model: ModelConfig) -> Path | None:
+    names = [n for n in (model.tokenizer_name_or_path, model.model_name_or_path) if n]
+    return next((base / n for n in names[:1] for base in (Path.cwd(), ROOT) if (base / n / "tokenizer.json").is_file()),
+                None)
+
+
+def _template(local: Path) -> tuple[str | None, dict]:
+    """The tokenizer directory's chat template (None: it has none) and its tokenizer_config."""
+    config = json.loads((local / "tokenizer_config.json").read_text()) if (local / "tokenizer_config.json").is_file() \
+        else {}
+    if (local / "chat_template.jinja").is_file():
+        return (local / "chat_template.jinja").read_text(), config
+    return config.get("chat_template") if isinstance(config.get("chat_template"), str) else None, config
+
+
 def _tokenizer(model: ModelConfig):
     """The fast tokenizer of a local model or tokenizer directory (tokenizers, no transformers) and
     whether it has a chat template; (None, True) where the tokenizer is not local."""
-    names = [n for n in (model.tokenizer_name_or_path, model.model_name_or_path) if n]
-    local = next((base / n for n in names[:1] for base in (Path.cwd(), ROOT) if (base / n / "tokenizer.json").is_file()),
-                 None)
+    local = _local_tokenizer(model)
     if local is None:
         return None, True
     from tokenizers import Tokenizer
 
-    config = local / "tokenizer_config.json"
-    has_template = (local / "chat_template.jinja").is_file() or (
-        config.is_file() and bool(json.loads(config.read_text()).get("chat_template")))
-    return Tokenizer.from_file(str(local / "tokenizer.json")), has_template
+    return Tokenizer.from_file(str(local / "tokenizer.json")), _template(local)[0] is not None
 
 
-def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview | None:
+def _rendered(messages: list[dict], template: str, config: dict) -> str:
+    """A prompt as the trainer gives it to the model: the chat template with the generation prompt
+    (Jinja, as transformers renders it)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def token(value):  # tokenizer_config names a special token as text or as {"content": ...}
+        return value.get("content") if isinstance(value, dict) else value
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
+                                            bos_token=token(config.get("bos_token")) or "",
+                                            eos_token=token(config.get("eos_token")) or "")
+
+
+def preview(ds: DatasetConfig, model: ModelConfig, data_format: str, prompt_limit: int = 0) -> DataPreview | None:
     """The sample's verdict, or None for data that is not local (a hub id) or a save_to_disk directory.
-    A problem the trainer would stop on is raised here, one line, with the row it is in."""
+    A problem the trainer would stop on is raised here, one line, with the row it is in.
+    `data_format`: the method's rows (training.contract.methods): chat, pairs or prompts (counted
+    against `prompt_limit`, GRPO's max_prompt_length)."""
     path = Path(ds.train_data)
     if not path.exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
         return None
@@ -98,7 +127,9 @@ def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview |
     if not rows:
         return None
     columns = list(rows[0][1])
-    if pairs:
+    if data_format == "prompts":
+        return _prompts(ds, model, rows, columns, prompt_limit)
+    if data_format == "pairs":
         if not {"chosen", "rejected"} <= set(columns):
             raise no_preference_columns(ds.train_data, columns)
         fmt = "preference"
@@ -121,3 +152,26 @@ def preview(ds: DatasetConfig, model: ModelConfig, pairs: bool) -> DataPreview |
     lengths = [len(tokenizer.encode(t).ids) for t in texts] if tokenizer and texts else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
                        sum(n > ds.max_len for n in lengths))
+
+
+def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]], columns: list[str],
+             limit: int) -> DataPreview:
+    """GRPO's prompt rows: their format, the columns their reward functions get, their lengths."""
+    fmt = prompt_format(ds.format, columns, ds.train_data)
+    texts, given = [], set()
+    for where, row in rows:
+        try:
+            prompt, extra = prompt_and_columns(row, fmt)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"bad training row at {where}: {e}: fix or remove the row") from None
+        texts.append(prompt)
+        given |= set(extra)
+    tokenizer, has_template = _tokenizer(model)
+    if not has_template and not ds.chat_template and any(not isinstance(t, str) for t in texts):
+        raise no_chat_template(model.tokenizer_name_or_path or model.model_name_or_path)
+    template, config = _template(_local_tokenizer(model)) if tokenizer else (None, {})
+    template = ds.chat_template if ds.chat_template and "{" in ds.chat_template else template
+    lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config),
+                                    add_special_tokens=isinstance(t, str)).ids) for t in texts] if tokenizer else []
+    return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
+                       sum(n > limit for n in lengths), tuple(sorted(given)), "method_args.max_prompt_length")

@@ -49,12 +49,19 @@ def _no_memory_figure(plan: Plan) -> str:
 
 
 def plan_table(plan: Plan) -> str:
-    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "sharding", "per-rank batch", "micro",
-              "grad-accum", "LR", "tokens/step", "GiB/GPU", "config")
+    ta = plan.sizes[0].config.training_config.training_args
+    # GRPO: a step's samples are prompts, each sampled num_generations times
+    generations = getattr(method_facts(ta.trainer_type).build_args(ta.method_args), "num_generations", None)
+    header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "sharding",
+              "per-rank prompts" if generations else "per-rank batch", *(("completions",) if generations else ()),
+              "micro", "grad-accum", "LR", "tokens/step", "GiB/GPU", "config")
     rows = [header]
     for s in plan.sizes:
         sharding = f"hsdp {s.devices // s.shard_degree}x{s.shard_degree}" if s.shard_degree < s.devices else "fsdp"
+        completions = dataclasses.replace(s.batch, local_batches=tuple(b * generations for b in s.batch.local_batches)
+                                          ).describe_local() if generations else None
         rows.append((str(s.nodes), str(s.devices), str(s.batch.dp_size), sharding, s.batch.describe_local(),
+                     *((completions,) if generations else ()),
                      str(s.batch.micro_batch), str(s.batch.grad_accum_steps), f"{s.learning_rate:g}",
                      f"{s.tokens_per_step:,}", _memory_cell(plan, s),
                      "scale_config" if s.from_scale_config else "base (derived)"))

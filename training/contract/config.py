@@ -14,7 +14,7 @@ from typing import Any
 from training.contract.errors import ConfigError
 from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
-from training.contract.data_formats import FORMATS
+from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
@@ -94,7 +94,7 @@ class DatasetConfig:
     # JSONL/JSON/Parquet/CSV file or directory, a save_to_disk directory, or a hub dataset id
     train_data: str = "data/sft_tiny.jsonl"
     split: str = "train"
-    format: str = one_of(*FORMATS)  # SFT rows: auto (from the columns), messages, sharegpt, ... (docs/your-data.md)
+    format: str = one_of(*FORMATS, *PROMPT_FORMATS[1:])  # auto (from the columns), messages, sharegpt, ...; GRPO's prompt, verl, question
     messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
     max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens
     packing: bool = False
@@ -208,10 +208,16 @@ def check_methods(tc: TrainingSection) -> None:
                           f"inline one")
     method = method_facts(tc.training_args.trainer_type)
     method.build_args(tc.training_args.method_args)
-    if tc.datasets.format != "auto" and method.sequences_per_sample != 1:
+    if tc.datasets.format != "auto" and method.data_format == "pairs":
         raise ConfigError(f"training_config.datasets.format={tc.datasets.format!r} with trainer_type={method.name}: "
                           f"formats are SFT's; preference training reads pairs (prompt, chosen, rejected): set "
                           f"datasets.format=auto")
+    if method.data_format != "prompts" and tc.datasets.format in PROMPT_FORMATS[1:]:
+        raise ConfigError(f"training_config.datasets.format={tc.datasets.format!r} with trainer_type={method.name}: "
+                          f"that is a prompt format (GRPO's); set datasets.format=auto or one of {', '.join(FORMATS[1:])}")
+    if method.data_format == "prompts" and tc.datasets.format not in PROMPT_FORMATS:
+        raise ConfigError(f"training_config.datasets.format={tc.datasets.format!r} with trainer_type={method.name}: "
+                          f"it reads prompts: set datasets.format to one of {', '.join(PROMPT_FORMATS)}")
     if tc.datasets.packing and not method.packing:
         raise ConfigError(f"training_config.datasets.packing=true with trainer_type={method.name}: the method "
                           f"scores whole sequences, not packed rows; set datasets.packing=false")

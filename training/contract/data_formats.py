@@ -105,7 +105,8 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def check_messages(messages) -> None:
-    """Raise ValueError (the reason) unless `messages` is a conversation the trainer can learn from."""
+    """Raise ValueError (the reason) unless `messages` is a conversation the trainer can learn from
+    (or, GRPO's prompt, one to answer)."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list of {role, content}")
     for i, m in enumerate(messages):
@@ -128,3 +129,45 @@ def no_chat_template(tokenizer_name: str | None) -> ConfigError:
     return ConfigError(f"the tokenizer {tokenizer_name!r} has no chat template, which renders every training row: use a "
                        f"chat model's tokenizer (training_config.model_config.tokenizer_name_or_path) or give one in "
                        f"training_config.datasets.chat_template (its Jinja text or a file)")
+
+
+# --- prompt-only rows (GRPO) -------------------------------------------------------------------------
+# `prompt` (TRL's prompt-only format: text or chat messages; verl's rows: messages with
+# reward_model.ground_truth and data_source) or GSM8K's own `question`/`answer`. The other columns
+# travel with the prompt to the reward functions; verl's ground truth also as `ground_truth`.
+PROMPT_FORMATS = ("auto", "prompt", "verl", "question")
+
+
+def prompt_format(chosen: str, columns: list[str], train_data: str) -> str:
+    """The prompt format rows are read in (`datasets.format`: auto recognizes it from the columns)."""
+    found = "verl" if {"prompt", "reward_model"} <= set(columns) else "prompt" if "prompt" in columns \
+        else "question" if "question" in columns else None
+    if chosen in ("auto", found) and found:
+        return found
+    if chosen not in PROMPT_FORMATS:
+        raise ConfigError(f"training_config.datasets.format={chosen!r} is no prompt format: GRPO reads "
+                          f"{', '.join(PROMPT_FORMATS)}")
+    raise ConfigError(f"training_config.datasets.train_data={train_data!r}: its columns ({', '.join(columns)}) hold no "
+                      f"prompts: GRPO reads `prompt` (text or chat messages; TRL's and verl's rows) or `question` "
+                      f"(GSM8K's rows); rename the column")
+
+
+def prompt_and_columns(row: dict, fmt: str) -> tuple[str | list[dict], dict]:
+    """(the prompt as text or messages, the row's other columns for the reward functions)."""
+    if fmt == "question":
+        prompt = row["question"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("question must be non-empty text")
+        return [{"role": "user", "content": prompt}], {k: v for k, v in row.items() if k != "question"}
+    prompt = row["prompt"]
+    if isinstance(prompt, list):
+        check_messages(prompt)
+    elif not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("prompt must be non-empty text or a list of {role, content}")
+    columns = {k: v for k, v in row.items() if k != "prompt"}
+    if fmt == "verl":
+        reward_model = row["reward_model"]
+        if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+            raise ValueError("reward_model must be {style, ground_truth}")
+        columns["ground_truth"] = reward_model["ground_truth"]
+    return prompt, columns

@@ -4,6 +4,7 @@ A method is one module of training/methods (its name is `training_args.trainer_t
 states, at its top level, the facts that do not need torch:
     SEQUENCES_PER_SAMPLE = 2     # sequences the model runs per training sample (DPO: chosen + rejected)
     PACKING = False              # whether several samples may share a row (datasets.packing)
+    DATA_FORMAT = "pairs"        # the rows it reads: chat (SFT's formats), pairs, prompts (GRPO)
     @dataclass
     class Args:                  # its own keys, set as training_args.method_args.<key>
         beta: float = ranged(0.1, gt=0)
@@ -32,6 +33,7 @@ class MethodFacts:
     name: str
     sequences_per_sample: int = 1
     packing: bool = True
+    data_format: str = "chat"
     args: type = field(default=dataclasses.make_dataclass("Args", []))  # its keys' schema
 
     def build_args(self, values: dict | None, path: str = ARGS_KEY):
@@ -54,7 +56,8 @@ def method_facts(name: str) -> MethodFacts:
     facts: dict[str, Any] = {}
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            key = {"SEQUENCES_PER_SAMPLE": "sequences_per_sample", "PACKING": "packing"}.get(node.targets[0].id)
+            key = {"SEQUENCES_PER_SAMPLE": "sequences_per_sample", "PACKING": "packing",
+                   "DATA_FORMAT": "data_format"}.get(node.targets[0].id)
             if key:
                 facts[key] = ast.literal_eval(node.value)
         elif isinstance(node, ast.ClassDef) and node.name == "Args":

@@ -6,7 +6,8 @@ Rank 0 writes one JSON object per line to `<run dir>/metrics.jsonl` and the same
   `eval_loss`, `eval_rewards_*`);
 - an event: `event` (start, data, resume, checkpoint, stop, export, exit) with its fields.
 Every record carries `time` (Unix seconds) and `launch` (one id per process start).
-`samples.jsonl` (with logging.audit_samples) holds `{step, world_size, launch, sample_ids}` per step.
+`samples.jsonl` (with logging.audit_samples) holds `{step, world_size, launch, sample_ids}` per step
+(GRPO: and `completions`, `[sample_id, index, token_ids]` each).
 Torch-free: the launcher, the simulator, the benches and the tests read through these functions.
 """
 

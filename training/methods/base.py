@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -25,6 +26,16 @@ def reducing_on_the_last(model, micro_batches: list[dict]):
         yield micro
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """What a method may need of the run beyond its model: the tokenizer, the batch plan at this
+    size and this process's data-parallel rank."""
+
+    tokenizer: object
+    plan: object  # training.contract.batching.BatchPlan
+    rank: int
+
+
 class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
@@ -37,13 +48,31 @@ class TrainingMethod:
         self.device = device
         self.shape = shape  # what every micro-batch is padded to (training.data.BatchShape); None: as it comes
 
-    def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module]) -> None:
+    def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module], run: RunInfo) -> None:
         """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy
         of the initial model for a method that compares against one."""
+
+    def close(self) -> None:
+        """Release what the method holds outside the model (processes, files) when its size ends."""
 
     def collate(self, rows: list[dict]) -> dict:
         """A padded micro-batch (of `self.shape`) with host-side `label_tokens`, `tokens` and `sample_ids`."""
         raise NotImplementedError
+
+    def updates(self, model, micro_batches: list[dict], step: int) -> list[list[dict]]:
+        """The step's optimizer updates, each a list of micro-batches (the same count on every rank):
+        one for SFT and DPO; GRPO generates and scores first, then splits its rollout."""
+        return [micro_batches]
+
+    def step_stats(self) -> torch.Tensor:
+        """Sums of the step beyond its updates' (GRPO's rollout), summed over ranks by the trainer;
+        step_metrics reads them after the updates' sums."""
+        return torch.zeros(0, device=self.device)
+
+    def audited(self) -> dict[str, list]:
+        """What samples.jsonl records of this rank's step beyond its sample ids (logging.audit_samples),
+        as lists the trainer joins over ranks: GRPO's completions."""
+        return {}
 
     def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,
                          global_batch: int, documents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ from training.model.lora import adapter_layers, adapters_disabled
 
 SEQUENCES_PER_SAMPLE = 2  # chosen and rejected
 PACKING = False  # pairs are compared sequence by sequence
+DATA_FORMAT = "pairs"
 
 
 @dataclass
@@ -68,12 +69,12 @@ def reward_stats(sums: list[float], pairs: float) -> dict:
 
 
 class DPO(TrainingMethod):
-    data_format = "pairs"
+    data_format = DATA_FORMAT
     rows_per_sample = SEQUENCES_PER_SAMPLE
     reference_forwards = 1
     reference: torch.nn.Module | None = None  # full-parameter training's frozen copy
 
-    def prepare(self, model, frozen_copy):
+    def prepare(self, model, frozen_copy, run=None):
         if not adapter_layers(model):
             self.reference = frozen_copy()
 

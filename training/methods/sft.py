@@ -12,6 +12,7 @@ from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_
 
 SEQUENCES_PER_SAMPLE = 1
 PACKING = True  # samples may share a row: each keeps its own attention and labels
+DATA_FORMAT = "chat"
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Args:  # training_args.method_args: SFT has none
 
 
 class SFT(TrainingMethod):
-    data_format = "chat"
+    data_format = DATA_FORMAT
 
     def collate(self, rows: list[dict]) -> dict:
         return collate(rows, self.shape)

@@ -225,13 +225,20 @@ class CausalLM(torch.nn.Module):
         self.balance_loss: torch.Tensor | None = None
         self.compute_dtype: torch.dtype | None = None  # set by apply_fsdp: bf16 under mixed precision
 
-    def forward(self, input_ids, position_ids, labels, document_ids=None, per_sequence: bool = False,
-                document_index=None, documents: int = 0) -> torch.Tensor:
-        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO).
-        `document_ids` (packed rows: which sample each token belongs to) keep packed samples apart;
-        `document_index` and `documents` (each token's sample in the micro-batch, and their count)
-        let a training forward sum its samples' router load-balancing losses into `balance_loss`."""
+    def forward(self, input_ids, position_ids, labels=None, document_ids=None, per_sequence: bool = False,
+                document_index=None, documents: int = 0, per_token: bool = False, cache=None):
+        """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO);
+        with `per_token`, each label's log-probability and the entropy there (GRPO). `document_ids`
+        (packed rows: which sample each token belongs to) keep packed samples apart; `document_index`
+        and `documents` (each token's sample in the micro-batch, and their count) let a training
+        forward sum its samples' router load-balancing losses into `balance_loss`.
+        Without labels, a sampling step: (the last position's logits, the KV cache extended by
+        `input_ids`), from `cache` (None: a fresh one, of the kind the model's layers need)."""
         from training.model.masks import attention_masks
+
+        if labels is None:  # rows without padding: transformers' own causal mask, over the cache too
+            out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=cache, use_cache=True)
+            return self.lm_head(out.last_hidden_state[:, -1]), out.past_key_values
 
         # Recorded in every training forward (an empty micro-batch too: compiled layers see one state).
         recording = self.routers is not None and not per_sequence and self.training and torch.is_grad_enabled()
@@ -245,7 +252,7 @@ class CausalLM(torch.nn.Module):
         router_logits = self.routers.take() if recording else []
         self.balance_loss = document_balance_losses(router_logits, document_index, documents,
                                                     self.config.num_experts_per_tok) if documents and router_logits else None
-        return self.lm_head(hidden, labels, per_sequence)
+        return self.lm_head(hidden, labels, per_sequence, per_token)
 
     def hidden_like(self, input_ids: torch.Tensor) -> torch.Tensor:
         """A stand-in of the hidden states (no memory): their dtype at the tokens' shape and device."""
@@ -409,14 +416,25 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
         if not (tied and lookup is model.get_input_embeddings()):
             shard(lookup)
     if not tied:
-        # The head's backward comes right after its forward: keep it gathered in between.
-        shard(model.lm_head, reshard_after_forward=False)
-    layers = decoder_layers(model)
-    for i, layer in enumerate(layers):
-        # The last layer's parameters are needed again right away by backward: keep them gathered.
-        shard(layer, reshard_after_forward=i < len(layers) - 1)
+        shard(model.lm_head)
+    for layer in decoder_layers(model):
+        shard(layer)
     shard(model)
+    reshard_after_forward(model)
     return model
+
+
+def reshard_after_forward(model: CausalLM) -> None:
+    """Training's layout: each FSDP unit frees its gathered parameters after its forward, except
+    those backward needs right away: the head's and the last decoder layer's (backward starts with
+    them) and the root's (never resharded between forward and backward). Also what a rollout, which
+    keeps every unit gathered across its forwards, restores (training.rl.rollout)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    keep = {id(model), id(model.lm_head), id(decoder_layers(model)[-1])}
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.set_reshard_after_forward(id(unit) not in keep, recurse=False)
 
 
 def _embedding_lookups(model: CausalLM) -> list[torch.nn.Module]:

@@ -35,9 +35,11 @@ class LossHead(torch.nn.Linear):
         loss_head.loss_chunk_tokens, loss_head.softcap = loss_chunk_tokens, softcap
         return loss_head
 
-    def forward(self, hidden, labels=None, per_sequence: bool = False):
+    def forward(self, hidden, labels=None, per_sequence: bool = False, per_token: bool = False):
         if labels is None:
             return capped(super().forward(hidden), self.softcap)
+        if per_token:  # an ignored label's values are 0: the caller masks them
+            return token_log_probs(hidden, self.weight, labels.clamp(min=0), self.softcap, self.loss_chunk_tokens)
         if per_sequence:
             return -torch.stack([linear_cross_entropy(hidden[i : i + 1], self.weight, labels[i : i + 1],
                                                       self.loss_chunk_tokens, keep_logits=False, softcap=self.softcap)
@@ -125,3 +127,30 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         return (None if grad_hidden is None else grad_hidden * grad_loss.to(grad_hidden.dtype),
                 None if grad_weight is None else (grad_weight * grad_loss.to(grad_weight.dtype)).to(ctx.weight_dtype),
                 None, None, None)
+
+
+def token_log_probs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, softcap: float | None = None,
+                    chunk_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(token), entropy of pi) at each position: `hidden` [rows, positions, dim] are the
+    states that predict `tokens` [rows, positions] through the LM head `weight`. The log-probabilities
+    keep their gradient; the entropy (a metric) does not. `chunk_tokens` positions at a time under
+    activation checkpointing, so that one chunk's logits exist at once."""
+    h, y = hidden.flatten(0, 1), tokens.flatten()
+    if 0 < chunk_tokens < h.shape[0]:
+        from torch.utils.checkpoint import checkpoint
+
+        parts = [checkpoint(_log_probs_and_entropy, hc, weight, yc, softcap, use_reentrant=False)
+                 for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens))]
+        log_probs, entropy = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    else:
+        log_probs, entropy = _log_probs_and_entropy(h, weight, y, softcap)
+    return log_probs.view_as(tokens), entropy.view_as(tokens)
+
+
+def _log_probs_and_entropy(hidden, weight, tokens, softcap):
+    logits = _logits(hidden, weight, softcap)
+    log_norm = torch.logsumexp(logits, dim=-1)
+    log_probs = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_norm
+    with torch.no_grad():
+        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return log_probs, entropy

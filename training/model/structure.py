@@ -27,11 +27,12 @@ def decoder_stack(hf_model: torch.nn.Module) -> torch.nn.Module:
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The decoder layers in order: the outermost modules of the classes transformers never splits."""
+    """The decoder layers in order: the outermost modules of the classes transformers never splits
+    (FSDP's subclass of such a class too: a sharded layer is still one)."""
     keep = set(getattr(model, "_no_split_modules", None) or getattr(model.model, "_no_split_modules", None) or ())
     layers, inside = [], set()
     for name, module in model.model.named_modules():
-        if type(module).__name__ in keep and not any(name.startswith(p + ".") for p in inside):
+        if any(c.__name__ in keep for c in type(module).__mro__) and not any(name.startswith(p + ".") for p in inside):
             layers.append(module)
             inside.add(name)
     return layers

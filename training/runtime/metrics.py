@@ -88,10 +88,10 @@ class MetricsLogger:
                 if isinstance(v, (int, float)) and k != "step":
                     self._tb.add_scalar(k, v, record["step"])
 
-    def samples(self, step: int, world_size: int, sample_ids: list[int]) -> None:
+    def samples(self, step: int, world_size: int, sample_ids: list[int], **extra) -> None:
         if self._samples:
             self._samples.write(json.dumps({"step": step, "world_size": world_size, "launch": self.launch_id,
-                                            "sample_ids": sample_ids}) + "\n")
+                                            "sample_ids": sample_ids, **extra}) + "\n")
             self._samples.flush()
 
     def event(self, **fields) -> None:

@@ -41,10 +41,12 @@ from training.data import build_data, describe_drops  # noqa: E402
 from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
+from training.methods.base import RunInfo  # noqa: E402
 from training.model.causal_lm import (attention_flops, build_sharded_model, check_model, matmul_flops_per_token,  # noqa: E402
                                       weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
+from training.rl.rewards import RewardError  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
 from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up  # noqa: E402
@@ -64,7 +66,7 @@ class NumericsError(RuntimeError):
     """The loss or gradient norm stopped being finite."""
 
 
-USER_ERRORS = (ConfigError, CheckpointError, NumericsError)
+USER_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError)
 
 
 def lr_factor(step: int, args: TrainingArgs) -> float:
@@ -195,9 +197,11 @@ class Trainer:
         # bucketed one): compiled functions meet one shape (training.data.BatchShape).
         ds, ta = tc.datasets, tc.training_args
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
-        self.data = process.data((ds, tc.model_config, self.source, self.method.data_format, ta.seed), lambda: build_data(
-            ds, tc.model_config, self.source, self.run_dir / "data_cache", builder=self.topo.local_rank == 0,
-            data_format=self.method.data_format, seed=ta.seed))
+        prompt_limit = getattr(self.method, "prompt_limit", None)  # GRPO's max_prompt_length
+        self.data = process.data((ds, tc.model_config, self.source, self.method.data_format, ta.seed, prompt_limit),
+                                 lambda: build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
+                                                    builder=self.topo.local_rank == 0, data_format=self.method.data_format,
+                                                    seed=ta.seed, prompt_limit=prompt_limit))
         self._log_data(ds, ta)
         self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens,
                                 self.on_gpu)
@@ -231,7 +235,7 @@ class Trainer:
         self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
         self.method.prepare(self.model, lambda: build_sharded_model(
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
-        ).requires_grad_(False).eval())
+        ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation
@@ -340,29 +344,35 @@ class Trainer:
         return staged.to(self.device, non_blocking=True)
 
     def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
-        """One optimizer step: (metrics record, some rank asked to stop, some rank's async save is
-        still writing). Nothing in it reads the device before the optimizer step is queued: the token
-        counts and the stop/save flags reach the device from pinned memory and are summed over ranks
-        on it, and a non-finite global gradient norm skips the update on the device (fused AdamW's
-        `found_inf`), so a non-finite loss or gradient never reaches the weights. The flags travel
-        with the loss after backward, so a stop signalled during a step is honoured at its end."""
+        """One step, of one optimizer update (GRPO: as many as its rollout is split into): (metrics
+        record, some rank asked to stop, some rank's async save is still writing). Nothing in it
+        reads the device before the optimizer step is queued: the token counts and the stop/save
+        flags reach the device from pinned memory and are summed over ranks on it, and a non-finite
+        global gradient norm skips the update on the device (fused AdamW's `found_inf`), so a
+        non-finite loss or gradient never reaches the weights. The flags travel with the loss after
+        backward, so a stop signalled during a step is honoured at its end."""
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        tokens = self.on_device(step_counts(micro_batches))  # [label, input tokens, squared lengths, samples]
-        dist.all_reduce(tokens)
-        loss_sum, extra = self.method.forward_backward(self.model, micro_batches, tokens[0], self.topo.world_size,
-                                                       self.plan.global_batch, documents=tokens[3])
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
-        self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
+        updates = self.method.updates(self.model, micro_batches, self.state.step)
+        tokens, loss_sum, extra, norms = 0, 0, 0, []
+        for update in updates:
+            counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
+            dist.all_reduce(counts)
+            update_loss, update_extra = self.method.forward_backward(self.model, update, counts[0], self.topo.world_size,
+                                                                     self.plan.global_batch, documents=counts[3])
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
+            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
+            self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            tokens, loss_sum, extra = tokens + counts, loss_sum + update_loss, extra + update_extra
+            norms.append(grad_norm)
         flags = self.on_device([self.stop.requested, self.checkpointer.writing])
-        stats = torch.cat([loss_sum.double().reshape(1), flags, extra.double()])
+        stats = torch.cat([loss_sum.double().reshape(1), flags, extra.double(), self.method.step_stats().double()])
         dist.all_reduce(stats)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_sum, stop, writing, *extra = stats.tolist()
-        grad_norm = float(grad_norm)
+        grad_norm = sum(float(n) for n in norms) / len(norms)  # the updates' mean
         skipped = not math.isfinite(grad_norm)
         if skipped:
             self.state.skipped_steps += 1
@@ -416,9 +426,10 @@ class Trainer:
     def _audit(self, micro_batches: list[dict]) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]
         gathered = [None] * self.topo.world_size if self.rank0 else None
-        dist.gather_object(ids, gathered, dst=0)
+        dist.gather_object((ids, self.method.audited()), gathered, dst=0)
         if self.rank0:
-            self.log.samples(self.state.step, self.topo.world_size, [sid for part in gathered for sid in part])
+            extra = {k: [x for _, part in gathered for x in part[k]] for k in gathered[0][1]}
+            self.log.samples(self.state.step, self.topo.world_size, [sid for part, _ in gathered for sid in part], **extra)
 
     def _save(self, blocking: bool, process_goes_on: bool = False) -> None:
         self.checkpointer.save(self.model, self.optimizer, self.state, blocking=blocking, sync_later=process_goes_on)
@@ -552,3 +563,6 @@ def run_size(process: Process) -> tuple[int, Trainer | None]:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         return report_crash(e, os.environ.get("RANK", "0")), None  # the job restarts from its checkpoint: the run goes on
+    finally:
+        if trainer is not None and hasattr(trainer, "method"):
+            trainer.method.close()  # e.g. GRPO's reward process: none is left behind

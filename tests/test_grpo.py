@@ -1,0 +1,187 @@
+"""GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns, its rollouts and its
+step do not depend on the world size, and a reward function that fails ends the run in one line."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, own_processes, records, render_configs, train
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+RECIPE = "llama/tiny_llama_grpo"
+
+
+def step_records(run_dir) -> dict[int, dict]:
+    return {r["step"]: r for r in records(run_dir) if "reward" in r}
+
+
+def test_the_tiny_twin_learns_its_task_and_exports_a_model(tmp_path):
+    """The recipe as shipped, on one process: the mean reward of its last ten steps is at least twice
+    that of its first ten (docs/grpo.md says so), every step logs GRPO's metrics, and the trained
+    model is exported for transformers."""
+    from transformers import AutoModelForCausalLM
+
+    configs = render_configs(tmp_path / "configs", recipe=RECIPE)
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=1)
+    steps = step_records(run_dir)
+    rewards = [steps[s]["reward"] for s in sorted(steps)]
+    assert len(rewards) >= 20
+    assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
+    last = steps[max(steps)]
+    for key in ("reward_std", "reward_math_verify", "reward_data/grpo_tiny_rewards.py:digits", "flat_groups",
+                "completion_tokens_mean", "completion_tokens_max", "cut_fraction", "kl", "clip_fraction", "entropy",
+                "rollout_s", "reward_s", "rollout_tokens_per_s"):
+        assert key in last and last[key] is not None, key
+    assert 0 <= last["flat_groups"] <= 1 and last["completion_tokens_max"] <= 8 and last["kl"] > 0
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
+    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
+    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+@pytest.fixture(scope="module")
+def one_step(tmp_path_factory):
+    """One step of the recipe at 1, 2 and 3 processes, from the same initial model, with audit."""
+    tmp = tmp_path_factory.mktemp("one_step")
+    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1",
+                             "recipes.training_config.logging.audit_samples=true",
+                             "recipes.training_config.training_args.eval_steps=1",
+                             "recipes.training_config.datasets.train_val_split_ratio=0.95", recipe=RECIPE)
+    runs = {}
+    for nodes in (1, 2, 3):
+        runs[nodes] = tmp / f"run{nodes}"
+        train(configs, runs[nodes], nodes=nodes)
+    return runs
+
+
+def test_a_rollout_draws_the_same_completions_at_1_2_and_3_ranks(one_step):
+    completions = {n: sorted(map(tuple, map(json.dumps, records(run, "samples.jsonl")[0]["completions"])))
+                   for n, run in one_step.items()}
+    assert len(completions[1]) == 8 * 4  # every prompt's group: num_generations each
+    assert completions[1] == completions[2] == completions[3]
+
+
+def test_evaluation_completes_each_validation_prompt_greedily_the_same_at_every_size(one_step):
+    evals = {n: [r for r in records(run) if "eval_reward" in r] for n, run in one_step.items()}
+    assert all(len(e) == 1 for e in evals.values())
+    assert evals[1][0]["eval_reward"] == evals[2][0]["eval_reward"] == evals[3][0]["eval_reward"]
+
+
+def test_the_step_is_the_same_at_1_and_3_ranks(one_step):
+    """The same prompts, completions and rewards, and the loss averaged over every rank's completion
+    tokens: the step's loss, KL and gradient norm equal up to float32's roundings."""
+    one, three = step_records(one_step[1])[1], step_records(one_step[3])[1]
+    for key in ("reward", "completion_tokens_mean"):  # the same numbers, summed over ranks in another order
+        assert three[key] == pytest.approx(one[key], rel=1e-12), key
+    for key in ("loss", "kl", "entropy", "grad_norm"):
+        assert three[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
+
+
+FAILING = '''
+def flaky(prompts, completions, **columns):
+    return [1.0 if i != 3 else float("nan") for i in range(len(completions))]
+'''
+
+
+def test_a_reward_that_returns_nan_ends_the_run_in_one_line_naming_it(tmp_path):
+    (tmp_path / "bad_rewards.py").write_text(FAILING)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+         f"recipes.training_config.training_args.method_args.rewards=[{tmp_path / 'bad_rewards.py'}:flaky]",
+         f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "bad_rewards.py:flaky scored sample" in errors[0] and "nan" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not own_processes(str(tmp_path))
+
+
+GRADIENTS = '''
+import json, sys
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+sys.path.insert(0, sys.argv[1])
+from conftest import tiny_causal_lm
+from training.contract.batching import plan_batches
+from training.contract.config import TrainingArgs
+from training.data import BatchShape
+from training.methods.base import RunInfo
+from training.methods.grpo import GRPO, Args, Rollout
+from training.model.causal_lm import apply_fsdp
+from training.rl.rollout import Completion, PromptGroup
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+B, N = 6, 3  # prompts per step, completions per prompt
+
+
+def sharded(seed):
+    model = apply_fsdp(tiny_causal_lm("llama", seed=seed, float64=True), init_device_mesh("cpu", (world,)), "fp32")
+    model.compute_dtype = torch.float64
+    return model
+
+
+model = sharded(0)
+args = TrainingArgs(train_batch_size=B, micro_train_batch_size=1)
+plan = plan_batches(args, world)
+method = GRPO(args, Args(num_generations=N, mini_batches=2, kl_coef=0.1, max_prompt_length=8, max_new_tokens=8),
+              torch.device("cpu"))
+method.shape, method.run = BatchShape(N, 16, False), RunInfo(None, plan, rank)
+method.row_shape, method.reference = BatchShape(N, 16, False), sharded(1).requires_grad_(False)
+method._times = (0.0, 0.0)
+
+# The step's rollout, the same on every rank: prompts of 3-7 tokens, completions of 1-8, rewards.
+draw = torch.Generator().manual_seed(7)
+prompts = [[int(t) for t in torch.randint(3, 97, (int(torch.randint(3, 8, (1,), generator=draw)),), generator=draw)]
+           for _ in range(B)]
+completions = [[Completion(s, i, tuple(int(t) for t in torch.randint(3, 97, (int(torch.randint(1, 9, (1,), generator=draw)),),
+                                                                        generator=draw)), True) for i in range(N)]
+               for s in range(B)]
+rewards = torch.rand(B * N, generator=draw, dtype=torch.float64).tolist()
+mine = range(plan.offsets[rank], plan.offsets[rank] + plan.local_batches[rank])
+method._rollout = lambda model, rows, step: Rollout([PromptGroup(s, tuple(prompts[s])) for s in mine],
+                                                     [completions[s] for s in mine],
+                                                     [rewards[s * N + i] for s in mine for i in range(N)], {})
+rows = [{"sample_ids": [s], "prompt_ids": prompts[s]} for s in mine]
+gradients = []
+for update in method.updates(model, [{"prompts": rows}], step=0):
+    counts = torch.tensor([float(sum(m["label_tokens"] for m in update))], dtype=torch.float64)
+    dist.all_reduce(counts)
+    method.forward_backward(model, update, counts[0], world, B)
+    gradients.append(torch.cat([p.grad.full_tensor().flatten() for p in model.parameters()]).tolist())
+    model.zero_grad(set_to_none=True)
+if rank == 0:
+    with open(sys.argv[2], "w") as f:
+        json.dump(gradients, f)
+dist.destroy_process_group()
+'''
+
+
+def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path):
+    """The same rollout (6 prompts x 3 completions, split into 2 updates) at 1 and 3 ranks: at 3, one
+    rank holds none of the first update's prompts and runs empty micro-batches, the others part of
+    each; every update's gradient equals the single rank's. The model runs in float64, but FSDP's
+    gradient reduction across ranks on gloo does not keep float64's precision: one micro-batch on one
+    rank, the others' contributions exactly zero, already differs from the single rank's gradient
+    by up to 1e-7 of its scale (measured); a wrong normalization would differ by tens of percent."""
+    script = tmp_path / "gradients.py"
+    script.write_text(GRADIENTS)
+    got = {}
+    for world in (1, 3):
+        out = tmp_path / f"grads{world}.json"
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+                               str(script), str(ROOT / "tests"), str(out)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        got[world] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
+    assert got[1].shape[0] == 2 and got[1].abs().max() > 0
+    for one, three in zip(got[1], got[3]):
+        assert (three - one).abs().max() <= 1e-6 * one.abs().max()

@@ -1,0 +1,295 @@
+"""GRPO's parts, each against what it must equal: the advantages, the clipped loss and the KL
+estimator against float64 references written from the formulas; the per-token log-probabilities
+against a full softmax; sampling seeded by the completion alone; the rollout's KV cache against
+full forwards; reward functions and each way they can fail."""
+
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_causal_lm, wait_for
+from training.contract.errors import ConfigError
+from training.model.loss import token_log_probs
+from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl
+from training.rl.rewards import RewardError, RewardOptions, RewardPool, check_rewards
+from training.rl.rollout import PromptGroup, ShardedModelRollout
+from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
+
+
+# --- advantages and losses, against the formulas -----------------------------------------------------
+
+def test_group_advantages_are_the_groups_standardized_rewards():
+    rng = random.Random(0)
+    rewards = [rng.choice([0.0, 0.5, 1.0]) for _ in range(12)] + [1.0] * 4  # the last group: all the same
+    got = group_advantages(torch.tensor(rewards, dtype=torch.float64), group_size=4)
+    unscaled = group_advantages(torch.tensor(rewards, dtype=torch.float64), group_size=4, scale_rewards=False)
+    for g in range(4):
+        group = rewards[4 * g:4 * g + 4]
+        mean = sum(group) / 4
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / 3)  # unbiased, as torch.std and verl
+        for i, r in enumerate(group):
+            assert got[4 * g + i].item() == pytest.approx((r - mean) / (std + 1e-6), rel=1e-12, abs=1e-12)
+            assert unscaled[4 * g + i].item() == pytest.approx(r - mean, abs=1e-15)
+    assert got[12:].abs().max() == 0  # no signal in a group whose completions all scored the same
+
+
+def reference_policy_loss(logp, old, adv, low, high, c):
+    ratio = math.exp(logp - old)
+    unclipped, clipped = -adv * ratio, -adv * min(max(ratio, 1 - low), 1 + high)
+    loss = max(unclipped, clipped)
+    if adv < 0:
+        loss = min(loss, -adv * c)
+    return loss, float(clipped > unclipped)
+
+
+def test_the_clipped_policy_loss_is_ppos_with_the_dual_clip():
+    gen = torch.Generator().manual_seed(1)
+    logp = -torch.rand(6, 5, generator=gen, dtype=torch.float64) * 3
+    old = logp + (torch.rand(6, 5, generator=gen, dtype=torch.float64) - 0.5) * 3  # ratios far outside the clip too
+    adv = torch.tensor([1.5, -2.0, 0.3, -0.1, 0.0, -4.0], dtype=torch.float64)
+    loss, clipped = clipped_policy_loss(logp, old, adv, clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0)
+    for i in range(6):
+        for t in range(5):
+            want, want_clipped = reference_policy_loss(logp[i, t].item(), old[i, t].item(), adv[i].item(), 0.2, 0.28, 3.0)
+            assert loss[i, t].item() == pytest.approx(want, rel=1e-12, abs=1e-15)
+            assert clipped[i, t].item() == want_clipped
+    assert 0 < clipped.mean() < 1 and (loss[5] <= 4.0 * 3.0).all()  # the dual clip bounds a negative advantage
+    # One update per rollout: the ratio is 1 and the gradient is -advantage per token.
+    logp.requires_grad_(True)
+    clipped_policy_loss(logp, logp.detach(), adv, 0.2, 0.2, 3.0)[0].sum().backward()
+    assert torch.equal(logp.grad, -adv.unsqueeze(1).expand(6, 5))
+
+
+def test_low_var_kl_is_the_k3_estimator_and_zero_at_the_reference():
+    gen = torch.Generator().manual_seed(2)
+    logp, ref = -torch.rand(3, 4, generator=gen, dtype=torch.float64), -torch.rand(3, 4, generator=gen, dtype=torch.float64)
+    kl = low_var_kl(logp, ref)
+    for (i, t), value in zip([(i, t) for i in range(3) for t in range(4)], kl.flatten().tolist()):
+        r = math.exp(ref[i, t].item() - logp[i, t].item())
+        assert value == pytest.approx(r - math.log(r) - 1, rel=1e-12, abs=1e-15)
+    assert (kl >= 0).all() and low_var_kl(logp, logp).abs().max() == 0
+
+
+def test_token_log_probs_match_a_full_softmax_chunked_or_not():
+    gen = torch.Generator().manual_seed(3)
+    hidden = torch.randn(2, 7, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(11, 8, generator=gen, dtype=torch.float64)
+    tokens = torch.randint(0, 11, (2, 7), generator=gen)
+    full = torch.log_softmax(hidden @ weight.t(), dim=-1)
+    want = full.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    entropy = -(full.exp() * full).sum(-1)
+    for chunk in (0, 3):
+        logp, ent = token_log_probs(hidden, weight, tokens, chunk_tokens=chunk)
+        torch.testing.assert_close(logp, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ent, entropy, rtol=1e-12, atol=1e-12)
+        assert not ent.requires_grad
+        (grad,) = torch.autograd.grad(logp.sum(), hidden)
+        (want_grad,) = torch.autograd.grad(want.sum(), hidden, retain_graph=True)
+        torch.testing.assert_close(grad, want_grad, rtol=1e-12, atol=1e-12)
+
+
+# --- sampling --------------------------------------------------------------------------------------
+
+def test_a_completions_seed_depends_on_its_own_coordinates_only():
+    seeds = {completion_seed(42, s, g, step) for s in range(20) for g in range(8) for step in range(3)}
+    assert len(seeds) == 20 * 8 * 3  # no two completions share a stream
+    assert completion_seed(42, 7, 3, 2) == completion_seed(42, 7, 3, 2) != completion_seed(43, 7, 3, 2)
+
+
+def test_top_k_and_top_p_keep_the_likeliest_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.05, 0.3, 0.15]]))
+    kept = lambda **p: torch.isfinite(filtered_logits(logits, SamplingParams(**p)))[0].tolist()  # noqa: E731
+    assert kept(top_k=2) == [True, False, True, False]
+    assert kept(top_p=0.8) == [True, False, True, False]  # 0.5 + 0.3 reaches 0.8
+    assert kept(top_p=0.81) == [True, False, True, True]
+    assert kept(top_p=0.1) == [True, False, False, False]  # the likeliest token always stays
+    assert kept() == [True] * 4
+
+
+# --- the rollout ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_causal_lm("llama", seed=0).eval()
+
+
+def test_a_groups_completions_do_not_depend_on_the_other_groups_or_their_order(policy):
+    rollout = ShardedModelRollout(policy, torch.device("cpu"), seed=5)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_token_ids=(3,))
+    a, b, c = PromptGroup(10, (5, 9, 14, 2)), PromptGroup(11, (7, 8)), PromptGroup(12, (21, 22, 23, 24, 25, 26))
+    together = rollout.generate([a, b, c], n=4, params=params, step=3)
+    alone = rollout.generate([b], n=4, params=params, step=3)
+    reordered = rollout.generate([c, a, b], n=4, params=params, step=3)
+    assert together[1] == alone[0] and reordered == [together[2], together[0], together[1]]
+    assert len({comp.token_ids for comp in together[0]}) > 1  # the group's completions differ from each other
+    assert rollout.generate([b], n=4, params=params, step=4)[0] != alone[0]  # another step, other draws
+    for comp in together[0]:  # a completion ends at its stop token or at max_new_tokens
+        assert comp.stopped == (comp.token_ids[-1] == 3) and (comp.stopped or len(comp.token_ids) == 12)
+        assert 3 not in comp.token_ids[:-1]
+
+
+def test_greedy_decoding_with_the_kv_cache_matches_full_forwards(policy):
+    prompt = (5, 9, 14, 2, 31)
+    params = SamplingParams(temperature=0, max_new_tokens=8)
+    (completions,) = ShardedModelRollout(policy, torch.device("cpu"), seed=0).generate([PromptGroup(0, prompt)], 2, params, 0)
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):  # no cache: the whole sequence each time
+            ids = torch.tensor([tokens])
+            logits, _ = policy(ids, torch.arange(len(tokens)).unsqueeze(0))
+            tokens.append(int(logits.argmax()))
+    assert completions[0].token_ids == completions[1].token_ids == tuple(tokens[len(prompt):])
+
+
+# --- rewards ------------------------------------------------------------------------------------------
+
+GSM8K = {"answer": ["Natalia sold 48/2 = 24 clips in May.\n#### 72", "#### 1,000"]}
+
+
+@pytest.fixture
+def pool():
+    pools = []
+
+    def make(specs, weights=None, timeout=30.0, **options):
+        pools.append(RewardPool(specs, weights, RewardOptions(**options), timeout))
+        return pools[-1]
+
+    yield make
+    for p in pools:
+        p.close(kill=True)
+
+
+def test_built_in_rewards_read_gsm8k_answers_and_chat_completions(pool):
+    rewards = pool(["math_verify", "exact_match", "format"], weights=[1.0, 0.5, 0.25])
+    completions = ["<think>48 + 24</think> The answer is $\\boxed{72}$.", "1000"]
+    totals, each = rewards.score(["q1", "q2"], completions, GSM8K, [0, 1])
+    assert each == {"math_verify": [1.0, 1.0], "exact_match": [0.0, 1.0], "format": [1.0, 0.0]}
+    assert totals == [1.25, 1.5]
+    chat = [[{"role": "assistant", "content": "it is 71"}], [{"role": "assistant", "content": "1000"}]]
+    assert pool(["math_verify"]).score([[], []], chat, GSM8K, [0, 1])[0] == [0.0, 1.0]
+
+
+USER_REWARDS = '''
+import math, time
+
+def by_length(prompts, completions, target, **kwargs):
+    return [-abs(len(c) - t) for c, t in zip(completions, target)]
+
+def needs_level(prompts, completions, level):
+    return [float(level[0])] * len(completions)
+
+def raises_on_b(prompts, completions, **kwargs):
+    return [1.0 if c != "b" else 1 / 0 for c in completions]
+
+def too_few(prompts, completions, **kwargs):
+    return [1.0]
+
+def a_nan(prompts, completions, **kwargs):
+    return [1.0, math.nan] + [1.0] * (len(completions) - 2)
+
+def a_none(prompts, completions, **kwargs):
+    return [None] * len(completions)
+
+def sleeps(prompts, completions, **kwargs):
+    time.sleep(60)
+    return [0.0] * len(completions)
+
+def no_completions(prompts):
+    return []
+'''
+
+
+@pytest.fixture
+def user_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_rewards.py").write_text(USER_REWARDS)
+    return "my_rewards.py"
+
+
+def test_a_users_reward_gets_the_columns_it_names(pool, user_file):
+    columns = {"target": [1, 3], "other": ["x", "y"]}
+    check_rewards([f"{user_file}:by_length"], None, set(columns))
+    assert pool([f"{user_file}:by_length"]).score(["p", "q"], ["a", "a"], columns, [4, 5])[1] == \
+        {f"{user_file}:by_length": [0.0, -2.0]}
+
+
+@pytest.mark.parametrize("spec, columns, message", [
+    ("nowhere.py:fn", set(), "the file nowhere.py of 'nowhere.py:fn' does not exist"),
+    ("my_rewards.py:missing", set(), "my_rewards.py has no function 'missing'"),
+    ("no_such_package.rewards:fn", set(), "cannot import the module no_such_package.rewards"),
+    ("my_rewards.py:needs_level", {"target"}, "needs the parameter 'level', which is no column of the data"),
+    ("my_rewards.py:no_completions", set(), "has no parameter 'completions'"),
+    ("exact-match", set(), "is neither a built-in reward"),
+])
+def test_a_reward_that_cannot_be_called_is_one_line_at_the_dry_run(user_file, spec, columns, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        check_rewards([spec], None, columns)
+    assert "\n" not in str(e.value)
+
+
+def test_reward_weights_must_match_the_rewards():
+    with pytest.raises(ConfigError, match="2 weights for 1 rewards"):
+        check_rewards(["format"], [1.0, 2.0], set())
+
+
+@pytest.mark.parametrize("fn, message", [
+    ("raises_on_b", r"raised ZeroDivisionError: division by zero on sample 8$"),
+    ("too_few", r"returned 1 scores for 3 completions \(samples 7, 8, 9\)"),
+    ("a_nan", r"scored sample 8 \(completion 1 of the call\) nan"),
+    ("a_none", r"scored sample 7 \(completion 0 of the call\) None"),
+])
+def test_a_failing_reward_ends_with_one_line_naming_it_and_the_row(pool, user_file, fn, message):
+    with pytest.raises(RewardError, match=f"reward function {user_file}:{fn} " + message) as e:
+        pool([f"{user_file}:{fn}"]).score(["p"] * 3, ["a", "b", "c"], {}, [7, 8, 9])
+    assert "\n" not in str(e.value)
+
+
+def test_a_reward_past_its_timeout_is_ended_with_its_process(pool, user_file):
+    rewards = pool([f"{user_file}:sleeps"], timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(RewardError, match=r"took more than method_args.reward_timeout=1 s on samples 3"):
+        rewards.score(["p"], ["a"], {}, [3])
+    assert time.monotonic() - started < 20
+    # The pool's processes are forked by multiprocessing's fork server (a child of this process):
+    # none of them is left running.
+    wait_for(lambda: not [p for server in live_children(os.getpid()) for p in live_children(server)], timeout=10)
+
+
+def live_children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+# --- the dry run -------------------------------------------------------------------------------------
+
+def test_the_dry_run_refuses_a_reward_it_cannot_call_before_writing_anything(launch, tmp_path):
+    code, out, err = launch("recipes=llama/tiny_llama_grpo",
+                            "recipes.training_config.training_args.method_args.rewards=[math_verify,data/nowhere.py:score]")
+    assert code != 0 and not (tmp_path / "out").exists()
+    assert err.strip() == ("error: method_args.rewards[1]: the file data/nowhere.py of 'data/nowhere.py:score' does not "
+                           "exist (paths are relative to the directory the job runs in)")
+
+
+def test_the_dry_run_reads_prompt_rows_and_counts_those_too_long(launch):
+    code, out, err = launch("recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true",
+                            "recipes.training_config.training_args.method_args.max_prompt_length=10")
+    assert code == 0, err
+    # per size, each rank's prompts and completions (num_generations 4) per step
+    table = [line.split()[:6] for line in out.splitlines()]
+    assert ["nodes", "devices", "DP", "sharding", "per-rank", "prompts"] in table
+    assert ["2", "2", "2", "fsdp", "4", "16"] in table and ["3", "3", "3", "fsdp", "1x2+2x3", "1x8+2x12"] in table
+    line = next(line for line in out.splitlines() if line.startswith("data:"))
+    assert "read as prompt rows (64 sampled" in line
+    assert "longer than method_args.max_prompt_length=10, which leaves them out" in line

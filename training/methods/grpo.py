@@ -1,0 +1,284 @@
+"""Group relative policy optimization (Shao et al., 2024) with verifiable rewards.
+
+A step takes the global batch of prompts (`train_batch_size` counts prompts), samples
+`num_generations` completions of each from the current policy (training.rl.rollout: the same
+completions at any world size), scores them (training.rl.rewards), and turns each completion's
+reward into an advantage relative to its group (training.rl.algorithms). The rollout batch is then
+split into `mini_batches` optimizer updates, each the same set of prompts at every world size: the
+clipped policy-gradient loss against the rollout's log-probabilities, plus `kl_coef` times the
+low-variance KL to the reference model, averaged over the update's completion tokens on every rank
+(verl's token-mean). The reference is the initial model: the base with LoRA's adapters switched
+off, or a frozen copy in full-parameter training (as DPO's).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from training.contract.errors import ConfigError
+from training.contract.typed import ranged
+from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
+from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
+from training.model.lora import adapter_layers, adapters_disabled
+from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl, token_sum
+from training.rl.rewards import DEFAULT_REWARDS, RewardOptions, RewardPool
+from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
+from training.rl.sampling import SamplingParams
+
+SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
+PACKING = False  # each completion is scored as a sequence of its own
+DATA_FORMAT = "prompts"
+
+
+@dataclass
+class Args:  # training_args.method_args, with verl's defaults
+    num_generations: int = ranged(8, ge=2)  # completions per prompt (a group)
+    temperature: float = ranged(1.0, gt=0)
+    top_p: float = ranged(1.0, gt=0, le=1)
+    top_k: int = ranged(-1, ge=-1)  # -1: no limit
+    max_prompt_length: int = ranged(512, ge=1)  # longer prompts are left out of the data (and counted)
+    max_new_tokens: int = ranged(1024, ge=1)
+    mini_batches: int = ranged(4, ge=1)  # optimizer updates per rollout batch (verl: 128 prompts / 32)
+    clip_ratio_low: float = ranged(0.2, ge=0, lt=1)
+    clip_ratio_high: float = ranged(0.2, ge=0)
+    clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages
+    kl_coef: float = ranged(0.001, ge=0)  # low_var_kl to the reference; 0: no reference model
+    scale_rewards: bool = True  # divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
+    rewards: list | None = None  # reward functions (training.rl.rewards); None: [math_verify]
+    reward_weights: list | None = None  # one per reward function; None: 1 each
+    reward_timeout: float = ranged(60.0, gt=0)  # seconds per call of a reward function
+    answer_key: str | None = None  # the reference answer's column for the built-ins (None: ground_truth/answer/solution)
+    format_pattern: str = "<think>.*?</think>"  # the `format` reward's regular expression
+
+
+# Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
+ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
+                "rollout_s", "reward_s")
+UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy")
+
+
+@dataclass
+class Rollout:
+    """This rank's completions of a step, scored (on the host)."""
+
+    groups: list[PromptGroup]
+    completions: list[list[Completion]]
+    rewards: list[float]  # weighted totals, group after group
+    per_function: dict[str, list[float]]
+
+
+def update_shares(plan, mini_batches: int) -> list[list[tuple[int, int]]]:
+    """For each optimizer update, every rank's [start, end) of its own prompts. Update u covers the
+    global batch's positions [u B/m, (u+1) B/m), whichever ranks hold them: the same prompts at
+    every world size."""
+    size = plan.global_batch // mini_batches
+    shares = []
+    for u in range(mini_batches):
+        lo, hi = u * size, (u + 1) * size
+        shares.append([(max(lo, off) - off, max(min(hi, off + n), max(lo, off)) - off)
+                       for off, n in zip(plan.offsets, plan.local_batches)])
+    return shares
+
+
+class GRPO(TrainingMethod):
+    data_format = DATA_FORMAT
+    reference: torch.nn.Module | None = None
+
+    def __init__(self, args, options, device, shape=None):
+        super().__init__(args, options, device, shape)
+        if args.train_batch_size % options.mini_batches:
+            raise ConfigError(f"training_config.training_args.method_args.mini_batches={options.mini_batches} does not "
+                              f"divide train_batch_size={args.train_batch_size} (prompts per step): each update takes "
+                              f"an equal share of the step's prompts")
+        self.rows_per_sample = options.num_generations
+        self.prompt_limit = options.max_prompt_length
+        self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens)
+        specs = options.rewards or DEFAULT_REWARDS
+        self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
+                                  options.reward_timeout)
+        self.reward_names = list(specs)
+        self._stats: torch.Tensor | None = None
+        self._rollout_max = torch.zeros(1)
+
+    # --- set-up ---
+    def prepare(self, model, frozen_copy, run=None):
+        if self.options.kl_coef > 0 and not adapter_layers(model):
+            self.reference = frozen_copy()
+        self.run = run  # tokenizer, plan, rank (training.methods.base.RunInfo)
+        # A completion ends at the end of sequence or where the chat template closes the assistant's turn.
+        closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
+        stop_ids = {run.tokenizer.eos_token_id, closing} - {None}
+        self.params = SamplingParams(self.params.temperature, self.params.top_p, self.params.top_k,
+                                     self.params.max_new_tokens, tuple(sorted(stop_ids)))
+        self.engine = ShardedModelRollout(model, self.device, self.args.seed)
+        # Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape).
+        self.row_shape = BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
+
+    def close(self) -> None:
+        self.rewards.close()
+
+    @contextmanager
+    def _reference_model(self, model):
+        with adapters_disabled(model) if self.reference is None else nullcontext():
+            yield self.reference if self.reference is not None else model
+
+    # --- data ---
+    def collate(self, rows):
+        return {"prompts": rows, "sample_ids": [r["sample_ids"][0] for r in rows], "label_tokens": 0,
+                "tokens": sum(len(r["prompt_ids"]) for r in rows), "squared_lengths": 0, "documents": len(rows)}
+
+    # --- a step ---
+    def updates(self, model, micro_batches, step):
+        prompts = [p for micro in micro_batches for p in micro["prompts"]]
+        rollout = self._rollout(model, prompts, step)
+        advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
+                                      self.options.num_generations, self.options.scale_rewards)
+        shares = update_shares(self.run.plan, self.options.mini_batches)
+        micro = self.run.plan.micro_batch
+        n = self.options.num_generations
+        updates = []
+        for share in shares:
+            start, end = share[self.run.rank]
+            count = max(math.ceil((e - s) / micro) for s, e in share)  # micro-batches: equal on every rank
+            chunks = [range(start + i * micro, min(start + (i + 1) * micro, end)) for i in range(count)]
+            updates.append([self._micro_batch(model, rollout, advantages, list(c), n) for c in chunks])
+        self._stats, self._completions = self._rollout_sums(rollout), rollout.completions
+        return updates
+
+    def _rollout(self, model, prompts: list[dict], step: int) -> Rollout:
+        started = time.perf_counter()
+        model.eval()
+        groups = [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
+        completions = self.engine.generate(groups, self.options.num_generations, self.params, step)
+        model.train()
+        generated = time.perf_counter()
+        chat = [json.loads(p["prompt"]) for p in prompts]
+        columns = [json.loads(p["columns"]) for p in prompts]
+        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for group in completions for c in group]
+        n = self.options.num_generations
+        as_given = [t if isinstance(chat[i // n], str) else [{"role": "assistant", "content": t}] for i, t in enumerate(texts)]
+        keys = sorted({k for c in columns for k in c})
+        totals, per_function = self.rewards.score(
+            [chat[i // n] for i in range(len(texts))], as_given,
+            {k: [columns[i // n].get(k) for i in range(len(texts))] for k in keys},
+            [g.sample_id for g in groups for _ in range(n)])
+        self._times = (generated - started, time.perf_counter() - generated)
+        return Rollout(groups, completions, totals, per_function)
+
+    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: list[int], n: int) -> dict:
+        rows, advantage = [], []
+        for p in prompts:
+            group = rollout.groups[p]
+            for i, completion in enumerate(rollout.completions[p]):
+                ids = list(group.prompt_ids) + list(completion.token_ids)
+                rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(group.prompt_ids) + list(completion.token_ids),
+                             "sample_ids": [group.sample_id], "lengths": [len(ids)]})
+                advantage.append(advantages[p * n + i])
+        batch = collate(rows, self.row_shape)
+        batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
+        batch["advantages"][:len(advantage)] = torch.tensor(advantage, dtype=torch.float64)
+        with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
+            inputs = model_inputs(batch, self.device)
+            if self.options.mini_batches > 1:
+                batch["old_log_probs"] = model(**inputs, per_token=True)[0]
+            if self.options.kl_coef > 0:
+                with self._reference_model(model) as reference:
+                    batch["ref_log_probs"] = reference(**inputs, per_token=True)[0]
+        return batch
+
+    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
+        # The update's loss summed over its completion tokens, over the update's tokens on every rank,
+        # times the DP size that FSDP's gradient averaging divides by: token-mean at any size.
+        scale = world_size / label_tokens.clamp(min=1)  # float64: a float32 scale would round differently per size
+        o = self.options
+        loss_sum, sums = torch.zeros((), device=self.device), torch.zeros(len(UPDATE_SUMS), dtype=torch.float64,
+                                                                            device=self.device)
+        for micro in reducing_on_the_last(model, micro_batches):
+            inputs = model_inputs(micro, self.device)
+            mask = (inputs["labels"] != IGNORE_INDEX).float()
+            log_probs, entropy = model(**inputs, per_token=True)
+            old = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
+            advantages = micro["advantages"].to(self.device, log_probs.dtype)
+            policy, clipped = clipped_policy_loss(log_probs, old, advantages,
+                                                  o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
+            loss = policy
+            kl = torch.zeros_like(policy)
+            if o.kl_coef > 0:
+                kl = low_var_kl(log_probs, micro["ref_log_probs"])
+                loss = policy + o.kl_coef * kl
+            total = token_sum(loss, mask)
+            (total * scale.to(total.dtype)).backward()
+            loss_sum += total.detach()
+            sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy)]).double()
+        return loss_sum, sums
+
+    def audited(self):
+        return {"completions": [[c.sample_id, c.index, list(c.token_ids)] for group in self._completions for c in group]}
+
+    # --- metrics ---
+    def _rollout_sums(self, rollout: Rollout) -> torch.Tensor:
+        n = self.options.num_generations
+        rewards = rollout.rewards
+        flat = sum(len(set(rewards[g * n:(g + 1) * n])) == 1 for g in range(len(rollout.groups)))
+        lengths = [len(c.token_ids) for group in rollout.completions for c in group]
+        cut = sum(not c.stopped for group in rollout.completions for c in group)
+        self._rollout_max = torch.tensor([float(max(lengths, default=0))])
+        values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
+                  *self._times, *(sum(scores) for scores in rollout.per_function.values())]
+        return torch.tensor(values, dtype=torch.float64)
+
+    def step_stats(self) -> torch.Tensor:
+        """This rank's rollout sums of the step just taken (summed over ranks by the trainer)."""
+        longest = self._rollout_max.to(self.device)
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        self._longest = float(longest)
+        return self._stats.to(self.device)
+
+    def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
+        update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
+        rollout = dict(zip(ROLLOUT_SUMS, stats[len(UPDATE_SUMS):len(UPDATE_SUMS) + len(ROLLOUT_SUMS)]))
+        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]
+        count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
+        mean = rollout["reward"] / count
+        ranks = self.run.plan.dp_size
+        rollout_s, reward_s = rollout["rollout_s"] / ranks, rollout["reward_s"] / ranks  # the ranks' mean
+        return {"loss": loss_sum / tokens, "reward": mean,
+                "reward_std": math.sqrt(max(rollout["reward_sq"] / count - mean * mean, 0.0)),
+                **{f"reward_{name}": total / count for name, total in zip(self.reward_names, functions)},
+                "flat_groups": rollout["flat_groups"] / max(rollout["groups"], 1),
+                "completion_tokens_mean": rollout["completion_tokens"] / count,
+                "completion_tokens_max": self._longest, "cut_fraction": rollout["cut"] / count,
+                "kl": update["kl"] / tokens, "clip_fraction": update["clipped"] / tokens,
+                "entropy": update["entropy"] / tokens, "rollout_s": rollout_s, "reward_s": reward_s,
+                "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9)}
+
+    # --- evaluation: greedy, one completion per validation prompt, the mean reward ---
+    def eval_sums(self, model, batch):
+        prompts = batch["prompts"]
+        groups = [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
+        greedy = SamplingParams(0, max_new_tokens=self.params.max_new_tokens, stop_token_ids=self.params.stop_token_ids)
+        completions = [g[0] for g in self.engine.generate(groups, 1, greedy, 0)]
+        if not prompts:
+            return torch.zeros(2, dtype=torch.float64, device=self.device)
+        chat = [json.loads(p["prompt"]) for p in prompts]
+        columns = [json.loads(p["columns"]) for p in prompts]
+        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+        given = [t if isinstance(chat[i], str) else [{"role": "assistant", "content": t}] for i, t in enumerate(texts)]
+        keys = sorted({k for c in columns for k in c})
+        totals, _ = self.rewards.score(chat, given, {k: [c.get(k) for c in columns] for k in keys},
+                                       [g.sample_id for g in groups])
+        return torch.tensor([sum(totals), len(totals)], dtype=torch.float64, device=self.device)
+
+    def eval_metrics(self, sums):
+        total, count = sums
+        return {"eval_reward": total / max(count, 1)}
+
+
+METHOD = GRPO

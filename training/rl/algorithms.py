@@ -1,0 +1,55 @@
+"""GRPO's advantages and losses as small named functions, on per-token tensors of shape
+[completions, completion tokens] with a 0/1 `mask` of the completion's real tokens.
+
+The formulas are verl's (trainer/ppo/core_algos.py): `compute_grpo_outcome_advantage`, the
+"vanilla" clipped policy loss with dual clip, the `low_var_kl` estimator and `token-mean`
+aggregation; the names below say which.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ADVANTAGE_EPS = 1e-6  # verl's epsilon under the group's standard deviation
+LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios before exp(): a stale token's ratio cannot overflow
+KL_CLAMP = 10.0  # low_var_kl's per-token bound
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: bool = True) -> torch.Tensor:
+    """Each completion's reward minus its group's mean, divided by the group's (unbiased) standard
+    deviation unless `scale_rewards` is off (verl's norm_adv_by_std_in_grpo). `rewards` holds the
+    groups one after another, `group_size` completions each. A group whose completions all scored
+    the same has advantage 0: it carries no signal."""
+    grouped = rewards.reshape(-1, group_size)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards:
+        centered = centered / (grouped.std(dim=1, keepdim=True) + ADVANTAGE_EPS)
+    return centered.reshape(-1)
+
+
+def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                        clip_low: float, clip_high: float, clip_ratio_c: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss with the ratio pi / pi_old clipped to [1 - clip_low, 1 + clip_high], and for
+    negative advantages bounded by `clip_ratio_c` x |advantage| (dual clip). `advantages` is per
+    completion. Returns (per-token loss, per-token 1.0 where the clip decided the loss)."""
+    adv = advantages.unsqueeze(1)
+    ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1 - clip_low, 1 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    dual = torch.minimum(loss, -adv * clip_ratio_c)
+    loss = torch.where(adv < 0, dual, loss)
+    return loss, (clipped > unclipped).to(log_probs.dtype)
+
+
+def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimate k3 = r - log r - 1 with r = pi_ref / pi (Schulman's
+    unbiased, low-variance estimator), clamped as verl does."""
+    log_ratio = (ref_log_probs - log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (torch.exp(log_ratio) - log_ratio - 1).clamp(-KL_CLAMP, KL_CLAMP)
+
+
+def token_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The sum over real completion tokens; divided by the update's completion tokens over every
+    rank it is verl's `token-mean` over the whole batch, the same at every world size."""
+    return (values * mask).sum()

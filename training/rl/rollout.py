@@ -1,0 +1,90 @@
+"""Completions for a step's prompts. `RolloutEngine` is the one interface the GRPO method calls; the
+engine here samples from the trainer's own sharded model, which serves every size on CPU and small
+GPU runs (an inference engine can stand behind the same interface).
+
+Every rank gathers the full model once per rollout (one all-gather per FSDP unit, all ranks
+together) and then generates its own groups with no further collective, so ranks with fewer or
+shorter groups never hold the others up. A group (the `n` completions of one prompt) is generated
+as one batch of `n` rows that share the prompt: no padding, a shape that depends on the group only,
+so the same prompt at the same step yields the same tokens bitwise at any world size and in any
+company (training.rl.sampling gives each completion its own random stream)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from training.rl.sampling import SamplingParams, completion_generator, next_tokens
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    sample_id: int  # the prompt's row in the training data: with the step, it seeds its completions
+    prompt_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Completion:
+    sample_id: int
+    index: int  # which of the group's completions
+    token_ids: tuple[int, ...]  # up to and including the stop token
+    stopped: bool  # ended on a stop token; False: cut at max_new_tokens
+
+
+class RolloutEngine(Protocol):
+    def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int) -> list[list[Completion]]:
+        """`n` completions for each prompt of this rank, group by group, in the order given."""
+
+
+class ShardedModelRollout:
+    """Samples from the trainer's FSDP-sharded `CausalLM` (training.model.causal_lm) with a KV cache."""
+
+    def __init__(self, model, device: torch.device, seed: int):
+        self.model, self.device, self.seed = model, device, seed
+
+    def generate(self, groups, n, params, step):
+        with torch.no_grad(), gathered(self.model):
+            return [self._group(group, n, params, step) for group in groups]
+
+    def _group(self, group: PromptGroup, n: int, params: SamplingParams, step: int) -> list[Completion]:
+        generators = [completion_generator(self.seed, group.sample_id, i, step) for i in range(n)]
+        prompt = torch.tensor(group.prompt_ids, device=self.device)
+        ids, positions = prompt.expand(n, -1), torch.arange(len(prompt), device=self.device).expand(n, -1)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        stopped, cache = [False] * n, None
+        stop_ids = set(params.stop_token_ids)
+        for _ in range(params.max_new_tokens):
+            logits, cache = self.model(ids, positions, cache=cache)
+            drawn = next_tokens(logits, params, generators)
+            for row, token in enumerate(drawn.tolist()):
+                if not stopped[row]:
+                    tokens[row].append(token)
+                    stopped[row] = token in stop_ids
+            if all(stopped):
+                break
+            # A finished row keeps decoding (its tokens are dropped): the batch keeps its shape.
+            ids, positions = drawn.unsqueeze(1), positions[:, -1:] + 1
+        return [Completion(group.sample_id, i, tuple(t), s) for i, (t, s) in enumerate(zip(tokens, stopped))]
+
+
+@contextmanager
+def gathered(model):
+    """Every FSDP unit's parameters gathered for the block (one all-gather each, on every rank at
+    once) and kept so across its forwards; the training layout of resharding is restored after."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from training.model.causal_lm import reshard_after_forward
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+        unit.unshard()
+    try:
+        yield model
+    finally:
+        for unit in units:
+            unit.reshard()
+        reshard_after_forward(model)
