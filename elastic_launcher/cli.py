@@ -65,7 +65,7 @@ def dry_run(job: Job) -> int:
     data = preview(tc.datasets, tc.model_config, method.data_format, limit)
     if method.data_format == "prompts":  # each reward function imported and its signature checked
         from elastic_launcher import ROOT
-        from training.rl.rewards import DEFAULT_REWARDS, check_rewards, located
+        from training.contract.rewards import DEFAULT_REWARDS, check_rewards, located
 
         specs = [located(spec, (Path.cwd(), ROOT)) for spec in options.rewards or DEFAULT_REWARDS]
         check_rewards(specs, options.reward_weights, set(data.columns) if data else None)

@@ -16,7 +16,8 @@ from conftest import tiny_causal_lm, wait_for
 from training.contract.errors import ConfigError
 from training.model.loss import token_log_probs
 from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl
-from training.rl.rewards import RewardError, RewardOptions, RewardPool, check_rewards
+from training.contract.rewards import RewardError, RewardOptions, check_rewards
+from training.rl.reward_pool import RewardPool
 from training.rl.rollout import PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
 

@@ -254,7 +254,7 @@ def _localized(config: JobConfig) -> JobConfig:
                     break
     method_args = config.training_config.training_args.method_args
     if isinstance(method_args, dict) and isinstance(method_args.get("rewards"), list):  # GRPO's reward files
-        from training.rl.rewards import located
+        from training.contract.rewards import located
 
         method_args["rewards"] = [located(spec, (Path.cwd(), ROOT)) for spec in method_args["rewards"]]
     return config

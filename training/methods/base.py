@@ -48,7 +48,7 @@ class TrainingMethod:
         self.device = device
         self.shape = shape  # what every micro-batch is padded to (training.data.BatchShape); None: as it comes
 
-    def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module], run: RunInfo) -> None:
+    def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module], run: RunInfo | None = None) -> None:
         """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy
         of the initial model for a method that compares against one."""
 

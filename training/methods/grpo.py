@@ -2,7 +2,7 @@
 
 A step takes the global batch of prompts (`train_batch_size` counts prompts), samples
 `num_generations` completions of each from the current policy (training.rl.rollout: the same
-completions at any world size), scores them (training.rl.rewards), and turns each completion's
+completions at any world size), scores them (training.contract.rewards), and turns each completion's
 reward into an advantage relative to its group (training.rl.algorithms). The rollout batch is then
 split into `mini_batches` optimizer updates, each the same set of prompts at every world size: the
 clipped policy-gradient loss against the rollout's log-probabilities, plus `kl_coef` times the
@@ -23,12 +23,13 @@ import torch
 import torch.distributed as dist
 
 from training.contract.errors import ConfigError
+from training.contract.rewards import DEFAULT_REWARDS, RewardOptions
 from training.contract.typed import ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
 from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl, token_sum
-from training.rl.rewards import DEFAULT_REWARDS, RewardOptions, RewardPool
+from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
 
@@ -51,7 +52,7 @@ class Args:  # training_args.method_args, with verl's defaults
     clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages
     kl_coef: float = ranged(0.001, ge=0)  # low_var_kl to the reference; 0: no reference model
     scale_rewards: bool = True  # divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
-    rewards: list | None = None  # reward functions (training.rl.rewards); None: [math_verify]
+    rewards: list | None = None  # reward functions (training.contract.rewards); None: [math_verify]
     reward_weights: list | None = None  # one per reward function; None: 1 each
     reward_timeout: float = ranged(60.0, gt=0)  # seconds per call of a reward function
     answer_key: str | None = None  # the reference answer's column for the built-ins (None: ground_truth/answer/solution)

@@ -5,5 +5,8 @@
   come from the model's head (training.model.loss.token_log_probs);
 - `sampling`: a completion's random draws from (seed, sample id, generation index, step) only;
 - `rollout`: completions from the trainer's own sharded model, group by group with a KV cache;
-- `rewards`: built-in and user reward functions, loaded, checked and run with a timeout.
+- `reward_pool`: the reward functions called in a process of their own, each call with a timeout.
+
+The reward functions themselves (built-in and the user's: loaded and checked) are in
+training.contract.rewards: the launcher's dry run checks them too.
 """

@@ -46,7 +46,7 @@ from training.model.causal_lm import (attention_flops, build_sharded_model, chec
                                       weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
-from training.rl.rewards import RewardError  # noqa: E402
+from training.contract.rewards import RewardError  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
 from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up  # noqa: E402

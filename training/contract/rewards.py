@@ -9,8 +9,8 @@ as a keyword list (a function gets the columns it names, or all of them with **k
 A reward is named in `method_args.rewards` as a built-in (`math_verify`, `exact_match`, `format`),
 a file (`path/to/rewards.py:function`, relative to the working directory) or a module
 (`package.module:function`). The launcher's dry run loads and checks each one (`check_rewards`);
-the trainer runs them in a process of their own beside the training (`RewardPool`), each call with
-a timeout. Torch-free: the launcher imports this module.
+the trainer runs them in a process of their own beside the training (training.rl.reward_pool), each
+call with a timeout. Torch-free: the launcher imports this module.
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import math
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as CallTimeout
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
@@ -200,92 +197,3 @@ def call_reward(spec: str, options: RewardOptions, prompts: list, completions: l
     taken = accepted_columns(fn, set(columns))
     given = columns if taken is None else {k: v for k, v in columns.items() if k in taken}
     return fn(prompts=prompts, completions=completions, **given)
-
-
-def _bad_score(value) -> str | None:
-    if value is None:
-        return "None"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return repr(value)
-    return None
-
-
-def _worker_start() -> None:
-    from training.runtime.elastic import die_with_parent
-
-    die_with_parent()  # a trainer that is killed takes its reward process with it
-
-
-class RewardPool:
-    """The reward functions of a run, called in a process of their own: a slow or hanging function
-    never blocks the training process's signal handling, and its timeout can end it. Scores are
-    checked: a function that raises, times out, returns the wrong length or a None/NaN score ends
-    the run with one line naming it and the row's sample id."""
-
-    def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float):
-        self.specs, self.options, self.timeout_s = list(specs), options, timeout_s
-        self.weights = list(weights) if weights is not None else [1.0] * len(specs)
-        self._pool: ProcessPoolExecutor | None = None
-
-    def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:  # forkserver: never a fork of a process that holds threads and a process group
-            self._pool = ProcessPoolExecutor(1, mp_context=get_context("forkserver"), initializer=_worker_start)
-        return self._pool
-
-    def score(self, prompts: list, completions: list, columns: dict[str, list],
-              sample_ids: list[int]) -> tuple[list[float], dict[str, list[float]]]:
-        """(weighted total per completion, each function's own scores by its name)."""
-        per_function = {spec: self._call(spec, prompts, completions, columns, sample_ids) for spec in self.specs}
-        totals = [sum(w * scores[i] for w, scores in zip(self.weights, per_function.values()))
-                  for i in range(len(completions))]
-        return totals, per_function
-
-    def _call(self, spec, prompts, completions, columns, sample_ids) -> list[float]:
-        future = self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
-        try:
-            scores = future.result(timeout=self.timeout_s)
-        except CallTimeout:
-            self.close(kill=True)
-            raise RewardError(f"reward function {spec} took more than method_args.reward_timeout="
-                              f"{self.timeout_s:g} s on samples {_ids(sample_ids)}: make it faster or raise the "
-                              f"timeout") from None
-        except RewardError as e:
-            raise RewardError(f"reward function {spec}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - the user's function raised: find the row that did
-            row = self._failing_row(spec, prompts, completions, columns)
-            where = f"sample {sample_ids[row]}" if row is not None else f"samples {_ids(sample_ids)}"
-            raise RewardError(f"reward function {spec} raised {type(e).__name__}: {e} on {where}") from None
-        if not isinstance(scores, (list, tuple)) or len(scores) != len(completions):
-            got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else f"a {type(scores).__name__}"
-            raise RewardError(f"reward function {spec} returned {got} for {len(completions)} completions "
-                              f"(samples {_ids(sample_ids)}): return one float per completion")
-        for i, value in enumerate(scores):
-            if (bad := _bad_score(value)) is not None:
-                raise RewardError(f"reward function {spec} scored sample {sample_ids[i]} (completion {i} of the "
-                                  f"call) {bad}: return a finite number for every completion")
-        return [float(v) for v in scores]
-
-    def _failing_row(self, spec, prompts, completions, columns) -> int | None:
-        for row in range(len(completions)):
-            one = {k: v[row:row + 1] for k, v in columns.items()}
-            try:
-                self._executor().submit(call_reward, absolute(spec), self.options, prompts[row:row + 1],
-                                        completions[row:row + 1], one).result(timeout=self.timeout_s)
-            except Exception:  # noqa: BLE001 - this row is the one
-                return row
-        return None
-
-    def close(self, kill: bool = False) -> None:
-        """End the pool's process (at once with `kill`: a call that hangs is not waited for)."""
-        if self._pool is None:
-            return
-        if kill:
-            for process in list(getattr(self._pool, "_processes", {}).values()):
-                process.kill()
-        self._pool.shutdown(wait=not kill, cancel_futures=True)
-        self._pool = None
-
-
-def _ids(sample_ids: list[int]) -> str:
-    shown = ", ".join(map(str, sorted(set(sample_ids))[:5]))
-    return shown + (", ..." if len(set(sample_ids)) > 5 else "")
