@@ -160,18 +160,24 @@ class GRPO(TrainingMethod):
         completions = self.engine.generate(groups, self.options.num_generations, self.params, step)
         model.train()
         generated = time.perf_counter()
-        chat = [json.loads(p["prompt"]) for p in prompts]
-        columns = [json.loads(p["columns"]) for p in prompts]
-        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for group in completions for c in group]
-        n = self.options.num_generations
-        as_given = [t if isinstance(chat[i // n], str) else [{"role": "assistant", "content": t}] for i, t in enumerate(texts)]
-        keys = sorted({k for c in columns for k in c})
-        totals, per_function = self.rewards.score(
-            [chat[i // n] for i in range(len(texts))], as_given,
-            {k: [columns[i // n].get(k) for i in range(len(texts))] for k in keys},
-            [g.sample_id for g in groups for _ in range(n)])
+        totals, per_function = self._score(prompts, completions)
         self._times = (generated - started, time.perf_counter() - generated)
         return Rollout(groups, completions, totals, per_function)
+
+    def _score(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple[list[float], dict]:
+        """The reward functions' scores of each prompt's completions, called as TRL calls them: each
+        completion beside its prompt and its row's columns (text, or an assistant message for a chat
+        prompt)."""
+        rows = [(p, c) for p, group in zip(prompts, completions) for c in group]
+        chats = {id(p): json.loads(p["prompt"]) for p in prompts}
+        columns = {id(p): json.loads(p["columns"]) for p in prompts}
+        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for _, c in rows]
+        given = [t if isinstance(chats[id(p)], str) else [{"role": "assistant", "content": t}]
+                 for (p, _), t in zip(rows, texts)]
+        keys = sorted({k for c in columns.values() for k in c})
+        return self.rewards.score([chats[id(p)] for p, _ in rows], given,
+                                  {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
+                                  [c.sample_id for _, c in rows])
 
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: list[int], n: int) -> dict:
         rows, advantage = [], []
@@ -265,16 +271,10 @@ class GRPO(TrainingMethod):
         prompts = batch["prompts"]
         groups = [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
         greedy = SamplingParams(0, max_new_tokens=self.params.max_new_tokens, stop_token_ids=self.params.stop_token_ids)
-        completions = [g[0] for g in self.engine.generate(groups, 1, greedy, 0)]
+        completions = self.engine.generate(groups, 1, greedy, 0)  # every rank gathers the model, even without prompts
         if not prompts:
             return torch.zeros(2, dtype=torch.float64, device=self.device)
-        chat = [json.loads(p["prompt"]) for p in prompts]
-        columns = [json.loads(p["columns"]) for p in prompts]
-        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
-        given = [t if isinstance(chat[i], str) else [{"role": "assistant", "content": t}] for i, t in enumerate(texts)]
-        keys = sorted({k for c in columns for k in c})
-        totals, _ = self.rewards.score(chat, given, {k: [c.get(k) for c in columns] for k in keys},
-                                       [g.sample_id for g in groups])
+        totals, _ = self._score(prompts, completions)
         return torch.tensor([sum(totals), len(totals)], dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):
