@@ -37,6 +37,7 @@ from training.contract.batching import BatchPlan, plan_batches, resolve_schedule
 from training.contract.config import JobConfig, TrainingArgs, load_job_config  # noqa: E402
 from training.contract.config_files import select_config_file  # noqa: E402
 from training.contract.errors import ConfigError, report, report_crash  # noqa: E402
+from training.contract.rewards import RewardError  # noqa: E402
 from training.data import build_data, describe_drops  # noqa: E402
 from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
@@ -46,7 +47,6 @@ from training.model.causal_lm import (attention_flops, build_sharded_model, chec
                                       weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
-from training.contract.rewards import RewardError  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
 from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up  # noqa: E402
