@@ -136,7 +136,6 @@ method = GRPO(args, Args(num_generations=N, mini_batches=2, kl_coef=0.1, max_pro
               torch.device("cpu"))
 method.shape, method.run = BatchShape(N, 16, False), RunInfo(None, plan, rank)
 method.row_shape, method.reference = BatchShape(N, 16, False), sharded(1).requires_grad_(False)
-method._times = (0.0, 0.0)
 
 # The step's rollout, the same on every rank: prompts of 3-7 tokens, completions of 1-8, rewards.
 draw = torch.Generator().manual_seed(7)

@@ -7,16 +7,16 @@ import math
 import os
 import random
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import tiny_causal_lm, wait_for
+from elastic_launcher.local.run import child_pids
 from training.contract.errors import ConfigError
+from training.contract.rewards import RewardError, RewardOptions, check_rewards
 from training.model.loss import token_log_probs
 from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl
-from training.contract.rewards import RewardError, RewardOptions, check_rewards
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
@@ -258,19 +258,8 @@ def test_a_reward_past_its_timeout_is_ended_with_its_process(pool, user_file):
     assert time.monotonic() - started < 20
     # The pool's processes are forked by multiprocessing's fork server (a child of this process):
     # none of them is left running.
-    wait_for(lambda: not [p for server in live_children(os.getpid()) for p in live_children(server)], timeout=10)
-
-
-def live_children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
+    wait_for(lambda: not [p for server in child_pids(os.getpid(), running=True)
+                          for p in child_pids(server, running=True)], timeout=10)
 
 
 # --- the dry run -------------------------------------------------------------------------------------

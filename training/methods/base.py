@@ -41,6 +41,7 @@ class TrainingMethod:
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
 
     rows_per_sample = 1  # rows of a micro-batch per sample (DPO: chosen and rejected)
+    prompt_limit: int | None = None  # prompt rows (GRPO): longer prompts are left out of the data
 
     def __init__(self, args, options, device: torch.device, shape: BatchShape | None = None):
         self.args = args  # TrainingArgs

@@ -13,6 +13,7 @@ off, or a frozen copy in full-parameter training (as DPO's).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -73,6 +74,12 @@ class Rollout:
     completions: list[list[Completion]]
     rewards: list[float]  # weighted totals, group after group
     per_function: dict[str, list[float]]
+    seconds: tuple[float, float] = (0.0, 0.0)  # sampling, scoring
+
+
+def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
+    """The rollout's view of prompt rows (training.data's GRPO rows)."""
+    return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
 
 
 def update_shares(plan, mini_batches: int) -> list[list[tuple[int, int]]]:
@@ -105,8 +112,8 @@ class GRPO(TrainingMethod):
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
         self.reward_names = list(specs)
-        self._stats: torch.Tensor | None = None
-        self._rollout_max = torch.zeros(1)
+        self._step_rollout: Rollout | None = None  # the step's, for its statistics and its audit
+        self._longest = 0.0  # the step's longest completion over every rank
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -116,8 +123,7 @@ class GRPO(TrainingMethod):
         # A completion ends at the end of sequence or where the chat template closes the assistant's turn.
         closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
         stop_ids = {run.tokenizer.eos_token_id, closing} - {None}
-        self.params = SamplingParams(self.params.temperature, self.params.top_p, self.params.top_k,
-                                     self.params.max_new_tokens, tuple(sorted(stop_ids)))
+        self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
         self.engine = ShardedModelRollout(model, self.device, self.args.seed)
         # Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape).
         self.row_shape = BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
@@ -141,28 +147,25 @@ class GRPO(TrainingMethod):
         rollout = self._rollout(model, prompts, step)
         advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
                                       self.options.num_generations, self.options.scale_rewards)
-        shares = update_shares(self.run.plan, self.options.mini_batches)
         micro = self.run.plan.micro_batch
-        n = self.options.num_generations
         updates = []
-        for share in shares:
+        for share in update_shares(self.run.plan, self.options.mini_batches):
             start, end = share[self.run.rank]
             count = max(math.ceil((e - s) / micro) for s, e in share)  # micro-batches: equal on every rank
             chunks = [range(start + i * micro, min(start + (i + 1) * micro, end)) for i in range(count)]
-            updates.append([self._micro_batch(model, rollout, advantages, list(c), n) for c in chunks])
-        self._stats, self._completions = self._rollout_sums(rollout), rollout.completions
+            updates.append([self._micro_batch(model, rollout, advantages, chunk) for chunk in chunks])
+        self._step_rollout = rollout
         return updates
 
     def _rollout(self, model, prompts: list[dict], step: int) -> Rollout:
         started = time.perf_counter()
         model.eval()
-        groups = [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
+        groups = prompt_groups(prompts)
         completions = self.engine.generate(groups, self.options.num_generations, self.params, step)
         model.train()
         generated = time.perf_counter()
         totals, per_function = self._score(prompts, completions)
-        self._times = (generated - started, time.perf_counter() - generated)
-        return Rollout(groups, completions, totals, per_function)
+        return Rollout(groups, completions, totals, per_function, (generated - started, time.perf_counter() - generated))
 
     def _score(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple[list[float], dict]:
         """The reward functions' scores of each prompt's completions, called as TRL calls them: each
@@ -179,8 +182,8 @@ class GRPO(TrainingMethod):
                                   {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
                                   [c.sample_id for _, c in rows])
 
-    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: list[int], n: int) -> dict:
-        rows, advantage = [], []
+    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: range) -> dict:
+        n, rows, advantage = self.options.num_generations, [], []
         for p in prompts:
             group = rollout.groups[p]
             for i, completion in enumerate(rollout.completions[p]):
@@ -227,26 +230,24 @@ class GRPO(TrainingMethod):
         return loss_sum, sums
 
     def audited(self):
-        return {"completions": [[c.sample_id, c.index, list(c.token_ids)] for group in self._completions for c in group]}
+        return {"completions": [[c.sample_id, c.index, list(c.token_ids)]
+                                for group in self._step_rollout.completions for c in group]}
 
     # --- metrics ---
-    def _rollout_sums(self, rollout: Rollout) -> torch.Tensor:
-        n = self.options.num_generations
+    def step_stats(self) -> torch.Tensor:
+        """This rank's rollout sums of the step just taken (ROLLOUT_SUMS, then each reward function's;
+        summed over ranks by the trainer); the longest completion over every rank, to `_longest`."""
+        rollout, n = self._step_rollout, self.options.num_generations
         rewards = rollout.rewards
         flat = sum(len(set(rewards[g * n:(g + 1) * n])) == 1 for g in range(len(rollout.groups)))
         lengths = [len(c.token_ids) for group in rollout.completions for c in group]
         cut = sum(not c.stopped for group in rollout.completions for c in group)
-        self._rollout_max = torch.tensor([float(max(lengths, default=0))])
-        values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
-                  *self._times, *(sum(scores) for scores in rollout.per_function.values())]
-        return torch.tensor(values, dtype=torch.float64)
-
-    def step_stats(self) -> torch.Tensor:
-        """This rank's rollout sums of the step just taken (summed over ranks by the trainer)."""
-        longest = self._rollout_max.to(self.device)
+        longest = torch.tensor([float(max(lengths, default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
-        return self._stats.to(self.device)
+        values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
+                  *rollout.seconds, *(sum(scores) for scores in rollout.per_function.values())]
+        return torch.tensor(values, dtype=torch.float64, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
         update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
@@ -269,9 +270,8 @@ class GRPO(TrainingMethod):
     # --- evaluation: greedy, one completion per validation prompt, the mean reward ---
     def eval_sums(self, model, batch):
         prompts = batch["prompts"]
-        groups = [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
-        greedy = SamplingParams(0, max_new_tokens=self.params.max_new_tokens, stop_token_ids=self.params.stop_token_ids)
-        completions = self.engine.generate(groups, 1, greedy, 0)  # every rank gathers the model, even without prompts
+        greedy = dataclasses.replace(self.params, temperature=0)
+        completions = self.engine.generate(prompt_groups(prompts), 1, greedy, 0)  # every rank gathers the model, even without prompts
         if not prompts:
             return torch.zeros(2, dtype=torch.float64, device=self.device)
         totals, _ = self._score(prompts, completions)

@@ -25,10 +25,9 @@ def _worker_start() -> None:
 
 
 class RewardPool:
-    """The reward functions of a run, called in a process of their own: a slow or hanging function
-    never blocks the training process's signal handling, and its timeout can end it. Scores are
-    checked: a function that raises, times out, returns the wrong length or a None/NaN score ends
-    the run with one line naming it and the row's sample id."""
+    """The reward functions of a run, each call in the pool's process. Scores are checked: a function
+    that raises, times out, returns the wrong length or a None/NaN score ends the run with one line
+    naming it and the row's sample id."""
 
     def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float):
         self.specs, self.options, self.timeout_s = list(specs), options, timeout_s
@@ -48,10 +47,12 @@ class RewardPool:
                   for i in range(len(completions))]
         return totals, per_function
 
+    def _submit(self, spec, prompts, completions, columns):
+        return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
+
     def _call(self, spec, prompts, completions, columns, sample_ids) -> list[float]:
-        future = self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
         try:
-            scores = future.result(timeout=self.timeout_s)
+            scores = self._submit(spec, prompts, completions, columns).result(timeout=self.timeout_s)
         except CallTimeout:
             self.close(kill=True)
             raise RewardError(f"reward function {spec} took more than method_args.reward_timeout="
@@ -77,8 +78,7 @@ class RewardPool:
         for row in range(len(completions)):
             one = {k: v[row:row + 1] for k, v in columns.items()}
             try:
-                self._executor().submit(call_reward, absolute(spec), self.options, prompts[row:row + 1],
-                                        completions[row:row + 1], one).result(timeout=self.timeout_s)
+                self._submit(spec, prompts[row:row + 1], completions[row:row + 1], one).result(timeout=self.timeout_s)
             except Exception:  # noqa: BLE001 - this row is the one
                 return row
         return None

@@ -197,11 +197,11 @@ class Trainer:
         # bucketed one): compiled functions meet one shape (training.data.BatchShape).
         ds, ta = tc.datasets, tc.training_args
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
-        prompt_limit = getattr(self.method, "prompt_limit", None)  # GRPO's max_prompt_length
-        self.data = process.data((ds, tc.model_config, self.source, self.method.data_format, ta.seed, prompt_limit),
+        m = self.method
+        self.data = process.data((ds, tc.model_config, self.source, m.data_format, ta.seed, m.prompt_limit),
                                  lambda: build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
-                                                    builder=self.topo.local_rank == 0, data_format=self.method.data_format,
-                                                    seed=ta.seed, prompt_limit=prompt_limit))
+                                                    builder=self.topo.local_rank == 0, data_format=m.data_format,
+                                                    seed=ta.seed, prompt_limit=m.prompt_limit))
         self._log_data(ds, ta)
         self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens,
                                 self.on_gpu)
