@@ -171,6 +171,15 @@ def own_processes(marker) -> list[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie. A process that exits while its status is
+    read raises ProcessLookupError, not FileNotFoundError: both mean gone."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 def wait_for(predicate, timeout=120, interval=0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

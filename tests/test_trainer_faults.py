@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, losses, render_configs
+from conftest import ROOT, losses, render_configs, running
 from training.state.checkpoint import complete_checkpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -135,11 +135,9 @@ time.sleep(60)
     parent.wait()
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{child}") and \
-            open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    while time.monotonic() < deadline and running(child):
         time.sleep(0.1)
-    alive = os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    assert not alive
+    assert not running(child)
 
 
 def test_non_finite_loss_stops_before_the_update_and_keeps_the_last_good_checkpoint(tmp_path):

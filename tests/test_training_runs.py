@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import committed_samples, local_job, losses, records, render_configs, train, wait_for
+from conftest import committed_samples, local_job, losses, records, render_configs, running, train, wait_for
 from elastic_launcher.local.run import child_pids
 from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
 
@@ -144,13 +144,6 @@ def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, mome
     assert not partial
 
 
-def alive(pid: int) -> bool:
-    try:
-        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("async_save", [True, False], ids=["async-save", "blocking-save"])
 def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path, async_save):
     """Every worker of three gets SIGTERM (a pod deletion) just after start-up began its last part
@@ -168,7 +161,7 @@ def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path,
         workers = child_pids(proc.pid)
         for pid in workers:
             os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: not any(alive(pid) for pid in workers), timeout=5, interval=0.05)
+        wait_for(lambda: not any(running(pid) for pid in workers), timeout=5, interval=0.05)
         assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
     finally:
         if proc.poll() is None:
