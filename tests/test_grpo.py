@@ -3,14 +3,18 @@ step do not depend on the world size, and a reward function that fails ends the 
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from conftest import ROOT, own_processes, records, render_configs, train
+from conftest import ROOT, local_job, own_processes, records, render_configs, train, wait_for
+from elastic_launcher.local.run import child_pids
+from training.contract.checkpoint_dirs import step_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 RECIPE = "llama/tiny_llama_grpo"
@@ -80,6 +84,63 @@ def test_the_step_is_the_same_at_1_and_3_ranks(one_step):
         assert three[key] == pytest.approx(one[key], rel=1e-12), key
     for key in ("loss", "kl", "entropy", "grad_norm"):
         assert three[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
+
+
+SLOW_WHEN_ASKED = '''
+import time
+from pathlib import Path
+
+
+def slow_when_asked(prompts, completions, **columns):
+    """Weighted 0: scores nothing. Holds a rollout in its wait for rewards while a file asks it to."""
+    here = Path(__file__).parent
+    if (here / "slow").exists():
+        (here / "scoring").touch()
+        time.sleep(60)
+    return [0.0] * len(completions)
+'''
+
+
+def completions_by_step(run_dir) -> dict[int, list[str]]:
+    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
+
+
+def test_a_stop_during_the_rollout_abandons_the_step_and_the_restart_redoes_it_alike(tmp_path):
+    """SIGTERM to both ranks while step 2's rollout waits on a reward: each exits 0 within seconds
+    (the reward's call is dropped with its process, not waited for), the checkpoint is step 1's and
+    no step 2 is logged; restarted at one rank, step 2 draws the completions and rewards of a run
+    that was never stopped."""
+    (tmp_path / "rewards.py").write_text(SLOW_WHEN_ASKED)
+    configs = render_configs(
+        tmp_path / "configs", "recipes.training_config.training_args.max_steps=2",
+        "recipes.training_config.logging.audit_samples=true", "recipes.training_config.training_args.eval_steps=0",
+        "recipes.training_config.training_args.method_args.rewards="
+        f"[math_verify,data/grpo_tiny_rewards.py:digits,{tmp_path / 'rewards.py'}:slow_when_asked]",
+        "+recipes.training_config.training_args.method_args.reward_weights=[1.0,1.0,0.0]", recipe=RECIPE)
+    train(configs, tmp_path / "fixed", nodes=1)
+    run_dir, log = tmp_path / "run", tmp_path / "torchrun.log"
+    proc = local_job(configs, run_dir).start(nodes=2, log=open(log, "wb"))
+    try:
+        wait_for(lambda: 1 in step_records(run_dir), timeout=120, interval=0.05)
+        (tmp_path / "slow").touch()
+        wait_for(lambda: (tmp_path / "scoring").exists(), timeout=60, interval=0.02)
+        for pid in child_pids(proc.pid):
+            os.kill(pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+        assert time.monotonic() - signalled < 20, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stops = [r for r in records(run_dir) if r.get("event") == "stop"]
+    assert stops and all(r["step"] == 1 and r["abandoned"] == "rollout" for r in stops), stops
+    assert set(step_records(run_dir)) == {1} and step_dir(run_dir / "checkpoints", 1).is_dir()
+    assert not own_processes(str(tmp_path / "run"))
+    (tmp_path / "slow").unlink()
+    train(configs, run_dir, nodes=1)
+    assert completions_by_step(run_dir) == completions_by_step(tmp_path / "fixed")
+    redone, fixed = step_records(run_dir)[2], step_records(tmp_path / "fixed")[2]
+    assert redone["reward"] == fixed["reward"] and redone["reward_math_verify"] == fixed["reward_math_verify"]
 
 
 FAILING = '''

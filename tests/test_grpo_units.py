@@ -6,12 +6,14 @@ full forwards; reward functions and each way they can fail."""
 import math
 import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
-from conftest import tiny_causal_lm, wait_for
+from conftest import ROOT, tiny_causal_lm, wait_for
 from elastic_launcher.local.run import child_pids
 from training.contract.errors import ConfigError
 from training.contract.rewards import RewardError, RewardOptions, check_rewards
@@ -123,12 +125,11 @@ def test_a_groups_completions_do_not_depend_on_the_other_groups_or_their_order(p
     rollout = ShardedModelRollout(policy, torch.device("cpu"), seed=5)
     params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_token_ids=(3,))
     a, b, c = PromptGroup(10, (5, 9, 14, 2)), PromptGroup(11, (7, 8)), PromptGroup(12, (21, 22, 23, 24, 25, 26))
-    together = rollout.generate([a, b, c], n=4, params=params, step=3)
-    alone = rollout.generate([b], n=4, params=params, step=3)
-    reordered = rollout.generate([c, a, b], n=4, params=params, step=3)
+    generate = lambda groups, step=3: list(rollout.generate(groups, n=4, params=params, step=step))  # noqa: E731
+    together, alone, reordered = generate([a, b, c]), generate([b]), generate([c, a, b])
     assert together[1] == alone[0] and reordered == [together[2], together[0], together[1]]
     assert len({comp.token_ids for comp in together[0]}) > 1  # the group's completions differ from each other
-    assert rollout.generate([b], n=4, params=params, step=4)[0] != alone[0]  # another step, other draws
+    assert generate([b], step=4)[0] != alone[0]  # another step, other draws
     for comp in together[0]:  # a completion ends at its stop token or at max_new_tokens
         assert comp.stopped == (comp.token_ids[-1] == 3) and (comp.stopped or len(comp.token_ids) == 12)
         assert 3 not in comp.token_ids[:-1]
@@ -145,6 +146,17 @@ def test_greedy_decoding_with_the_kv_cache_matches_full_forwards(policy):
             logits, _ = policy(ids, torch.arange(len(tokens)).unsqueeze(0))
             tokens.append(int(logits.argmax()))
     assert completions[0].token_ids == completions[1].token_ids == tuple(tokens[len(prompt):])
+
+
+def test_a_stop_ends_the_generation_between_two_tokens(policy):
+    """The engine hands out each group as it is done and asks before every token whether to go on:
+    a stop costs one forward, not the rest of the rollout."""
+    params = SamplingParams(max_new_tokens=50)  # no stop token: every completion is 50 tokens long
+    asked = []
+    interrupted = lambda: asked.append(1) or len(asked) > 60  # noqa: E731 - after the first group's 50 tokens and 10 more
+    groups = [PromptGroup(i, (5, 9, 14)) for i in range(3)]
+    got = list(ShardedModelRollout(policy, torch.device("cpu"), seed=0).generate(groups, 2, params, 0, interrupted))
+    assert len(got) == 1 and len(got[0][0].token_ids) == 50 and len(asked) == 61
 
 
 # --- rewards ------------------------------------------------------------------------------------------
@@ -260,6 +272,36 @@ def test_a_reward_past_its_timeout_is_ended_with_its_process(pool, user_file):
     # none of them is left running.
     wait_for(lambda: not [p for server in child_pids(os.getpid(), running=True)
                           for p in child_pids(server, running=True)], timeout=10)
+
+
+def test_a_stop_while_waiting_for_a_reward_drops_the_call_and_its_process(pool, user_file):
+    rewards = pool([f"{user_file}:sleeps"])
+    scoring = rewards.submit(["p"], ["a"], {}, [3])
+    started = time.monotonic()
+    assert rewards.collect(scoring, interrupted=lambda: time.monotonic() - started > 0.5) is None
+    assert time.monotonic() - started < 10
+    wait_for(lambda: not [p for server in child_pids(os.getpid(), running=True)
+                          for p in child_pids(server, running=True)], timeout=10)
+
+
+KEEPS_THE_MASK = """
+import signal
+from training.contract.rewards import RewardOptions
+from training.rl.reward_pool import RewardPool
+
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})  # as the trainer does
+pool = RewardPool(["exact_match"], None, RewardOptions(), 30)
+assert pool.score(["p"], ["1"], {"answer": ["1"]}, [0])[0] == [1.0]
+pool.close()
+assert signal.pthread_sigmask(signal.SIG_BLOCK, []) >= {signal.SIGTERM, signal.SIGUSR1}
+"""
+
+
+def test_starting_the_reward_process_keeps_the_trainers_stop_signals_blocked():
+    """A fresh process (multiprocessing's resource tracker is started once per process, and starting
+    it unblocks SIGTERM in the calling thread): a SIGTERM must still reach the trainer's handler."""
+    done = subprocess.run([sys.executable, "-c", KEEPS_THE_MASK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # --- the dry run -------------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ CASES = {
     "misspelled override key": ([f"{TINY_ARGS}.lerning_rate=1"], f"did you mean '{TINY_ARGS}.learning_rate'"),
     "misspelled key added with +": ([f"+{TINY_ARGS}.lerning_rate=1"], "unknown key 'recipes.training_config."
                                     "training_args.lerning_rate': did you mean 'learning_rate'"),
+    "a method key the recipe leaves at its default, without +": (
+        ["recipes=llama/tiny_llama_grpo", f"{TINY_ARGS}.method_args.kl_coef=0.01"],
+        f"'{TINY_ARGS}.method_args.kl_coef' is a method key the recipe leaves at its default: set it with "
+        f"+{TINY_ARGS}.method_args.kl_coef=..."),
     "misspelled key in a scale_config entry": (
         [*MAIN_COMMAND, "+recipes.scale_config.n4.training_config.training_args.micro_batch=2"],
         "unknown key 'recipes.scale_config.n4.training_config.training_args.micro_batch'"),

@@ -103,6 +103,9 @@ def _explain_key(key: str, overrides: list[str]) -> str:
                 return (f"cannot override '{key}': scale_config entries are keyed n<nodes> on the command line, "
                         f"e.g. {'.'.join(parts[:i])}.n{part}{'.' if i + 1 < len(parts) else ''}"
                         f"{'.'.join(parts[i + 1:])}=... (prefix + to add to an integer-keyed upstream entry)")
+            if parts[i - 1:i] == ["method_args"] and part in _method_keys():
+                return (f"'{where}' is a method key the recipe leaves at its default: set it with +{key}=... "
+                        f"(the + adds a key the recipe does not name)")
             close = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=1, cutoff=0.6)
             hint = f"did you mean '{'.'.join(parts[:i] + [close[0]])}'?" if close else \
                 f"to add a new key use +{key}=..."
@@ -119,3 +122,10 @@ def to_plain(cfg: DictConfig) -> dict:
         key = getattr(e, "full_key", None) or "?"
         raise ConfigError(f"{key} has no value ({type(e).__name__}: {str(e).splitlines()[0]}): "
                           f"set it on the command line, e.g. {key}=...") from None
+
+
+def _method_keys() -> set[str]:
+    """Every training method's own keys (training_args.method_args)."""
+    from training.contract.methods import method_facts, method_names
+
+    return {f.name for name in method_names() for f in dataclasses.fields(method_facts(name).args)}

@@ -26,14 +26,21 @@ def reducing_on_the_last(model, micro_batches: list[dict]):
         yield micro
 
 
+def _no() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a method may need of the run beyond its model: the tokenizer, the batch plan at this
-    size and this process's data-parallel rank."""
+    size, this process's data-parallel rank, and the run's stop: whether this rank was asked to
+    stop, and whether any rank was (a collective)."""
 
     tokenizer: object
     plan: object  # training.contract.batching.BatchPlan
     rank: int
+    stop_requested: Callable[[], bool] = _no
+    agree_stop: Callable[[], bool] = _no
 
 
 class TrainingMethod:
@@ -60,9 +67,10 @@ class TrainingMethod:
         """A padded micro-batch (of `self.shape`) with host-side `label_tokens`, `tokens` and `sample_ids`."""
         raise NotImplementedError
 
-    def updates(self, model, micro_batches: list[dict], step: int) -> list[list[dict]]:
+    def updates(self, model, micro_batches: list[dict], step: int) -> list[list[dict]] | None:
         """The step's optimizer updates, each a list of micro-batches (the same count on every rank):
-        one for SFT and DPO; GRPO generates and scores first, then splits its rollout."""
+        one for SFT and DPO; GRPO generates and scores first, then splits its rollout. None, on every
+        rank, when a stop came before any update: the step is abandoned (and redone after a restart)."""
         return [micro_batches]
 
     def step_stats(self) -> torch.Tensor:

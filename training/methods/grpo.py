@@ -74,7 +74,7 @@ class Rollout:
     completions: list[list[Completion]]
     rewards: list[float]  # weighted totals, group after group
     per_function: dict[str, list[float]]
-    seconds: tuple[float, float] = (0.0, 0.0)  # sampling, scoring
+    seconds: tuple[float, float] = (0.0, 0.0)  # sampling, then waiting for the last scores
 
 
 def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
@@ -145,6 +145,9 @@ class GRPO(TrainingMethod):
     def updates(self, model, micro_batches, step):
         prompts = [p for micro in micro_batches for p in micro["prompts"]]
         rollout = self._rollout(model, prompts, step)
+        # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
+        if self.run.agree_stop():
+            return None
         advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
                                       self.options.num_generations, self.options.scale_rewards)
         micro = self.run.plan.micro_batch
@@ -157,20 +160,34 @@ class GRPO(TrainingMethod):
         self._step_rollout = rollout
         return updates
 
-    def _rollout(self, model, prompts: list[dict], step: int) -> Rollout:
+    def _rollout(self, model, prompts: list[dict], step: int) -> Rollout | None:
+        """The step's completions, each group scored in the reward pool while the next is generated;
+        None when this rank's stop cut it short."""
+        stopped = self.run.stop_requested
         started = time.perf_counter()
+        groups, completions, scoring = prompt_groups(prompts), [], []
         model.eval()
-        groups = prompt_groups(prompts)
-        completions = self.engine.generate(groups, self.options.num_generations, self.params, step)
+        for i, group in enumerate(self.engine.generate(groups, self.options.num_generations, self.params, step, stopped)):
+            completions.append(group)
+            scoring.append(self.rewards.submit(*self._reward_call(prompts[i:i + 1], [group])))
         model.train()
         generated = time.perf_counter()
-        totals, per_function = self._score(prompts, completions)
-        return Rollout(groups, completions, totals, per_function, (generated - started, time.perf_counter() - generated))
+        scores = []
+        for call in scoring if len(completions) == len(groups) else []:
+            if (scored := self.rewards.collect(call, stopped)) is None:
+                break
+            scores.append(scored)
+        if len(scores) < len(groups):  # stopped: the calls still in flight go with the pool's process
+            self.rewards.close(kill=True)
+            return None
+        per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_names}
+        return Rollout(groups, completions, [x for totals, _ in scores for x in totals], per_function,
+                       (generated - started, time.perf_counter() - generated))
 
-    def _score(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple[list[float], dict]:
-        """The reward functions' scores of each prompt's completions, called as TRL calls them: each
+    def _reward_call(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple:
+        """The reward functions' arguments for these prompts' completions, as TRL calls them: each
         completion beside its prompt and its row's columns (text, or an assistant message for a chat
-        prompt)."""
+        prompt), and the sample ids that name a failing row."""
         rows = [(p, c) for p, group in zip(prompts, completions) for c in group]
         chats = {id(p): json.loads(p["prompt"]) for p in prompts}
         columns = {id(p): json.loads(p["columns"]) for p in prompts}
@@ -178,9 +195,8 @@ class GRPO(TrainingMethod):
         given = [t if isinstance(chats[id(p)], str) else [{"role": "assistant", "content": t}]
                  for (p, _), t in zip(rows, texts)]
         keys = sorted({k for c in columns.values() for k in c})
-        return self.rewards.score([chats[id(p)] for p, _ in rows], given,
-                                  {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
-                                  [c.sample_id for _, c in rows])
+        return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
+                [c.sample_id for _, c in rows])
 
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: range) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
@@ -271,10 +287,10 @@ class GRPO(TrainingMethod):
     def eval_sums(self, model, batch):
         prompts = batch["prompts"]
         greedy = dataclasses.replace(self.params, temperature=0)
-        completions = self.engine.generate(prompt_groups(prompts), 1, greedy, 0)  # every rank gathers the model, even without prompts
+        completions = list(self.engine.generate(prompt_groups(prompts), 1, greedy, 0))  # every rank gathers the model, even without prompts
         if not prompts:
             return torch.zeros(2, dtype=torch.float64, device=self.device)
-        totals, _ = self._score(prompts, completions)
+        totals, _ = self.rewards.score(*self._reward_call(prompts, completions))
         return torch.tensor([sum(totals), len(totals)], dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):

@@ -4,7 +4,12 @@ hanging function never blocks the training process's signal handling, and its ti
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as CallTimeout
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing import get_context
 
 from training.contract.rewards import RewardError, RewardOptions, absolute, call_reward
@@ -22,6 +27,27 @@ def _worker_start() -> None:
     from training.runtime.elastic import die_with_parent
 
     die_with_parent()  # a trainer that is killed takes its reward process with it
+
+
+@dataclass
+class Scoring:
+    """One call of every reward function on some completions, in flight in the pool."""
+
+    futures: dict[str, Future]  # by the function's spec
+    call: tuple  # (prompts, completions, columns, sample_ids)
+
+
+@contextmanager
+def _signal_mask_kept():
+    """The pool's first process starts multiprocessing's resource tracker, and CPython unblocks
+    SIGINT and SIGTERM in the calling thread once the tracker is spawned. The trainer keeps its stop
+    signals blocked in every thread (training.runtime.elastic handles them on a thread of its own):
+    unblocked, a SIGTERM would kill the process instead of saving its checkpoint."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class RewardPool:
@@ -42,22 +68,41 @@ class RewardPool:
     def score(self, prompts: list, completions: list, columns: dict[str, list],
               sample_ids: list[int]) -> tuple[list[float], dict[str, list[float]]]:
         """(weighted total per completion, each function's own scores by its name)."""
-        per_function = {spec: self._call(spec, prompts, completions, columns, sample_ids) for spec in self.specs}
+        return self.collect(self.submit(prompts, completions, columns, sample_ids))
+
+    def submit(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int]) -> Scoring:
+        """Start scoring (every function, one call each); `collect` waits for and checks the scores."""
+        return Scoring({spec: self._submit(spec, prompts, completions, columns) for spec in self.specs},
+                       (prompts, completions, columns, sample_ids))
+
+    def collect(self, scoring: Scoring, interrupted: Callable[[], bool] | None = None):
+        """The scores of `submit`, as `score` returns them; None once `interrupted()` is true (the
+        calls in flight are dropped with the pool's process)."""
+        per_function = {}
+        for spec, future in scoring.futures.items():
+            deadline = time.monotonic() + self.timeout_s
+            while not future.done() and time.monotonic() < deadline:
+                if interrupted is not None and interrupted():
+                    self.close(kill=True)
+                    return None
+                wait([future], timeout=min(0.05, max(deadline - time.monotonic(), 0)))
+            per_function[spec] = self._checked(spec, future, *scoring.call)
         totals = [sum(w * scores[i] for w, scores in zip(self.weights, per_function.values()))
-                  for i in range(len(completions))]
+                  for i in range(len(scoring.call[1]))]
         return totals, per_function
 
     def _submit(self, spec, prompts, completions, columns):
-        return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
+        with _signal_mask_kept():  # a submit may start the pool's process
+            return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
 
-    def _call(self, spec, prompts, completions, columns, sample_ids) -> list[float]:
-        try:
-            scores = self._submit(spec, prompts, completions, columns).result(timeout=self.timeout_s)
-        except CallTimeout:
+    def _checked(self, spec, future, prompts, completions, columns, sample_ids) -> list[float]:
+        if not future.done():
             self.close(kill=True)
             raise RewardError(f"reward function {spec} took more than method_args.reward_timeout="
                               f"{self.timeout_s:g} s on samples {_ids(sample_ids)}: make it faster or raise the "
-                              f"timeout") from None
+                              f"timeout")
+        try:
+            scores = future.result()
         except RewardError as e:
             raise RewardError(f"reward function {spec}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the user's function raised: find the row that did

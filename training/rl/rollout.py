@@ -11,6 +11,7 @@ company (training.rl.sampling gives each completion its own random stream)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,9 +35,16 @@ class Completion:
     stopped: bool  # ended on a stop token; False: cut at max_new_tokens
 
 
+def never() -> bool:
+    return False
+
+
 class RolloutEngine(Protocol):
-    def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int) -> list[list[Completion]]:
-        """`n` completions for each prompt of this rank, group by group, in the order given."""
+    def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int,
+                 interrupted: Callable[[], bool] = never) -> Iterator[list[Completion]]:
+        """`n` completions for each prompt of this rank, yielded group by group in the order given.
+        Once `interrupted()` is true it yields no more (the caller sees fewer groups than it gave).
+        Every rank iterates it to its end, with or without groups: its collectives run there."""
 
 
 class ShardedModelRollout:
@@ -45,11 +53,16 @@ class ShardedModelRollout:
     def __init__(self, model, device: torch.device, seed: int):
         self.model, self.device, self.seed = model, device, seed
 
-    def generate(self, groups, n, params, step):
+    def generate(self, groups, n, params, step, interrupted=never):
         with torch.no_grad(), gathered(self.model):
-            return [self._group(group, n, params, step) for group in groups]
+            for group in groups:
+                completions = self._group(group, n, params, step, interrupted)
+                if completions is None:
+                    return
+                yield completions
 
-    def _group(self, group: PromptGroup, n: int, params: SamplingParams, step: int) -> list[Completion]:
+    def _group(self, group: PromptGroup, n: int, params: SamplingParams, step: int,
+               interrupted: Callable[[], bool]) -> list[Completion] | None:
         generators = [completion_generator(self.seed, group.sample_id, i, step) for i in range(n)]
         prompt = torch.tensor(group.prompt_ids, device=self.device)
         ids, positions = prompt.expand(n, -1), torch.arange(len(prompt), device=self.device).expand(n, -1)
@@ -57,6 +70,8 @@ class ShardedModelRollout:
         stopped, cache = [False] * n, None
         stop_ids = set(params.stop_token_ids)
         for _ in range(params.max_new_tokens):
+            if interrupted():
+                return None
             logits, cache = self.model(ids, positions, cache=cache)
             drawn = next_tokens(logits, params, generators)
             for row, token in enumerate(drawn.tolist()):

@@ -235,7 +235,8 @@ class Trainer:
         self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
         self.method.prepare(self.model, lambda: build_sharded_model(
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
-        ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank))
+        ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank,
+                                                        lambda: self.stop.requested, self._agree_stop))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation
@@ -343,9 +344,10 @@ class Trainer:
         staged.numpy()[:] = values
         return staged.to(self.device, non_blocking=True)
 
-    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
+    def train_step(self, micro_batches: list[dict]) -> tuple[dict | None, bool, bool]:
         """One step, of one optimizer update (GRPO: as many as its rollout is split into): (metrics
-        record, some rank asked to stop, some rank's async save is still writing). Nothing in it
+        record, some rank asked to stop, some rank's async save is still writing); no record when
+        a stop abandoned the step before its first update (GRPO's rollout). Nothing in it
         reads the device before the optimizer step is queued: the token counts and the stop/save
         flags reach the device from pinned memory and are summed over ranks on it, and a non-finite
         global gradient norm skips the update on the device (fused AdamW's `found_inf`), so a
@@ -355,6 +357,8 @@ class Trainer:
         started = time.perf_counter()
         lr = self.set_learning_rate()
         updates = self.method.updates(self.model, micro_batches, self.state.step)
+        if updates is None:
+            return None, True, False
         tokens, loss_sum, extra, norms = 0, 0, 0, []
         for update in updates:
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
@@ -462,6 +466,8 @@ class Trainer:
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
             record, stopping, writing = self.train_step(micro_batches)
+            if record is None:  # stopped in the rollout: the step is abandoned, redone after the restart
+                return self._stop(abandoned=True)
             if self.process.unsynced is not None:  # the restart is over: the disk's work slows nothing now
                 self.process.unsynced.release()
                 self.process.unsynced = None
@@ -478,17 +484,11 @@ class Trainer:
             if self.state.step in self.pause_at and not stopping:
                 self._pause()
                 stopping = self._agree_stop()
-            final = stopping or self.state.step == self.last_step
-            if final or self.state.step % tc.checkpoint.save_steps == 0:
-                self.state.stopped = final  # a deliberate end: a resume from it is a restart, not a failure
-                # In place, the agent's stop (or a peer's, the agent's own following) keeps this process.
-                in_place_stop = stopping and self.stop.in_place and self.stop.signal_name in (None, FAULT)
-                self._save(blocking=final, process_goes_on=in_place_stop)
             if stopping:
-                self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer")
-                self.log.close("KILLED")
-                self.stopped = True
-                return self.stop.exit_code_after_stop()
+                return self._stop()
+            if self.state.step == self.last_step or self.state.step % tc.checkpoint.save_steps == 0:
+                self.state.stopped = self.state.step == self.last_step
+                self._save(blocking=self.state.stopped)
         self.stop.enter_finishing()
         self.checkpointer.wait()
         self._log_saved()
@@ -500,6 +500,19 @@ class Trainer:
         self.log.event(event="exit", step=self.state.step)
         self.log.close("FINISHED" if self.state.step == ta.max_steps else "KILLED")  # --stop-at-step: more to come
         return 0
+
+    def _stop(self, abandoned: bool = False) -> int:
+        """End the loop on an agreed stop: its checkpoint (of the last step taken), its event, the
+        exit code."""
+        self.state.stopped = True  # a deliberate end: a resume from it is a restart, not a failure
+        # In place, the agent's stop (or a peer's, the agent's own following) keeps this process.
+        in_place_stop = self.stop.in_place and self.stop.signal_name in (None, FAULT)
+        self._save(blocking=True, process_goes_on=in_place_stop)
+        self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer",
+                       **({"abandoned": "rollout"} if abandoned else {}))
+        self.log.close("KILLED")
+        self.stopped = True
+        return self.stop.exit_code_after_stop()
 
     def _agree_stop(self) -> bool:
         flag = torch.tensor([float(self.stop.requested)], device=self.device)
