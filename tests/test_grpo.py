@@ -3,6 +3,7 @@ step do not depend on the world size, and a reward function that fails ends the 
 
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -16,7 +17,8 @@ from conftest import ROOT, local_job, own_processes, records, render_configs, tr
 from elastic_launcher.local.run import child_pids
 from training.contract.checkpoint_dirs import step_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.xdist_group("test_grpo")]  # on one worker: its tests share module fixtures
 RECIPE = "llama/tiny_llama_grpo"
 
 
@@ -24,21 +26,56 @@ def step_records(run_dir) -> dict[int, dict]:
     return {r["step"]: r for r in records(run_dir) if "reward" in r}
 
 
-def test_the_tiny_twin_learns_its_task_and_exports_a_model(tmp_path):
-    """The recipe as shipped, on one process: the mean reward of its last ten steps is at least twice
-    that of its first ten (docs/grpo.md says so), every step logs GRPO's metrics, and the trained
-    model is exported for transformers."""
+def completions_by_step(run_dir) -> dict[int, list[str]]:
+    """Each step's completions (the last attempt's: a step redone after a failure counts once)."""
+    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The recipe as shipped, rehearsed through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes, a node
+    killed), then its fixed-size run at 2 nodes."""
+    tmp = tmp_path_factory.mktemp("grpo_rehearsal")
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                           f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
+                           "local.timeout=500", f"output_dir={tmp / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return done, tmp / "run", tmp / "run" / "fixed"
+
+
+def test_a_rehearsal_through_the_demo_trace_matches_the_fixed_size_run(rehearsal):
+    """Every resize and the node failure: the same prompts, the same completions at every step (also
+    those drawn again after the failure), the policy's entropy within float32's reorderings."""
+    done, run_dir, fixed_dir = rehearsal
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "vs fixed-size run: MATCHED: max relative entropy difference" in done.stdout
+    assert "consumed sample ids and completions identical" in done.stdout
+    report = json.loads((run_dir / "rehearsal_report.json").read_text())
+    assert report["matched"] is True and report["compared_metric"] == "entropy" and report["max_rel_diff"] <= 1e-5
+    assert {r["world_size"] for r in step_records(run_dir).values()} == {1, 2, 3}
+    fixed = completions_by_step(fixed_dir)
+    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
+    audit = records(run_dir, "samples.jsonl")
+    steps = [r["step"] for r in audit]
+    assert any(steps.count(s) > 1 for s in steps), "the kill landed between checkpoints: some steps ran twice"
+    for attempt in audit:  # every attempt at a step, lost or committed, drew the same completions
+        assert sorted(map(json.dumps, attempt["completions"])) == fixed[attempt["step"]]
+
+
+def test_the_tiny_twin_learns_its_task_and_exports_a_model(rehearsal):
+    """The recipe as shipped (its fixed-size run): the mean reward of its last ten steps is at least
+    twice that of its first ten (docs/grpo.md says so), every step logs GRPO's metrics, and the
+    trained model is exported for transformers."""
     from transformers import AutoModelForCausalLM
 
-    configs = render_configs(tmp_path / "configs", recipe=RECIPE)
-    run_dir = tmp_path / "run"
-    train(configs, run_dir, nodes=1)
+    _, _, run_dir = rehearsal
     steps = step_records(run_dir)
     rewards = [steps[s]["reward"] for s in sorted(steps)]
-    assert len(rewards) >= 20
+    assert len(rewards) == 30
     assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
     last = steps[max(steps)]
-    for key in ("reward_std", "reward_math_verify", "reward_data/grpo_tiny_rewards.py:digits", "flat_groups",
+    for key in ("reward_std", "reward_math_verify", "reward_digits", "flat_groups",
                 "completion_tokens_mean", "completion_tokens_max", "cut_fraction", "kl", "clip_fraction", "entropy",
                 "rollout_s", "reward_s", "rollout_tokens_per_s"):
         assert key in last and last[key] is not None, key
@@ -46,6 +83,34 @@ def test_the_tiny_twin_learns_its_task_and_exports_a_model(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
     assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+def test_a_rehearsal_under_real_agents_resizes_in_place_and_matches(tmp_path, image_python):
+    """`action=rehearse local.agent_python=... elastic_policy.in_place=true`, 2 -> 1 -> 2 nodes: the
+    rehearsal's trace and report driven through the agents' API (a scale-down deletes a pod, a
+    scale-up adds one and resizes once it is ready, the job training on meanwhile); each resize keeps
+    the workers' processes (GRPO's reward process and rollout engine ended and made again in them), the
+    run MATCHES its fixed-size run, and no process is left. Without in_place the driver is the same and
+    the agents restart the workers; the torchrun rehearsal's report says "process"."""
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
+                           "action=rehearse", "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
+                           f"local.agent_python={image_python}", f"local.run_dir={tmp_path / 'run'}",
+                           "local.timeout=500", f"output_dir={tmp_path / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    report = json.loads((run_dir / "rehearsal_report.json").read_text())
+    assert [(t["from_nodes"], t["to_nodes"], t["restart"]) for t in report["transitions"]] == [(2, 1, "in place"),
+                                                                                               (1, 2, "in place")]
+    assert report["matched"] is True and "vs fixed-size run: MATCHED" in done.stdout
+    assert re.search(r"^1 +resize +2->1 +in place ", done.stdout, re.MULTILINE), done.stdout[-2000:]
+    # The scale-down at the trace's step; the scale-up once the new pod is ready, the job training on meanwhile.
+    stops = [r["step"] for r in records(run_dir) if r.get("event") == "stop"]
+    assert stops[0] == 3 and 6 <= stops[1] < 30 and len(stops) == 2, stops
+    pods = sorted((run_dir / "pods").glob("pod-*.log"))
+    assert [p.name for p in pods] == ["pod-0.log", "pod-1.log", "pod-2.log"]  # 2, then pod-1 deleted, pod-2 added
+    assert wait_for(lambda: not own_processes(tmp_path), timeout=30), "agents, workers or reward processes left"
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +164,6 @@ def slow_when_asked(prompts, completions, **columns):
         time.sleep(60)
     return [0.0] * len(completions)
 '''
-
-
-def completions_by_step(run_dir) -> dict[int, list[str]]:
-    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
 def test_a_stop_during_the_rollout_abandons_the_step_and_the_restart_redoes_it_alike(tmp_path):
@@ -239,7 +300,7 @@ def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path)
         out = tmp_path / f"grads{world}.json"
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
                                str(script), str(ROOT / "tests"), str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         assert done.returncode == 0, done.stderr[-3000:]
         got[world] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
     assert got[1].shape[0] == 2 and got[1].abs().max() > 0

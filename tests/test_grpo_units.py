@@ -16,7 +16,7 @@ import torch
 from conftest import ROOT, tiny_causal_lm, wait_for
 from elastic_launcher.local.run import child_pids
 from training.contract.errors import ConfigError
-from training.contract.rewards import RewardError, RewardOptions, check_rewards
+from training.contract.rewards import RewardError, RewardOptions, check_rewards, metric_names
 from training.model.loss import token_log_probs
 from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl
 from training.rl.reward_pool import RewardPool
@@ -245,6 +245,11 @@ def test_a_reward_that_cannot_be_called_is_one_line_at_the_dry_run(user_file, sp
     assert "\n" not in str(e.value)
 
 
+def test_a_rewards_metric_is_named_by_its_function_wherever_its_file_lies():
+    assert metric_names(["math_verify", "/job/data/r.py:digits", "pkg.mod:score"]) == ["math_verify", "digits", "score"]
+    assert metric_names(["a.py:score", "b.py:score", "format"]) == ["a.py:score", "b.py:score", "format"]
+
+
 def test_reward_weights_must_match_the_rewards():
     with pytest.raises(ConfigError, match="2 weights for 1 rewards"):
         check_rewards(["format"], [1.0, 2.0], set())
@@ -325,3 +330,18 @@ def test_the_dry_run_reads_prompt_rows_and_counts_those_too_long(launch):
     line = next(line for line in out.splitlines() if line.startswith("data:"))
     assert "read as prompt rows (64 sampled" in line
     assert "longer than method_args.max_prompt_length=10, which leaves them out" in line
+
+
+def test_the_dry_run_counts_prompt_lengths_with_a_chat_template_given_as_a_file(launch, tmp_path):
+    """A template that puts a long system preamble before every prompt (a file, as the trainer reads
+    it): every prompt is then longer than the limit, where the tokenizer's own template keeps all."""
+    template = tmp_path / "long_preamble.jinja"
+    template.write_text("{{ 'You are a careful assistant. ' * 20 }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    counted = {}
+    for name, extra in (("own", []), ("file", [f"+recipes.training_config.datasets.chat_template={template}"])):
+        code, out, err = launch("recipes=llama/tiny_llama_grpo", "recipes.training_config.training_args.method_args.max_prompt_length=32",
+                                *extra)
+        assert code == 0, err
+        counted[name] = next(line for line in out.splitlines() if line.startswith("data:"))
+    assert "longer than" not in counted["own"]
+    assert "64 of them longer than method_args.max_prompt_length=32" in counted["file"], counted["file"]

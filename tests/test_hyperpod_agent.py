@@ -11,7 +11,6 @@ restart resumes at its new size from the newest checkpoint, `/status.progress` n
 checkpoint, the losses and the committed data stream equal a fixed-size run's, no process is left.
 """
 
-import json
 import os
 import re
 import signal
@@ -302,39 +301,3 @@ def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(i
         operator.close()
     assert_matches_a_fixed_size_run(run_dir, fixed_run)
     wait_for(lambda: not own_processes(work / "pods"), timeout=30)
-
-
-# --- the rehearsal under real agents ----------------------------------------------------------------------
-# Long enough at one node that the scale-up's new pod (its agent and worker starting, ~15 s here) is
-# ready before the job ends: the job trains on while it comes up, as under the operator.
-REHEARSED_STEPS = 200
-
-
-def test_a_rehearsal_under_real_agents_says_which_resizes_were_in_place(tmp_path, image_python, capsys):
-    """`action=rehearse local.agent_python=... elastic_policy.in_place=true`: the same trace and report
-    as the torchrun rehearsal, the job resized through the agents' API (a scale-down deletes a pod, a
-    scale-up adds one), each resize in place, and the result equals a fixed-size run's. Without
-    in_place the driver is the same and the agents restart the workers: the resizes above are driven
-    that way, and the torchrun rehearsal's report says "process"."""
-    from elastic_launcher.cli import main
-
-    run_dir = tmp_path / "run"
-    code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
-                 "recipes.elastic_policy.in_place=true",
-                 f"recipes.training_config.training_args.max_steps={REHEARSED_STEPS}",
-                 "local.trace=[{step:0,nodes:2},{step:4,nodes:1},{step:8,nodes:2}]", f"local.agent_python={image_python}",
-                 f"local.run_dir={run_dir}", f"output_dir={tmp_path / 'out'}",
-                 "local.timeout=500"])
-    out = capsys.readouterr().out
-    assert code == 0, out[-3000:]
-    report = json.loads((run_dir / "rehearsal_report.json").read_text())
-    assert [(t["from_nodes"], t["to_nodes"], t["restart"]) for t in report["transitions"]] == [(2, 1, "in place"),
-                                                                                               (1, 2, "in place")]
-    assert report["matched"] is True and "vs fixed-size run: MATCHED" in out
-    # The scale-down at the trace's step; the scale-up once the new pod is ready, the job training on meanwhile.
-    stops = [r["step"] for r in records(run_dir) if r.get("event") == "stop"]
-    assert stops[0] == 4 and 8 <= stops[1] < REHEARSED_STEPS and len(stops) == 2
-    assert re.search(r"^1 +resize +2->1 +in place ", out, re.MULTILINE), out[-2000:]
-    pods = sorted((run_dir / "pods").glob("pod-*.log"))
-    assert [p.name for p in pods] == ["pod-0.log", "pod-1.log", "pod-2.log"]  # 2, then pod-1 deleted, pod-2 added
-    assert wait_for(lambda: not own_processes(tmp_path), timeout=30), "agents or workers left running"

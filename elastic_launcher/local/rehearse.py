@@ -32,6 +32,7 @@ from elastic_launcher.local.run import (STILL_STOPPING, LocalJob, interrupts_def
                                         run_dir_of, sigterm_as_interrupt, stop_job, stop_signal)
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
+from training.contract.methods import method_facts
 from training.contract.records import read_records
 
 
@@ -101,6 +102,7 @@ def run(job: Job) -> int:
             rehearsal.close()
             (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
     rehearsal.log.close()
-    report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference_dir if settings.compare else None)
+    report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference_dir if settings.compare else None,
+                                    method_facts(plan.base.training_config.training_args.trainer_type).compared_metric)
     print(report.summary(), flush=True)
     return 0 if report.matched in (None, True) else 1

@@ -35,8 +35,9 @@ class Report:
     node_seconds_available: float
     steps: int
     first_start_s: float | None = None  # first launch -> its first step starts (no checkpoint to read)
-    max_rel_loss_diff: float | None = None
-    samples_identical: bool | None = None
+    compared_metric: str = "loss"  # the method's (training.contract.methods): GRPO's is the entropy
+    max_rel_diff: float | None = None  # of the compared metric, over the steps
+    samples_identical: bool | None = None  # the consumed sample ids, and GRPO's completions
     matched: bool | None = None  # None: no comparison run
 
     def summary(self) -> str:
@@ -54,8 +55,9 @@ class Report:
                      f"{self.node_seconds_available:.0f} node-seconds), {self.steps} steps")
         if self.matched is not None:
             verdict = "MATCHED" if self.matched else "DIFFERED"
-            lines.append(f"vs fixed-size run: {verdict}: max relative loss difference {self.max_rel_loss_diff:.2e}, "
-                         f"consumed sample ids {'identical' if self.samples_identical else 'DIFFERENT'}")
+            what = "consumed sample ids" + (" and completions" if self.compared_metric != "loss" else "")
+            lines.append(f"vs fixed-size run: {verdict}: max relative {self.compared_metric} difference "
+                         f"{self.max_rel_diff:.2e}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}")
         return "\n".join(lines)
 
 
@@ -88,22 +90,22 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
         restart=("in place" if start.get("same_process") else "process") if start else None)
 
 
-def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None) -> Report:
+def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compared_metric: str = "loss") -> Report:
     records, events = read_records(run_dir), timeline.events
     launches = [i for i, e in enumerate(events) if e["event"] == "launch"]
     transitions = [_transition(records, events, prev, cur) for prev, cur in zip(launches, launches[1:])]
 
     used, available = _node_seconds(events)
-    losses = committed(run_dir, "metrics.jsonl", "loss")
-    report = Report(transitions, used / available if available else 0.0, used, available, len(losses),
-                    _first_start(records, events[launches[0]]) if launches else None)
+    steps = committed(run_dir, "metrics.jsonl", "loss")
+    report = Report(transitions, used / available if available else 0.0, used, available, len(steps),
+                    _first_start(records, events[launches[0]]) if launches else None, compared_metric)
     if reference_dir is not None:
-        want = committed(reference_dir, "metrics.jsonl", "loss")
-        report.max_rel_loss_diff = max((abs(losses.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
-                                       default=float("inf"))
-        report.samples_identical = (committed(run_dir, "samples.jsonl", "sample_ids")
-                                    == committed(reference_dir, "samples.jsonl", "sample_ids"))
-        report.matched = report.samples_identical and report.max_rel_loss_diff <= 1e-5 and set(losses) == set(want)
+        got, want = (committed(d, "metrics.jsonl", compared_metric) for d in (run_dir, reference_dir))
+        report.max_rel_diff = max((abs(got.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
+                                  default=float("inf"))
+        report.samples_identical = all(committed(run_dir, "samples.jsonl", key) == committed(reference_dir, "samples.jsonl", key)
+                                       for key in ("sample_ids", "completions"))
+        report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
     return report

@@ -170,7 +170,10 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
     if not has_template and not ds.chat_template and any(not isinstance(t, str) for t in texts):
         raise no_chat_template(model.tokenizer_name_or_path or model.model_name_or_path)
     template, config = _template(_local_tokenizer(model)) if tokenizer else (None, {})
-    template = ds.chat_template if ds.chat_template and "{" in ds.chat_template else template
+    if ds.chat_template:  # the recipe's template: its text, or a file holding it (as the trainer reads it)
+        given_file = Path(ds.chat_template)
+        template = ds.chat_template if "{" in ds.chat_template else \
+            given_file.read_text() if given_file.is_file() else template
     lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config),
                                     add_special_tokens=isinstance(t, str)).ids) for t in texts] if tokenizer else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,

@@ -174,6 +174,13 @@ def check_rewards(specs: list[str], weights: list[float] | None, columns: set[st
 
 # --- running ------------------------------------------------------------------------------------------
 
+def metric_names(specs: list[str]) -> list[str]:
+    """Each reward's name in the step's metrics (`reward_<name>`): its function's name, as TRL names
+    them, whatever path the spec took to reach the pod; the whole spec where two functions share one."""
+    names = [spec.rsplit(":", 1)[-1] for spec in specs]
+    return [name if names.count(name) == 1 else spec for name, spec in zip(names, specs)]
+
+
 def located(spec: str, bases: tuple[Path, ...]) -> str:
     """A file's spec with its path made absolute from the first of `bases` that holds it (as it is
     where none does: the error then names it as given)."""

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from training.contract.errors import ConfigError
-from training.contract.rewards import DEFAULT_REWARDS, RewardOptions
+from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.contract.typed import ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
@@ -37,6 +37,10 @@ from training.rl.sampling import SamplingParams
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
 PACKING = False  # each completion is scored as a sequence of its own
 DATA_FORMAT = "prompts"
+# What a resized run must reproduce step by step (beside the completions, compared exactly): the loss
+# sits near zero by construction (advantages are centred per group), the policy's entropy over the
+# completions follows its weights.
+COMPARED_METRIC = "entropy"
 
 
 @dataclass
@@ -111,7 +115,7 @@ class GRPO(TrainingMethod):
         specs = options.rewards or DEFAULT_REWARDS
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
-        self.reward_names = list(specs)
+        self.reward_specs, self.reward_names = list(specs), metric_names(specs)
         self._step_rollout: Rollout | None = None  # the step's, for its statistics and its audit
         self._longest = 0.0  # the step's longest completion over every rank
 
@@ -180,7 +184,7 @@ class GRPO(TrainingMethod):
         if len(scores) < len(groups):  # stopped: the calls still in flight go with the pool's process
             self.rewards.close(kill=True)
             return None
-        per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_names}
+        per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
         return Rollout(groups, completions, [x for totals, _ in scores for x in totals], per_function,
                        (generated - started, time.perf_counter() - generated))
 
