@@ -49,6 +49,11 @@ RUN pip install "pip<25.3" \
         pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0 \
         flash-linear-attention==0.6.0 math-verify==0.9.0
 
+# vLLM for GRPO's rollouts on GPUs: each release pins one torch, and 0.26.0 is the newest whose wheel
+# requires the image's torch==2.11.0 (0.27-0.30 require 2.13, 0.33 requires 2.14). The self-check
+# refuses a vLLM built for another torch and reports whether batch invariance is on.
+RUN pip install vllm==0.26.0
+
 # The container contract (docs/container.md): the working directory holds the `training` package, so
 # `hyperpodrun ... -m training --config-dir=/config` (HyperPod), `torchrun -m training --config-dir=/config`
 # (Kubeflow) and `python -m training.doctor` (the self-check by hand) resolve it.

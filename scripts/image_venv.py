@@ -28,6 +28,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 READY = ".ready"  # written last: a venv without it is half-built and rebuilt
 # Test tools the image does not need but the suite runs inside the venv.
 TEST_EXTRAS = ["pytest", "pytest-timeout"]
+# The image's GPU-only packages (several GB of CUDA kernels), which no CPU test runs: left out of the venv.
+GPU_ONLY = ("vllm",)
 
 
 def image_pins(dockerfile: Path = DOCKERFILE) -> list[str]:
@@ -74,8 +76,13 @@ def build(path: Path, pins: list[str]) -> None:
     (path / READY).write_text("\n".join(pins) + "\n")
 
 
+def venv_pins() -> list[str]:
+    """The image's pins the venv installs: all but the GPU-only ones."""
+    return [p for p in image_pins() if p.partition("==")[0].lower() not in GPU_ONLY]
+
+
 def ensure(check_only: bool = False) -> Path | None:
-    pins = image_pins()
+    pins = venv_pins()
     path = venv_dir(pins)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / f"{path.name}.lock", "w") as lock:

@@ -141,6 +141,23 @@ def train(config_dir, run_dir, nodes, stop_at_step=None, timeout=240, python=sys
     return code
 
 
+@contextlib.contextmanager
+def killed_if_left(proc: subprocess.Popen):
+    """A started local job, killed with its process group if the block leaves it running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def assert_stops_cleanly(proc: subprocess.Popen, log: Path, within: float = 20) -> None:
+    """The job, signalled to stop just now, exits 0 within `within` seconds."""
+    signalled = time.monotonic()
+    assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+    assert time.monotonic() - signalled < within, log.read_text()[-2000:]
+
+
 def records(run_dir, name="metrics.jsonl"):
     from training.contract.records import read_records
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from training.contract.errors import ConfigError
-from training.doctor import c_compiler, driver_supports, network
+from training.doctor import c_compiler, driver_supports, network, vllm_report
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -87,6 +87,29 @@ def test_the_dockerfile_builds_an_image_that_compiles_and_speaks_efa():
     torch_pin = re.search(r"torch==(\d+)\.(\d+)", text)
     assert (int(torch_pin.group(1)), int(torch_pin.group(2))) < (2, 12)
     assert re.search(r"flash-linear-attention==\S+", text)  # the Gated DeltaNet kernel the memory trace models
+
+
+# What vLLM's wheels require (their metadata on the package index, 2026-11-27): one torch each.
+VLLM_TORCH = {"0.26.0": "2.11.0", "0.27.1": "2.13.0", "0.30.0": "2.13.0", "0.33.0": "2.14.0"}
+
+
+def test_the_images_vllm_is_the_release_built_for_its_torch_and_cpu_venvs_leave_it_out():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from image_venv import image_pins, pinned_version, venv_pins
+
+    assert VLLM_TORCH[pinned_version("vllm")] == pinned_version("torch")
+    assert "vllm" not in {p.partition("==")[0] for p in venv_pins()} and len(venv_pins()) == len(image_pins()) - 1
+
+
+def test_the_self_check_names_vllms_version_and_batch_invariance_and_refuses_another_torch():
+    requires = ["regex", "torch==2.11.0", "torchvision==0.26.0", 'six>=1.16.0; python_version > "3.11"']
+    assert vllm_report("0.26.0", requires, "2.11.0+cu128", {"VLLM_BATCH_INVARIANT": "1"}) == \
+        "vLLM 0.26.0, batch invariance on"
+    assert vllm_report("0.26.0", requires, "2.11.0+cu128", {}).startswith("vLLM 0.26.0, batch invariance off")
+    assert vllm_report(None, [], "2.11.0", {}).startswith("vLLM: not installed")
+    with pytest.raises(ConfigError) as e:
+        vllm_report("0.33.0", ["torch==2.14.0"], "2.11.0+cu128", {})
+    assert "vLLM 0.33.0 requires torch==2.14.0 but the image has torch 2.11.0+cu128" in one_line(e)
 
 
 @pytest.mark.slow

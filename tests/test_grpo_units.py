@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,6 +26,8 @@ from training.rl.algorithms import clipped_policy_loss, group_advantages, low_va
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
+from training.model.stored_layout import file_tensors
+from training.rl.vllm_rollout import completions_from, sampling_requests
 
 
 # --- advantages and losses, against the formulas -----------------------------------------------------
@@ -160,6 +163,51 @@ def test_a_stop_ends_the_generation_between_two_tokens(policy):
     groups = [PromptGroup(i, (5, 9, 14)) for i in range(3)]
     got = list(ShardedModelRollout(policy, torch.device("cpu"), seed=0).generate(groups, 2, params, 0, interrupted))
     assert len(got) == 1 and len(got[0][0].token_ids) == 50 and len(asked) == 61
+
+
+# --- vLLM rollouts (training.rl.vllm_rollout): what runs without vLLM ------------------------------
+
+def test_vllm_requests_are_one_per_completion_seeded_by_its_own_coordinates():
+    params = SamplingParams(temperature=0.7, top_p=0.9, top_k=-1, max_new_tokens=16, stop_token_ids=(2, 9))
+    groups = [PromptGroup(11, (5, 6)), PromptGroup(4, (7,))]
+    requests = sampling_requests(groups, 3, params, step=5, seed=42)
+    assert [ids for ids, _ in requests] == [[5, 6]] * 3 + [[7]] * 3
+    seeds = [kw["seed"] for _, kw in requests]
+    assert seeds == [completion_seed(42, s, i, 5) for s in (11, 4) for i in range(3)] and len(set(seeds)) == 6
+    first = requests[0][1]
+    assert (first["n"], first["temperature"], first["top_p"], first["top_k"], first["max_tokens"], first["stop_token_ids"]) == \
+        (1, 0.7, 0.9, -1, 16, [2, 9])
+    # the same completion, asked at another world size or in other company: the same request
+    assert sampling_requests(groups[1:], 3, params, 5, 42) == requests[3:]
+
+
+def test_vllm_outputs_become_the_trainers_completions_with_their_stop_token():
+    out = lambda tokens, reason, stop=None: SimpleNamespace(outputs=[SimpleNamespace(  # noqa: E731
+        token_ids=tokens, finish_reason=reason, stop_reason=stop)])
+    groups = [PromptGroup(3, (1,)), PromptGroup(8, (1,))]
+    outputs = [out([5, 6, 2], "stop"), out([5, 7], "stop", 9), out([4, 4, 4], "length"), out([6, 2], "stop")]
+    (a, b), (c, d) = completions_from(outputs, groups, 2, stop_token_ids=(2, 9))
+    assert (a.sample_id, a.index, a.token_ids, a.stopped) == (3, 0, (5, 6, 2), True)
+    assert (b.token_ids, b.stopped) == ((5, 7, 9), True)  # the stop token vLLM left out is the completion's end
+    assert (c.sample_id, c.index, c.token_ids, c.stopped) == (8, 0, (4, 4, 4), False)  # cut at max_new_tokens
+    assert d.token_ids == (6, 2) and d.stopped
+
+
+def test_the_weights_streamed_to_vllm_are_the_model_files_names_and_values(process_group):
+    """What the engine's load_weights reads is what the model's files hold: a transformers model
+    built from the config takes the stream as its state dict (a tied LM head once, as the
+    embedding) and then computes the trained model's logits."""
+    from transformers import AutoModelForCausalLM
+
+    model = tiny_causal_lm("llama", seed=3)
+    hf = AutoModelForCausalLM.from_config(model.config)
+    missing, unexpected = hf.load_state_dict(dict(file_tensors(model, merge_adapters=False)), strict=False)
+    assert not unexpected and set(missing) <= ({"lm_head.weight"} if model.config.tie_word_embeddings else set())
+    ids = torch.tensor([[5, 9, 14, 2, 31]])
+    with torch.no_grad():
+        ours, _ = model(ids, torch.arange(5).unsqueeze(0))
+        theirs = hf(ids).logits[:, -1]
+    torch.testing.assert_close(ours.reshape(theirs.shape), theirs, rtol=1e-4, atol=1e-5)
 
 
 # --- rewards ------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import committed_samples, local_job, losses, records, render_configs, running, train, wait_for
+from conftest import (assert_stops_cleanly, committed_samples, killed_if_left, local_job, losses, records,
+                      render_configs, running, train, wait_for)
 from elastic_launcher.local.run import child_pids
 from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
 
@@ -89,15 +90,12 @@ def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig, torch_python):
                              "recipes.training_config.checkpoint.save_steps=1000")
     run_dir = tmp_path / "run"
     proc = local_job(configs, run_dir, torch_python).start(nodes=2, log=open(tmp_path / "torchrun.log", "wb"))
-    try:
+    with killed_if_left(proc):
         wait_for(lambda: any(r.get("step", 0) >= 2 and "loss" in r for r in records(run_dir)), timeout=180)
         workers = child_pids(proc.pid)
         assert len(workers) == 2
         os.kill(workers[1], sig)  # one rank hears it; all must agree to stop at the same step
         assert proc.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-2000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     stop = [r for r in records(run_dir) if r.get("event") == "stop"]
     assert len(stop) == 1
     latest = latest_checkpoint(run_dir / "checkpoints")
@@ -125,7 +123,7 @@ def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, mome
     run_dir = tmp_path / "run"
     log = tmp_path / "torchrun.log"
     proc = local_job(configs, run_dir, torch_python).start(nodes=3, log=open(log, "wb"))
-    try:
+    with killed_if_left(proc):
         wait_for(lambda: len(child_pids(proc.pid)) == 3, timeout=60, interval=0.02)
         # the worker's first statements block the stop signals (before that, the interpreter itself is starting)
         worker = child_pids(proc.pid)[2]
@@ -133,12 +131,7 @@ def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, mome
         if moment == "loading":  # rank 0 logs `start` once the process group and the data are ready
             wait_for(lambda: any(r.get("event") == "start" for r in records(run_dir)), timeout=120, interval=0.02)
         os.kill(worker, signal.SIGUSR1)
-        signalled = time.monotonic()
-        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
-        assert time.monotonic() - signalled < 20, log.read_text()[-2000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        assert_stops_cleanly(proc, log)
     root = run_dir / "checkpoints"
     partial = [p for p in root.glob("step-*") if not (p / COMPLETE).exists()] if root.exists() else []
     assert not partial
@@ -155,7 +148,7 @@ def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path,
     run_dir = tmp_path / "run"
     log = tmp_path / "torchrun.log"
     proc = local_job(configs, run_dir).start(nodes=3, log=open(log, "wb"))
-    try:
+    with killed_if_left(proc):
         wait_for(lambda: any(r.get("event") == "start" for r in records(run_dir)), timeout=120, interval=0.01)
         time.sleep(0.1)
         workers = child_pids(proc.pid)
@@ -163,9 +156,6 @@ def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path,
             os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not any(running(pid) for pid in workers), timeout=5, interval=0.05)
         assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert log.read_text().count("SIGTERM during start-up: exiting without a checkpoint") == 3
 
 

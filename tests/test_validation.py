@@ -19,6 +19,13 @@ CASES = {
         ["recipes=llama/tiny_llama_grpo", f"{TINY_ARGS}.method_args.kl_coef=0.01"],
         f"'{TINY_ARGS}.method_args.kl_coef' is a method key the recipe leaves at its default: set it with "
         f"+{TINY_ARGS}.method_args.kl_coef=..."),
+    "vLLM rollouts on an instance without GPUs": (
+        ["recipes=llama/tiny_llama_grpo", f"+{TINY_ARGS}.method_args.rollout_engine=vllm"],
+        "method_args.rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none: set rollout_engine=trainer"),
+    "a vLLM engine wider than a node's share": (
+        ["recipes=llama/llama3_1_8b_sft", f"{TINY_ARGS}.trainer_type=grpo", "recipes.training_config.datasets.packing=false",
+         f"+{TINY_ARGS}.method_args.rollout_engine=vllm", f"+{TINY_ARGS}.method_args.rollout_tensor_parallel_size=3"],
+        "rollout_tensor_parallel_size=3 does not divide the 8 processes of a node"),
     "misspelled key in a scale_config entry": (
         [*MAIN_COMMAND, "+recipes.scale_config.n4.training_config.training_args.micro_batch=2"],
         "unknown key 'recipes.scale_config.n4.training_config.training_args.micro_batch'"),

@@ -120,16 +120,43 @@ def triton_compiles(device) -> None:
                           f"{IMAGE_FIX}") from None
 
 
+def vllm_report(version: str | None, requires: list[str], torch_version: str, env: dict[str, str]) -> str:
+    """The line on the image's vLLM (GRPO's GPU rollouts); ConfigError where it was built for
+    another torch than the image's (vLLM's compiled kernels then fail to load or crash)."""
+    if version is None:
+        return "vLLM: not installed (GRPO samples with the trainer's own model)"
+    wanted = next((r.replace(" ", "").split("==", 1)[1].split(";")[0] for r in requires
+                   if r.replace(" ", "").startswith("torch==")), None)
+    if wanted and torch_version.split("+")[0] != wanted:
+        raise ConfigError(f"vLLM {version} requires torch=={wanted} but the image has torch {torch_version}: pin the "
+                          f"vLLM release built for the image's torch (the Dockerfile's vllm==0.26.0 for torch 2.11.0)")
+    invariant = env.get("VLLM_BATCH_INVARIANT") == "1"
+    return f"vLLM {version}, batch invariance " + ("on" if invariant else "off (VLLM_BATCH_INVARIANT=1 makes rollouts "
+                                                                         "independent of how requests are batched)")
+
+
+def installed_vllm() -> str:
+    from importlib import metadata
+
+    import torch
+
+    try:
+        version, requires = metadata.version("vllm"), metadata.requires("vllm") or []
+    except metadata.PackageNotFoundError:
+        version, requires = None, []
+    return vllm_report(version, requires, torch.__version__, dict(os.environ))
+
+
 def check_gpu_image(device, compiles: bool) -> str:
-    """Every check for a GPU pod, in the order a failure is cheapest to find; returns the network
-    line to log. `compiles`: the run reaches Triton (compiled layers or flex attention)."""
+    """Every check for a GPU pod, in the order a failure is cheapest to find; returns the lines to
+    log (network, vLLM). `compiles`: the run reaches Triton (compiled layers or flex attention)."""
     import torch
 
     driver_supports(torch.version.cuda, driver_cuda_version())
     if compiles:
         c_compiler()
         triton_compiles(device)
-    return network().describe()
+    return f"{network().describe()}\n{installed_vllm()}"
 
 
 def main() -> int:
@@ -139,13 +166,14 @@ def main() -> int:
 
     try:
         print(f"C compiler: {c_compiler()}")
-        print(network().describe())
         if torch.cuda.is_available():
             print(check_gpu_image(torch.device("cuda", 0), compiles=True))
             print(f"CUDA {torch.version.cuda}, driver {driver_cuda_version()}, "
                   f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
         else:
-            print("no GPU: the compiler and network checks only")
+            print(network().describe())
+            print(installed_vllm())
+            print("no GPU: the compiler, network and vLLM checks only")
     except ConfigError as e:
         return report(e)
     return 0

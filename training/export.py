@@ -23,8 +23,8 @@ from typing import Iterator
 import torch
 
 from training.contract.config import JobConfig
-from training.model.lora import adapter_config, adapter_tensors, checkpointed_weights, merged_tensors
-from training.model.stored_layout import to_file_layout
+from training.model.lora import adapter_config, adapter_tensors, checkpointed_weights
+from training.model.stored_layout import file_tensors
 
 SHARD_BYTES = 5 * 10**9
 
@@ -105,13 +105,9 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
         GenerationConfig.from_model_config(config).save_pretrained(directory)
         AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or mc.model_name_or_path).save_pretrained(directory)
 
-    def as_files_hold_them():  # per-expert tensors and the family's prefixes, as save_pretrained writes them
-        for name, tensor in merged_tensors(model, merge=lora):
-            yield from to_file_layout(model.model, name, tensor)
-
     written = []
     if not lora or ta.merge_weights:
-        _write(out, as_files_hold_them(), dtype, rank0, "model", model_files)
+        _write(out, file_tensors(model, merge_adapters=lora), dtype, rank0, "model", model_files)
         written.append(out)
     if lora:
         config_of_adapters = adapter_config(model, mc.peft_config, mc.model_name_or_path)

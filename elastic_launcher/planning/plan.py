@@ -138,6 +138,23 @@ class Plan:
         return next((s for s in self.sizes if s.nodes == nodes), None)
 
 
+def _check_rollout_engine(tc, instance: InstanceType, nproc: int) -> None:
+    """GRPO's vLLM rollouts need GPUs, the model's files and engines that fit within a node."""
+    options = method_facts(tc.training_args.trainer_type).build_args(tc.training_args.method_args)
+    if getattr(options, "rollout_engine", "trainer") != "vllm":
+        return
+    key = "training_config.training_args.method_args"
+    if not instance.gpus:
+        raise ConfigError(f"{key}.rollout_engine=vllm needs GPUs, and {instance.name} has none: set "
+                          f"rollout_engine=trainer or a GPU instance type")
+    if not tc.model_config.model_name_or_path:
+        raise ConfigError(f"{key}.rollout_engine=vllm loads the model's files, and the recipe builds an inline "
+                          f"architecture: set model_config.model_name_or_path or rollout_engine=trainer")
+    if nproc % options.rollout_tensor_parallel_size:
+        raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
+                          f"the {nproc} processes of a node: an engine's GPUs are within one node")
+
+
 def scale_config_key(key) -> int:
     """`n4` (the command-line friendly form), `4` or '4' (upstream's integer keys) -> 4."""
     text = str(key)
@@ -307,6 +324,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         if refusal:
             raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        _check_rollout_engine(cfg.training_config, instance, nproc)
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")

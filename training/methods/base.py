@@ -41,6 +41,7 @@ class RunInfo:
     rank: int
     stop_requested: Callable[[], bool] = _no
     agree_stop: Callable[[], bool] = _no
+    model_path: str | None = None  # model_name_or_path: the files an inference engine loads
 
 
 class TrainingMethod:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from training.contract.errors import ConfigError
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
-from training.contract.typed import ranged
+from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
@@ -62,6 +62,12 @@ class Args:  # training_args.method_args, with verl's defaults
     reward_timeout: float = ranged(60.0, gt=0)  # seconds per call of a reward function
     answer_key: str | None = None  # the reference answer's column for the built-ins (None: ground_truth/answer/solution)
     format_pattern: str = "<think>.*?</think>"  # the `format` reward's regular expression
+    # Who samples: the trainer's own sharded model (any device), or vLLM on the training GPUs
+    # (training.rl.vllm_rollout: an engine per process, asleep while the policy trains).
+    rollout_engine: str = one_of("trainer", "vllm")
+    rollout_tensor_parallel_size: int = ranged(1, ge=1)  # vLLM: GPUs per engine, within a node
+    rollout_gpu_memory_utilization: float = ranged(0.6, gt=0, lt=1)  # vLLM: its share of each GPU while awake
+    rollout_max_num_seqs: int = ranged(1024, ge=1)  # vLLM: requests an engine runs at once
 
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
@@ -128,9 +134,21 @@ class GRPO(TrainingMethod):
         closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
         stop_ids = {run.tokenizer.eos_token_id, closing} - {None}
         self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
-        self.engine = ShardedModelRollout(model, self.device, self.args.seed)
+        self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
+            ShardedModelRollout(model, self.device, self.args.seed)
         # Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape).
         self.row_shape = BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
+
+    def _vllm(self, model, run):
+        from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
+
+        if self.device.type != "cuda" or not run.model_path:
+            raise ConfigError("training_config.training_args.method_args.rollout_engine=vllm samples with vLLM on GPUs "
+                              "from the model's files (model_name_or_path): set rollout_engine=trainer here")
+        o = self.options
+        options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
+        return VLLMRollout(model, run.model_path, options, self.args.seed, o.max_prompt_length + o.max_new_tokens,
+                           lora=bool(adapter_layers(model)))
 
     def close(self) -> None:
         self.rewards.close()

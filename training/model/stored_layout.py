@@ -97,3 +97,13 @@ def to_file_layout(base_model: torch.nn.Module, name: str, tensor: torch.Tensor)
     from transformers.core_model_loading import revert_weight_conversion
 
     return revert_weight_conversion(base_model, {name: tensor}).items()
+
+
+def file_tensors(model: torch.nn.Module, merge_adapters: bool):
+    """(name, full tensor) of the trained model as its files hold them (what save_pretrained writes
+    and an inference engine's weight loader reads), one gathered tensor at a time; with
+    `merge_adapters` LoRA's adapters folded into their base weights."""
+    from training.model.lora import merged_tensors
+
+    for name, tensor in merged_tensors(model, merge=merge_adapters):
+        yield from to_file_layout(model.model, name, tensor)

@@ -236,7 +236,8 @@ class Trainer:
         self.method.prepare(self.model, lambda: build_sharded_model(
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
         ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank,
-                                                        lambda: self.stop.requested, self._agree_stop))
+                                                        lambda: self.stop.requested, self._agree_stop,
+                                                        tc.model_config.model_name_or_path))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation
