@@ -210,6 +210,43 @@ def test_the_weights_streamed_to_vllm_are_the_model_files_names_and_values(proce
     torch.testing.assert_close(ours.reshape(theirs.shape), theirs, rtol=1e-4, atol=1e-5)
 
 
+# --- memory: the rollout's phase and the updates' -----------------------------------------------------
+
+GRPO_8B = ["recipes=llama/llama3_1_8b_sft", "recipes.training_config.training_args.trainer_type=grpo",
+           "recipes.training_config.datasets.packing=false"]
+METHOD_ARG = "+recipes.training_config.training_args.method_args."
+
+
+def grpo_memory(*overrides):
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.planning.plan import make_plan
+
+    plan = make_plan(to_plain(compose([*GRPO_8B, *overrides])[0])["recipes"])
+    return plan.sizes[0].memory, plan.instance.gpu_memory_gib
+
+
+def test_grpos_memory_has_a_rollout_phase_and_updates_shaped_by_its_completions():
+    from elastic_launcher.planning.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB
+
+    own, gpu = grpo_memory()
+    vllm, _ = grpo_memory(f"{METHOD_ARG}rollout_engine=vllm")
+    # The trainer's sampler: the sharded state plus the whole model gathered and one group's KV cache.
+    assert own.state_gib + 15 < own.rollout_gib < own.state_gib + 17 + CUDA_CONTEXT_GIB  # 8B in bf16: 15 GiB
+    # vLLM: its share of the GPU awake beside the sharded state; asleep beside the updates.
+    assert vllm.rollout_gib == pytest.approx(vllm.state_gib + 0.6 * gpu + CUDA_CONTEXT_GIB)
+    assert vllm.total_gib == pytest.approx(own.total_gib + VLLM_ASLEEP_GIB)
+    assert vllm.peak_gib == max(vllm.rollout_gib, vllm.total_gib)
+    # An update's rows are each prompt's completions, prompt + completion long.
+    assert grpo_memory(f"{METHOD_ARG}num_generations=16")[0].total_gib > own.total_gib + 5
+
+
+def test_a_size_where_grpos_rollout_would_not_fit_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as e:
+        grpo_memory(f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_gpu_memory_utilization=0.85")
+    assert "GRPO's rollouts need ~" in str(e.value) and "lower training_config.training_args.method_args." \
+        "rollout_gpu_memory_utilization" in str(e.value) and "\n" not in str(e.value)
+
+
 # --- rewards ------------------------------------------------------------------------------------------
 
 GSM8K = {"answer": ["Natalia sold 48/2 = 24 clips in May.\n#### 72", "#### 1,000"]}

@@ -40,6 +40,9 @@ TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every 
 # the caching allocator's fragmentation (reserved above allocated; the manifests set
 # expandable_segments, which keeps it low).
 CUDA_CONTEXT_GIB = 0.5
+# What a vLLM engine asleep at level 1 keeps on its GPU (weights moved to host memory, KV cache
+# freed): its CUDA graphs and allocator pools. An allowance until a GPU run measures it.
+VLLM_ASLEEP_GIB = 1.5
 NCCL_COMMUNICATOR_GIB = 1.5
 FRAGMENTATION = 0.05
 FIT_SHARE = 0.9  # a size fits when its peak with the allowance is at most this share of the GPU
@@ -153,6 +156,16 @@ class ModelShape:
 
     def kv_shared(self, layer: int) -> bool:
         return layer >= self.num_hidden_layers - self.kv_shared_layers
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """One token's KV cache over every attention layer that keeps its own (sliding windows
+        counted whole: a bound)."""
+        total = 0
+        for layer, mixer in enumerate(self.mixers):
+            if mixer in ("attention", "global_attention") and not self.kv_shared(layer):
+                _, key, value = self.attention_dims(mixer)
+                total += key + (value or key)
+        return total * dtype_bytes
 
     def attention_dims(self, mixer: str) -> tuple[int, int, int]:
         """(query width, key width, value width) of an attention layer: 0 where it has no projection."""
@@ -279,9 +292,15 @@ class MemoryEstimate:
     state_gib: float  # sharded weights, gradients and optimizer state
     working_gib: float  # gathered layers and their unsharded gradients
     activations_gib: float
-    total_gib: float
+    total_gib: float  # the training step's peak (GRPO: its updates)
     traced: bool = False  # from the trace of the trainer's step (else the analytic estimate)
     phase: str = ""  # traced: where the peak falls
+    rollout_gib: float | None = None  # GRPO: the rollout's peak (planning.plan: rollout_phases)
+
+    @property
+    def peak_gib(self) -> float:
+        """The larger phase: what must fit."""
+        return max(self.total_gib, self.rollout_gib or 0.0)
 
 
 @dataclass(frozen=True)

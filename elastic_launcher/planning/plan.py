@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_launcher.planning.instances import InstanceType, lookup
-from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
-                                              trace_inputs, traced)
+from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, VLLM_ASLEEP_GIB, Allowance,
+                                              MemoryEstimate, ModelShape, estimate, trace_inputs, traced)
 from elastic_launcher.planning.model_config import (check_shape, local_config, local_model_dir, readable_shape,
                                                     shape_of)
 from training.contract.batching import BatchPlan, plan_batches
@@ -136,6 +136,25 @@ class Plan:
 
     def size(self, nodes: int) -> SizePlan | None:
         return next((s for s in self.sizes if s.nodes == nodes), None)
+
+
+def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc) -> None:
+    """GRPO: a size where its rollout or its updates would not fit is refused, naming what to change
+    (an out-of-memory rollout loses the step's work every time it is retried)."""
+    limit, key = FIT_SHARE * instance.gpu_memory_gib, "training_config.training_args.method_args"
+    vllm = method_facts("grpo").build_args(tc.training_args.method_args).rollout_engine == "vllm"
+
+    def over(phase: str, gib: float) -> str:
+        return (f"at {nodes} nodes GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
+                f"{instance.gpu_memory_gib:g} GiB of {instance.name}")
+
+    if memory.rollout_gib > limit:
+        fix = f"lower {key}.rollout_gpu_memory_utilization" if vllm else \
+            f"set {key}.rollout_engine=vllm, or lower num_generations or max_new_tokens"
+        raise ConfigError(f"{over('rollouts', memory.rollout_gib)}: {fix}, or raise min_nodes")
+    if memory.total_gib > limit:
+        raise ConfigError(f"{over('updates', memory.total_gib)}: lower micro_train_batch_size or {key}.max_new_tokens"
+                          + (f", lower {key}.rollout_gpu_memory_utilization" if vllm else "") + ", or raise min_nodes")
 
 
 def _check_rollout_engine(tc, instance: InstanceType, nproc: int) -> None:
@@ -334,6 +353,8 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         mc = dataclasses.replace(cfg.training_config.model_config, sharding_degree=degree,
                                  sharding="hsdp" if degree < nodes * nproc else "fsdp")
         cfg = dataclasses.replace(cfg, training_config=dataclasses.replace(cfg.training_config, model_config=mc))
+        if memory is not None and memory.rollout_gib is not None:
+            _check_phases(memory, instance, nodes, cfg.training_config)
         sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None, memory))
 
     first = sizes[0]
@@ -398,7 +419,7 @@ def _sharding(hardware: Hardware, cfg: JobConfig, instance: InstanceType, nodes:
         degree = mc.shard_degree(world, nodes)
         return degree, memory(degree)
     node = memory(nproc)
-    if node is not None and node.total_gib <= FIT_SHARE * instance.gpu_memory_gib:
+    if node is not None and node.peak_gib <= FIT_SHARE * instance.gpu_memory_gib:
         return nproc, node
     return world, memory(world)
 
@@ -415,9 +436,9 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, shard_de
     allowance = Allowance.of(config, tc, hsdp, micro)
     if hardware.model_shape and (kept := traced(trace_inputs(hardware.model_shape, tc, shard_degree, micro, grad_accum),
                                                 allowance)):
-        return kept
+        return rollout_phases(kept, config, tc, instance)
     try:
-        return fallback_estimate(config, cfg, shard_degree, micro, allowance)
+        return rollout_phases(fallback_estimate(config, cfg, shard_degree, micro, allowance), config, tc, instance)
     except KeyError as e:
         if not hardware.model_shape:  # an inline architecture may lean on transformers' defaults: no estimate
             return None
@@ -429,11 +450,33 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
                       allowance: Allowance = Allowance()) -> MemoryEstimate:
     """The analytic estimate (planning.memory.estimate) of one size's config, where no trace is kept."""
     mc, tc = cfg.training_config.model_config, cfg.training_config
-    return estimate(ModelShape.from_config(model_shape), shard_degree, micro, tc.datasets.max_len,
+    method = method_facts(tc.training_args.trainer_type)
+    rows, length = micro, tc.datasets.max_len
+    if method.data_format == "prompts":  # GRPO's updates: each prompt's completions, prompt + completion long
+        options = method.build_args(tc.training_args.method_args)
+        rows, length = micro * options.num_generations, options.max_prompt_length + options.max_new_tokens
+    return estimate(ModelShape.from_config(model_shape), shard_degree, rows, length,
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
-                    loss_chunk_tokens=mc.loss_chunk_tokens,
-                    sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
+                    loss_chunk_tokens=mc.loss_chunk_tokens, sequences_per_sample=method.sequences_per_sample,
                     allowance=allowance)
+
+
+def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: InstanceType) -> MemoryEstimate:
+    """GRPO's two phases on one GPU, beside the sharded state: the rollout (the trainer's own
+    sampler: the gathered model and one group's KV cache; vLLM: the engine awake, its share of the
+    GPU) and the updates (the training step; a vLLM engine asleep beside it). Other methods: the step."""
+    method = method_facts(tc.training_args.trainer_type)
+    if method.data_format != "prompts":
+        return step
+    o = method.build_args(tc.training_args.method_args)
+    if o.rollout_engine == "vllm":
+        awake = o.rollout_gpu_memory_utilization * instance.gpu_memory_gib
+        return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
+                                   rollout_gib=step.state_gib + awake + CUDA_CONTEXT_GIB)
+    shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
+    tokens = o.num_generations * (o.max_prompt_length + o.max_new_tokens)
+    sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB
+    return dataclasses.replace(step, rollout_gib=step.state_gib + sampling + CUDA_CONTEXT_GIB)
 
 
 def checkpoint_gb(model_shape: dict, mc) -> float:
@@ -491,9 +534,9 @@ def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[S
         warnings.append(f"recipes.instance_type={instance.name} is not one this recipe's scale configs were sized for "
                         f"({', '.join(hardware.instance_types)}): pick one of them, or a scale-config set for "
                         f"{instance.name} with scale_configs@recipes.scale_config=<name> (docs/recipes.md: Instance types)")
-    tight = [s for s in sizes if s.memory and s.memory.total_gib > FIT_SHARE * instance.gpu_memory_gib]
+    tight = [s for s in sizes if s.memory and s.memory.peak_gib > FIT_SHARE * instance.gpu_memory_gib]
     if tight:
-        listed = ", ".join(f"{s.nodes} nodes: {s.memory.total_gib:.0f} GiB" for s in tight)
+        listed = ", ".join(f"{s.nodes} nodes: {s.memory.peak_gib:.0f} GiB" for s in tight)
         warnings.append(f"peak memory per GPU is above {FIT_SHARE:.0%} of the {instance.gpu_memory_gib:g} GiB of "
                         f"{instance.name} ({listed}): lower micro_train_batch_size at those sizes, use "
                         f"activation_checkpointing=full, or raise min_nodes")

@@ -32,7 +32,7 @@ def _memory_cell(plan: Plan, size) -> str:
     the share a job may plan on (FIT_SHARE) or over the GPU."""
     if size.memory is None:
         return "-"
-    used, has = size.memory.total_gib, plan.instance.gpu_memory_gib
+    used, has = size.memory.peak_gib, plan.instance.gpu_memory_gib
     mark = " over" if used > has else " tight" if used > FIT_SHARE * has else ""
     return f"{'' if size.memory.traced else '~'}{used:.0f}/{has:.0f}{mark}"
 
@@ -106,6 +106,9 @@ def summary(plan: Plan, target: str) -> str:
                      f"(docs/recipes.md: Will it fit?)")
     elif plan.instance.gpu_memory_gib:
         lines.append(f"GiB/GPU -: {_no_memory_figure(plan)}")
+    if phased := [s for s in plan.sizes if s.memory and s.memory.rollout_gib is not None]:  # GRPO: the larger shown above
+        lines.append("GRPO's phases, GiB/GPU rollout / updates: " + ", ".join(
+            f"{s.nodes} node(s) ~{s.memory.rollout_gib:.0f} / ~{s.memory.total_gib:.0f}" for s in phased))
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):
