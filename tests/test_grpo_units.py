@@ -439,6 +439,10 @@ def test_the_dry_run_reads_prompt_rows_and_counts_those_too_long(launch):
     table = [line.split()[:6] for line in out.splitlines()]
     assert ["nodes", "devices", "DP", "sharding", "per-rank", "prompts"] in table
     assert ["2", "2", "2", "fsdp", "4", "16"] in table and ["3", "3", "3", "fsdp", "1x2+2x3", "1x8+2x12"] in table
+    # a step's tokens at most: 8 prompts x 4 completions x (10 + 8); the method's keys the recipe changes
+    assert all(row[9] == "576" for row in (line.split() for line in out.splitlines()) if row[:1] in (["2"], ["3"]))
+    method = next(line for line in out.splitlines() if line.startswith("method:"))
+    assert method.startswith("method: GRPO (num_generations 4, max_prompt_length 10, max_new_tokens 8, mini_batches 2,")
     line = next(line for line in out.splitlines() if line.startswith("data:"))
     assert "read as prompt rows (64 sampled" in line
     assert "longer than method_args.max_prompt_length=10, which leaves them out" in line

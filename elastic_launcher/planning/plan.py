@@ -109,9 +109,14 @@ class SizePlan:
 
     @property
     def tokens_per_step(self) -> int:
-        """At most (full rows); DPO runs two sequences per sample."""
+        """At most (full rows); DPO runs two sequences per sample, GRPO num_generations completions
+        of each prompt, prompt + completion long."""
         tc = self.config.training_config
-        return self.batch.global_batch * tc.datasets.max_len * method_facts(tc.training_args.trainer_type).sequences_per_sample
+        method = method_facts(tc.training_args.trainer_type)
+        if method.data_format == "prompts":
+            o = method.build_args(tc.training_args.method_args)
+            return self.batch.global_batch * o.num_generations * (o.max_prompt_length + o.max_new_tokens)
+        return self.batch.global_batch * tc.datasets.max_len * method.sequences_per_sample
 
 
 @dataclass(frozen=True)

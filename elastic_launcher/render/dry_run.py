@@ -74,9 +74,13 @@ def plan_table(plan: Plan) -> str:
 def describe_method(tc) -> str:
     """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
     ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
-    options = dataclasses.asdict(method_facts(ta.trainer_type).build_args(ta.method_args))
+    facts = method_facts(ta.trainer_type)
+    defaults = dataclasses.asdict(facts.build_args({}))
+    # A few keys in full, e.g. DPO (beta 0.1, loss_type sigmoid); of GRPO's many, those the recipe changes.
+    options = {k: v for k, v in dataclasses.asdict(facts.build_args(ta.method_args)).items()
+               if len(defaults) <= 4 or v != defaults[k]}
     what = ta.trainer_type.upper()
-    if options:  # e.g. DPO (beta 0.1, loss_type sigmoid)
+    if options:
         what += f" ({', '.join(f'{k} {v:g}' if isinstance(v, float) else f'{k} {v}' for k, v in options.items())})"
     what += f" with LoRA (r {peft.r}, alpha {peft.lora_alpha:g}, {peft.target_modules})" if peft else ", full parameters"
     steps = f"{ta.max_epochs:g} epoch(s), steps resolved from the data at start" if ta.max_epochs else f"{ta.max_steps} steps"
