@@ -112,11 +112,9 @@ class SizePlan:
         """At most (full rows); DPO runs two sequences per sample, GRPO num_generations completions
         of each prompt, prompt + completion long."""
         tc = self.config.training_config
-        method = method_facts(tc.training_args.trainer_type)
-        if method.data_format == "prompts":
-            o = method.build_args(tc.training_args.method_args)
+        if o := sampling_options(tc):
             return self.batch.global_batch * o.num_generations * (o.max_prompt_length + o.max_new_tokens)
-        return self.batch.global_batch * tc.datasets.max_len * method.sequences_per_sample
+        return self.batch.global_batch * tc.datasets.max_len * method_facts(tc.training_args.trainer_type).sequences_per_sample
 
 
 @dataclass(frozen=True)
@@ -143,11 +141,17 @@ class Plan:
         return next((s for s in self.sizes if s.nodes == nodes), None)
 
 
+def sampling_options(tc):
+    """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
+    method = method_facts(tc.training_args.trainer_type)
+    return method.build_args(tc.training_args.method_args) if method.data_format == "prompts" else None
+
+
 def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc) -> None:
     """GRPO: a size where its rollout or its updates would not fit is refused, naming what to change
     (an out-of-memory rollout loses the step's work every time it is retried)."""
     limit, key = FIT_SHARE * instance.gpu_memory_gib, "training_config.training_args.method_args"
-    vllm = method_facts("grpo").build_args(tc.training_args.method_args).rollout_engine == "vllm"
+    vllm = sampling_options(tc).rollout_engine == "vllm"
 
     def over(phase: str, gib: float) -> str:
         return (f"at {nodes} nodes GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
@@ -164,8 +168,8 @@ def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc
 
 def _check_rollout_engine(tc, instance: InstanceType, nproc: int) -> None:
     """GRPO's vLLM rollouts need GPUs, the model's files and engines that fit within a node."""
-    options = method_facts(tc.training_args.trainer_type).build_args(tc.training_args.method_args)
-    if getattr(options, "rollout_engine", "trainer") != "vllm":
+    options = sampling_options(tc)
+    if options is None or options.rollout_engine != "vllm":
         return
     key = "training_config.training_args.method_args"
     if not instance.gpus:
@@ -455,14 +459,13 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
                       allowance: Allowance = Allowance()) -> MemoryEstimate:
     """The analytic estimate (planning.memory.estimate) of one size's config, where no trace is kept."""
     mc, tc = cfg.training_config.model_config, cfg.training_config
-    method = method_facts(tc.training_args.trainer_type)
     rows, length = micro, tc.datasets.max_len
-    if method.data_format == "prompts":  # GRPO's updates: each prompt's completions, prompt + completion long
-        options = method.build_args(tc.training_args.method_args)
-        rows, length = micro * options.num_generations, options.max_prompt_length + options.max_new_tokens
+    if o := sampling_options(tc):  # GRPO's updates: each prompt's completions, prompt + completion long
+        rows, length = micro * o.num_generations, o.max_prompt_length + o.max_new_tokens
     return estimate(ModelShape.from_config(model_shape), shard_degree, rows, length,
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
-                    loss_chunk_tokens=mc.loss_chunk_tokens, sequences_per_sample=method.sequences_per_sample,
+                    loss_chunk_tokens=mc.loss_chunk_tokens,
+                    sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
                     allowance=allowance)
 
 
@@ -470,10 +473,9 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
     """GRPO's two phases on one GPU, beside the sharded state: the rollout (the trainer's own
     sampler: the gathered model and one group's KV cache; vLLM: the engine awake, its share of the
     GPU) and the updates (the training step; a vLLM engine asleep beside it). Other methods: the step."""
-    method = method_facts(tc.training_args.trainer_type)
-    if method.data_format != "prompts":
+    o = sampling_options(tc)
+    if o is None:
         return step
-    o = method.build_args(tc.training_args.method_args)
     if o.rollout_engine == "vllm":
         awake = o.rollout_gpu_memory_utilization * instance.gpu_memory_gib
         return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
