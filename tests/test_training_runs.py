@@ -156,7 +156,10 @@ def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path,
             os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not any(running(pid) for pid in workers), timeout=5, interval=0.05)
         assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
-    assert log.read_text().count("SIGTERM during start-up: exiting without a checkpoint") == 3
+    # Each rank says why it left: its own signal, or a peer's announcement its watcher saw first.
+    said = log.read_text()
+    own, peer = (said.count(f"{who} during start-up: exiting without a checkpoint") for who in ("SIGTERM", "a peer stopped"))
+    assert own >= 1 and own + peer == 3, said[-2000:]
 
 
 def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, fixed_run, tmp_path):

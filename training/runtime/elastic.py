@@ -181,6 +181,10 @@ class ElasticStop:
         with self._lock:
             self.signal_name = self.signal_name or name
             phase = self.phase
+            if phase in ("starting", "finishing"):
+                self.phase = "leaving"  # this rank announces its stop: its watcher has nothing to act on
+        if phase == "leaving":
+            return  # a second signal: the first one's announcement and exit are under way
         if phase == "training":
             if self._agent_handler is not None and name == "SIGUSR1":
                 self._agent_handler(signal.SIGUSR1, None)
@@ -212,7 +216,12 @@ class ElasticStop:
                 continue
             if seen and self._watching:  # this rank may be blocked in a collective with the one that left
                 with self._lock:
-                    self.phase = "waiting"
+                    if self.phase == "leaving":
+                        continue
+                    phase, self.phase = self.phase, "waiting"
+                if not under_agent():
+                    _say(f"a peer stopped during {'start-up' if phase == 'starting' else 'the final steps'}: "
+                         f"exiting without a checkpoint")
                 self._acknowledge()
                 if not under_agent():
                     os._exit(0)
