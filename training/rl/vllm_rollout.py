@@ -80,7 +80,6 @@ class VLLMRollout:
         self.model, self.options, self.seed, self.lora = model, options, seed, lora
         tp = options.tensor_parallel_size
         rank, world = dist.get_rank(), dist.get_world_size()
-        self.group_ranks = list(range(rank - rank % tp, rank - rank % tp + tp))
         self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
             if tp > 1 else None
         self.llm = LLM(model=model_path, tensor_parallel_size=tp, distributed_executor_backend="external_launcher",
@@ -96,7 +95,7 @@ class VLLMRollout:
         if self.tp_group is not None:  # an engine's ranks all send it the same requests: the group's prompts
             gathered = [None] * self.options.tensor_parallel_size
             dist.all_gather_object(gathered, groups, group=self.tp_group)
-            start = sum(len(g) for g in gathered[:self.group_ranks.index(dist.get_rank())])
+            start = sum(len(g) for g in gathered[:dist.get_rank() % self.options.tensor_parallel_size])
             groups = [g for part in gathered for g in part]
         else:
             start = 0
