@@ -1,5 +1,7 @@
-"""GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns, its rollouts and its
-step do not depend on the world size, and a reward function that fails ends the run in one line."""
+"""GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns; resized (the demo
+trace's rehearsal, and in place under the real agents) it matches a fixed-size run; its rollouts and its
+step do not depend on the world size; a stop during a rollout abandons the step, which the restart
+redoes alike; and a reward function that fails ends the run in one line."""
 
 import json
 import os
