@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
-from elastic_launcher.planning.plan import Plan
+from elastic_launcher.planning.plan import Plan, sampling_options
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
 from training.contract.methods import method_facts
@@ -49,9 +49,9 @@ def _no_memory_figure(plan: Plan) -> str:
 
 
 def plan_table(plan: Plan) -> str:
-    ta = plan.sizes[0].config.training_config.training_args
     # GRPO: a step's samples are prompts, each sampled num_generations times
-    generations = getattr(method_facts(ta.trainer_type).build_args(ta.method_args), "num_generations", None)
+    sampling = sampling_options(plan.sizes[0].config.training_config)
+    generations = sampling.num_generations if sampling else None
     header = ("nodes", "GPUs" if plan.instance.gpus else "devices", "DP", "sharding",
               "per-rank prompts" if generations else "per-rank batch", *(("completions",) if generations else ()),
               "micro", "grad-accum", "LR", "tokens/step", "GiB/GPU", "config")
