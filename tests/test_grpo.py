@@ -1,7 +1,8 @@
 """GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns; resized (the demo
 trace's rehearsal, and in place under the real agents) it matches a fixed-size run; its rollouts and its
 step do not depend on the world size; a stop during a rollout abandons the step, which the restart
-redoes alike; and a reward function that fails ends the run in one line."""
+redoes alike, and one between two updates finishes the step unless the graceful timeout is too short
+for it; and a reward function that fails ends the run in one line."""
 
 import json
 import os
@@ -168,37 +169,123 @@ def slow_when_asked(prompts, completions, **columns):
 '''
 
 
-def test_a_stop_during_the_rollout_abandons_the_step_and_the_restart_redoes_it_alike(tmp_path):
+STOPPABLE = ("recipes.training_config.training_args.max_steps=2", "recipes.training_config.logging.audit_samples=true",
+             "recipes.training_config.training_args.eval_steps=0",
+             "recipes.training_config.training_args.method_args.rewards=[math_verify,data/grpo_tiny_rewards.py:digits,"
+             "{here}/rewards.py:slow_when_asked]",
+             "+recipes.training_config.training_args.method_args.reward_weights=[1.0,1.0,0.0]")
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory):
+    """Two steps of the recipe with a weight-0 reward that a file can hold up, at one rank: the run
+    a stopped and restarted one must equal."""
+    tmp = tmp_path_factory.mktemp("grpo_never_stopped")
+    (tmp / "rewards.py").write_text(SLOW_WHEN_ASKED)
+    configs = render_configs(tmp / "configs", *(o.format(here=tmp) for o in STOPPABLE), recipe=RECIPE)
+    train(configs, tmp / "run", nodes=1)
+    return tmp, configs
+
+
+def assert_redone_alike(run_dir, never_stopped) -> None:
+    """Restarted at one rank, the run draws the completions and rewards of the run never stopped."""
+    tmp, configs = never_stopped
+    train(configs, run_dir, nodes=1)
+    assert completions_by_step(run_dir) == completions_by_step(tmp / "run")
+    redone, fixed = step_records(run_dir)[2], step_records(tmp / "run")[2]
+    assert redone["reward"] == fixed["reward"] and redone["reward_math_verify"] == fixed["reward_math_verify"]
+
+
+def test_a_stop_during_the_rollout_abandons_the_step_and_the_restart_redoes_it_alike(never_stopped):
     """SIGTERM to both ranks while step 2's rollout waits on a reward: each exits 0 within seconds
     (the reward's call is dropped with its process, not waited for), the checkpoint is step 1's and
     no step 2 is logged; restarted at one rank, step 2 draws the completions and rewards of a run
     that was never stopped."""
-    (tmp_path / "rewards.py").write_text(SLOW_WHEN_ASKED)
-    configs = render_configs(
-        tmp_path / "configs", "recipes.training_config.training_args.max_steps=2",
-        "recipes.training_config.logging.audit_samples=true", "recipes.training_config.training_args.eval_steps=0",
-        "recipes.training_config.training_args.method_args.rewards="
-        f"[math_verify,data/grpo_tiny_rewards.py:digits,{tmp_path / 'rewards.py'}:slow_when_asked]",
-        "+recipes.training_config.training_args.method_args.reward_weights=[1.0,1.0,0.0]", recipe=RECIPE)
-    train(configs, tmp_path / "fixed", nodes=1)
-    run_dir, log = tmp_path / "run", tmp_path / "torchrun.log"
+    tmp, configs = never_stopped
+    run_dir, log = tmp / "rollout_stop", tmp / "rollout_stop.log"
     proc = local_job(configs, run_dir).start(nodes=2, log=open(log, "wb"))
-    with killed_if_left(proc):
-        wait_for(lambda: 1 in step_records(run_dir), timeout=120, interval=0.05)
-        (tmp_path / "slow").touch()
-        wait_for(lambda: (tmp_path / "scoring").exists(), timeout=60, interval=0.02)
-        for pid in child_pids(proc.pid):
-            os.kill(pid, signal.SIGTERM)
-        assert_stops_cleanly(proc, log)  # not after the reward's 60 s
+    try:
+        with killed_if_left(proc):
+            wait_for(lambda: 1 in step_records(run_dir), timeout=120, interval=0.05)
+            (tmp / "slow").touch()
+            wait_for(lambda: (tmp / "scoring").exists(), timeout=60, interval=0.02)
+            for pid in child_pids(proc.pid):
+                os.kill(pid, signal.SIGTERM)
+            assert_stops_cleanly(proc, log)  # not after the reward's 60 s
+    finally:
+        (tmp / "slow").unlink(missing_ok=True)
     stops = [r for r in records(run_dir) if r.get("event") == "stop"]
     assert stops and all(r["step"] == 1 and r["abandoned"] == "rollout" for r in stops), stops
     assert set(step_records(run_dir)) == {1} and step_dir(run_dir / "checkpoints", 1).is_dir()
-    assert not own_processes(str(tmp_path / "run"))
-    (tmp_path / "slow").unlink()
-    train(configs, run_dir, nodes=1)
-    assert completions_by_step(run_dir) == completions_by_step(tmp_path / "fixed")
-    redone, fixed = step_records(run_dir)[2], step_records(tmp_path / "fixed")[2]
-    assert redone["reward"] == fixed["reward"] and redone["reward_math_verify"] == fixed["reward_math_verify"]
+    assert not own_processes(str(run_dir))
+    assert_redone_alike(run_dir, never_stopped)
+
+
+# Each rank sends itself a real SIGTERM in its first update of step 2 and goes on once the trainer's
+# signal thread has taken it: the stop lands between the step's two updates on every run.
+SIGNALLED_IN_AN_UPDATE = '''
+import os, signal, sys, time
+
+from training.methods.grpo import GRPO
+
+forward_backward, calls = GRPO.forward_backward, []
+
+
+def signalled_in_step_2s_first_update(self, *a, **k):
+    calls.append(1)
+    if len(calls) == self.options.mini_batches + 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+        while not STOP.requested:
+            time.sleep(0.01)
+    return forward_backward(self, *a, **k)
+
+
+if __name__ == "__main__":  # not again in the reward process, which imports this module
+    from training.runtime.arguments import parse_args
+    from training.runtime.elastic import ElasticStop, die_with_parent
+    from training.runtime.train import main
+
+    args = parse_args()
+    die_with_parent()
+    STOP = ElasticStop()
+    GRPO.forward_backward = signalled_in_step_2s_first_update
+    code = main(args, stop=STOP)
+    sys.stdout.flush()
+    os._exit(code)
+'''
+
+
+@pytest.mark.parametrize("graceful_s, abandoned", [(0, True), (600, False)], ids=["timeout-short", "timeout-long"])
+def test_a_stop_between_two_updates_finishes_the_step_unless_the_graceful_timeout_is_too_short(
+        never_stopped, graceful_s, abandoned):
+    """A SIGTERM between step 2's two updates, both ranks. The weights then belong to no step: where
+    finishing the updates and saving fits in the graceful timeout the step is finished and saved;
+    where it does not (ELASTIC_STOP_WAIT_S=0) each rank exits 0 without a checkpoint and the restart
+    resumes from the newest one (step 1's, saved every step here), drawing the completions and
+    rewards of a run never stopped."""
+    tmp, _ = never_stopped
+    run_dir, log = tmp / f"update_stop_{graceful_s}", tmp / f"update_stop_{graceful_s}.log"
+    configs = render_configs(tmp / f"configs_{graceful_s}", *(o.format(here=tmp) for o in STOPPABLE),
+                             "recipes.training_config.checkpoint.save_steps=1", recipe=RECIPE)
+    (tmp / "signalled.py").write_text(SIGNALLED_IN_AN_UPDATE)
+    job = local_job(configs, run_dir)
+    command = job.command(2)
+    at = command.index("-m", 3)  # torchrun's entry point: the trainer, wrapped
+    command[at:at + 2] = [str(tmp / "signalled.py")]
+    done = subprocess.run(command, env={**job.env(2), "ELASTIC_STOP_WAIT_S": str(graceful_s)}, cwd=ROOT,
+                          stdout=open(log, "wb"), stderr=subprocess.STDOUT, timeout=240)
+    assert done.returncode == 0, log.read_text()[-3000:]
+    stops = [r for r in records(run_dir) if r.get("event") == "stop"]
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step"))
+    if abandoned:
+        assert [(r["step"], r.get("abandoned")) for r in stops] == [(1, "updates")], stops
+        assert set(step_records(run_dir)) == {1} and checkpoints == [step_dir(run_dir / "checkpoints", 1).name]
+        assert "exiting without a checkpoint; the restart resumes from step 1" in log.read_text()
+        assert_redone_alike(run_dir, never_stopped)
+    else:
+        assert [(r["step"], r.get("abandoned")) for r in stops] == [(2, None)], stops
+        assert set(step_records(run_dir)) == {1, 2} and step_dir(run_dir / "checkpoints", 2).is_dir()
+        assert completions_by_step(run_dir) == completions_by_step(tmp / "run")
 
 
 FAILING = '''

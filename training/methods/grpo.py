@@ -179,6 +179,8 @@ class GRPO(TrainingMethod):
             count = max(math.ceil((e - s) / micro) for s, e in share)  # micro-batches: equal on every rank
             chunks = [range(start + i * micro, min(start + (i + 1) * micro, end)) for i in range(count)]
             updates.append([self._micro_batch(model, rollout, advantages, chunk) for chunk in chunks])
+        if self.run.agree_stop():  # a stop during the log-probabilities' forwards: the weights are still the last step's
+            return None
         self._step_rollout = rollout
         return updates
 

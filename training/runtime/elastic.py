@@ -54,7 +54,8 @@ POLL_S = 0.2
 
 
 def stop_wait_s() -> float:
-    """How long a worker whose peers stopped waits for its own stop signal (the policy's graceful timeout)."""
+    """The policy's graceful timeout: how long a stop may take before the pod is killed, and so how
+    long a worker whose peers stopped waits for its own stop signal."""
     return float(os.environ.get(STOP_WAIT_ENV, GRACEFUL_SHUTDOWN_TIMEOUT_S))
 
 
@@ -70,6 +71,7 @@ def _say(message: str) -> None:
 class ElasticStop:
     def __init__(self):
         self.signal_name: str | None = None  # this rank's own stop signal
+        self.signalled_at = 0.0  # its time.monotonic()
         self.phase = "starting"
         self._lock = threading.Lock()
         self._store = None
@@ -94,6 +96,10 @@ class ElasticStop:
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
+
+    def seconds_left(self) -> float:
+        """Of this rank's stop's graceful timeout, what is left."""
+        return stop_wait_s() - (time.monotonic() - self.signalled_at)
 
     # --- phases (called by the trainer's main thread) -------------------------------------------
     def attach_store(self, store, rank: int, world_size: int) -> None:
@@ -179,7 +185,8 @@ class ElasticStop:
 
     def _handle(self, name: str) -> None:
         with self._lock:
-            self.signal_name = self.signal_name or name
+            if self.signal_name is None:
+                self.signal_name, self.signalled_at = name, time.monotonic()
             phase = self.phase
             if phase in ("starting", "finishing"):
                 self.phase = "leaving"  # this rank announces its stop: its watcher has nothing to act on

@@ -66,6 +66,16 @@ class NumericsError(RuntimeError):
     """The loss or gradient norm stopped being finite."""
 
 
+class StepAbandoned(Exception):
+    """A stop ended the step before it was taken (GRPO's, whose rollout is most of a step): in its
+    rollout, the weights still the last step's, or between its updates, the weights then belonging to
+    no step."""
+
+    def __init__(self, phase: str):
+        super().__init__(phase)
+        self.phase = phase  # "rollout" or "updates"
+
+
 USER_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError)
 
 
@@ -165,6 +175,7 @@ class Trainer:
         process.sizes += 1
         self.rank0 = self.topo.rank == 0
         self.stopped = False  # set when the loop ends on an agreed stop (its checkpoint saved)
+        self.save_s = 0.0  # how long the newest save took: part of what finishing a stopped step costs
         config_path, own_file = select_config_file(args.config_dir, self.topo.nodes)
         loaded = load_job_config(config_path)
         tc = loaded.training_config
@@ -345,10 +356,10 @@ class Trainer:
         staged.numpy()[:] = values
         return staged.to(self.device, non_blocking=True)
 
-    def train_step(self, micro_batches: list[dict]) -> tuple[dict | None, bool, bool]:
+    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
         """One step, of one optimizer update (GRPO: as many as its rollout is split into): (metrics
-        record, some rank asked to stop, some rank's async save is still writing); no record when
-        a stop abandoned the step before its first update (GRPO's rollout). Nothing in it
+        record, some rank asked to stop, some rank's async save is still writing); StepAbandoned
+        when a stop ends it before it is taken (GRPO). Nothing in it
         reads the device before the optimizer step is queued: the token counts and the stop/save
         flags reach the device from pinned memory and are summed over ranks on it, and a non-finite
         global gradient norm skips the update on the device (fused AdamW's `found_inf`), so a
@@ -359,9 +370,12 @@ class Trainer:
         lr = self.set_learning_rate()
         updates = self.method.updates(self.model, micro_batches, self.state.step)
         if updates is None:
-            return None, True, False
+            raise StepAbandoned("rollout")
         tokens, loss_sum, extra, norms = 0, 0, 0, []
-        for update in updates:
+        updating = time.perf_counter()
+        for done, update in enumerate(updates):
+            if done and self._abandon_between_updates(done, len(updates), time.perf_counter() - updating):
+                raise StepAbandoned("updates")
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
             dist.all_reduce(counts)
             update_loss, update_extra = self.method.forward_backward(self.model, update, counts[0], self.topo.world_size,
@@ -391,6 +405,19 @@ class Trainer:
         record = self._step_record(loss_sum, skipped, lr, grad_norm, tokens.tolist(),
                                    time.perf_counter() - started, extra)
         return record, bool(stop), bool(writing)
+
+    def _abandon_between_updates(self, done: int, total: int, seconds: float) -> bool:
+        """Whether an agreed stop abandons the step after `done` of its `total` updates. The weights
+        now belong to no step: abandoning loses every step since the newest checkpoint, so it is only
+        done where finishing the updates and saving would outlast the graceful timeout. Each rank
+        votes (0: no stop, 1: finish, 2: abandon) and the largest vote holds on every rank."""
+        vote = 0.0
+        if self.stop.requested:
+            finishing = seconds / done * (total - done) + self.save_s
+            vote = 1.0 if finishing <= self.stop.seconds_left() else 2.0
+        votes = torch.tensor([vote], device=self.device)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX)
+        return votes.item() == 2.0
 
     def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
                      elapsed: float, extra: list[float]) -> dict:
@@ -443,7 +470,7 @@ class Trainer:
     def _log_saved(self) -> None:
         if self.checkpointer.last_saved:
             path, seconds = self.checkpointer.last_saved
-            self.checkpointer.last_saved = None
+            self.checkpointer.last_saved, self.save_s = None, seconds
             self.agent.report(step_of(path), path)
             self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
                            bytes=bytes_on_disk(path) if self.rank0 else 0)
@@ -466,9 +493,10 @@ class Trainer:
             return self.stop.exit_code_after_stop()
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
-            record, stopping, writing = self.train_step(micro_batches)
-            if record is None:  # stopped in the rollout: the step is abandoned, redone after the restart
-                return self._stop(abandoned=True)
+            try:
+                record, stopping, writing = self.train_step(micro_batches)
+            except StepAbandoned as e:  # redone after the restart
+                return self._stop(abandoned=e.phase)
             if self.process.unsynced is not None:  # the restart is over: the disk's work slows nothing now
                 self.process.unsynced.release()
                 self.process.unsynced = None
@@ -502,15 +530,28 @@ class Trainer:
         self.log.close("FINISHED" if self.state.step == ta.max_steps else "KILLED")  # --stop-at-step: more to come
         return 0
 
-    def _stop(self, abandoned: bool = False) -> int:
-        """End the loop on an agreed stop: its checkpoint (of the last step taken), its event, the
-        exit code."""
-        self.state.stopped = True  # a deliberate end: a resume from it is a restart, not a failure
-        # In place, the agent's stop (or a peer's, the agent's own following) keeps this process.
-        in_place_stop = self.stop.in_place and self.stop.signal_name in (None, FAULT)
-        self._save(blocking=True, process_goes_on=in_place_stop)
+    def _stop(self, abandoned: str | None = None) -> int:
+        """End the loop on an agreed stop: its checkpoint (of the last step taken; none when the step
+        was abandoned between its updates), its event, the exit code."""
+        if self.process.unsynced is not None:  # the stop ends this size's start: its deferred sync may run
+            self.process.unsynced.release()
+            self.process.unsynced = None
+        if abandoned == "updates":
+            self.checkpointer.wait()  # a periodic save still writing: the newest checkpoint, the restart's
+            self._log_saved()
+            newest = latest_checkpoint(self.checkpointer.root)
+            resume = f"step {step_of(newest)}" if newest else "the start"
+            if self.rank0:
+                print(f"{self.stop.signal_name or 'a peer'}'s stop during step {self.state.step + 1}'s updates: "
+                      f"finishing them and saving would outlast the graceful timeout, and the weights belong to no "
+                      f"step: exiting without a checkpoint; the restart resumes from {resume}", file=sys.stderr)
+        else:
+            self.state.stopped = True  # a deliberate end: a resume from it is a restart, not a failure
+            # In place, the agent's stop (or a peer's, the agent's own following) keeps this process.
+            in_place_stop = self.stop.in_place and self.stop.signal_name in (None, FAULT)
+            self._save(blocking=True, process_goes_on=in_place_stop)
         self.log.event(event="stop", step=self.state.step, signal=self.stop.signal_name or "peer",
-                       **({"abandoned": "rollout"} if abandoned else {}))
+                       **({"abandoned": abandoned} if abandoned else {}))
         self.log.close("KILLED")
         self.stopped = True
         return self.stop.exit_code_after_stop()
