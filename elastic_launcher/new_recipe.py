@@ -24,7 +24,10 @@ METHODS = {
     "sft": ["/recipes/common/sft@_here_"],
     "sft_lora": ["/recipes/common/sft@_here_", "/recipes/common/lora@_here_"],
     "dpo": ["/recipes/common/sft@_here_", "/recipes/common/dpo@_here_"],
+    "grpo": ["/recipes/common/sft@_here_", "/recipes/common/grpo@_here_"],
+    "grpo_lora": ["/recipes/common/sft@_here_", "/recipes/common/grpo_lora@_here_"],
 }
+DATA_DOCS = {"grpo": "docs/grpo.md", "grpo_lora": "docs/grpo.md"}  # else docs/your-data.md
 SCALE_CONFIG = "gpu8_sft"  # global batch 128 at every size; the micro-batch is the recipe's
 # 8-GPU instance types, the most common first: the recipe lists those its model fits
 INSTANCE_TYPES = ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p4de.24xlarge", "ml.g6e.48xlarge", "ml.p4d.24xlarge",
@@ -55,13 +58,13 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
         "training_config": {
             "model_config": {"model_name_or_path": model,  # sdpa where transformers has no flex attention
                              **({"attn_implementation": "sdpa"} if shape.get("model_type") in NO_FLEX_FAMILIES else {})},
-            "datasets": {"max_len": max_len, **({"packing": False} if recurrent(shape) and method != "dpo" else {})},
+            "datasets": {"max_len": max_len, **({"packing": False} if recurrent(shape) and method in ("sft", "sft_lora") else {})},
             "training_args": {"micro_train_batch_size": micro},
         },
         "elastic_policy": {"is_elastic": True, "min_nodes": min_nodes, "max_nodes": max_nodes},
     }
     header = (f"# {name}: {method} of {model}, written by scripts/new_recipe.py on {datetime.date.today()} from its "
-              f"config.json.\n# Set your data with training_config.datasets.train_data (docs/your-data.md).\n")
+              f"config.json.\n# Set your data with training_config.datasets.train_data ({DATA_DOCS.get(method, 'docs/your-data.md')}).\n")
     return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 

@@ -33,7 +33,7 @@ from training.model.memory_trace import trace_step
 from training.model.causal_lm import build_model
 shape, results = json.loads(sys.argv[1]), []
 for case in json.loads(sys.argv[2]):
-    plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+    plan = make_plan(to_plain(compose([f"recipes={case['recipe']}", "recipes.elastic_policy.is_elastic=true",
                                        "recipes.training_config.model_config.mixed_precision=bf16",
                                        *case["overrides"]])[0])["recipes"])
     cfg = plan.sizes[0].config
@@ -51,12 +51,15 @@ for case in json.loads(sys.argv[2]):
 print(json.dumps(results))
 """
 CASES = {"full": ([], WORLD, None, 1), "lora": ([LORA], WORLD, None, 1),
-         "hsdp 2x2": ([], 4, 2, 2), "fsdp over 2": ([], 2, 2, 2), "fsdp over 4": ([], 4, 4, 2)}
+         "hsdp 2x2": ([], 4, 2, 2), "fsdp over 2": ([], 2, 2, 2), "fsdp over 4": ([], 4, 4, 2),
+         "grpo": (["recipes.training_config.training_args.method_args.max_new_tokens=32"], WORLD, None, 1)}
+RECIPES = {"grpo": "llama/tiny_llama_grpo"}  # else llama/tiny_llama_sft
 
 
 @pytest.fixture(scope="module")
 def traced() -> dict[str, dict]:
-    cases = [{"overrides": o, "world": w, "degree": d, "micro_steps": m} for o, w, d, m in CASES.values()]
+    cases = [{"overrides": o, "world": w, "degree": d, "micro_steps": m, "recipe": RECIPES.get(name, "llama/tiny_llama_sft")}
+             for name, (o, w, d, m) in CASES.items()]
     done = subprocess.run([sys.executable, "-c", TRACES, json.dumps(SHAPE), json.dumps(cases)], cwd=ROOT,
                           capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -246,3 +249,15 @@ print(len(calls), step.peak_gib > 0)
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["3", "True"]  # three linear-attention layers, each through the kernel's backward
+
+
+def test_a_grpo_update_holds_the_reference_beside_the_policy_and_its_completions_activations(traced):
+    """GRPO in full-parameter training traces an update: the frozen reference model (kl_coef > 0) is
+    held beside the policy in the same storage, and the update's rows are each prompt's completions
+    (2 prompts x 4 completions of 32 + 32 tokens: 8 rows of 64 tokens, four times the SFT twin's 2 rows
+    of 64), so its activations are several times SFT's."""
+    grpo, sft = traced["grpo"]["step"]["split_gib"], traced["full"]["step"]["split_gib"]
+    params = traced["full"]["trainable"]
+    assert grpo["sharded state"] == pytest.approx(sft["sharded state"] + gib(4 * params / WORLD), abs=1e-3)
+    assert grpo["optimizer"] == pytest.approx(sft["optimizer"], abs=1e-3)
+    assert grpo["activations"] > 2 * sft["activations"]

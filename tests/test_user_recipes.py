@@ -202,6 +202,43 @@ def test_a_new_recipe_for_qwen3_5_plans_with_sdpa_and_unpacked_rows(tmp_path, mo
     assert plan.base.training_config.model_config.attn_implementation == "sdpa"
 
 
+def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tmp_path, monkeypatch):
+    """scripts/new_recipe.py --method grpo_lora: the vendor's LoRA RLVR values (8 completions of 128
+    prompts a step in 4 updates, LR 1e-5, rank 32 / alpha 64, KL 0.001), GSM8K with math_verify,
+    vLLM rollouts; at every allowed size both of GRPO's phases fit the GPU, and the recipe starts
+    where its updates (micro-batches of 8 completions per prompt) first fit."""
+    import json
+
+    import yaml
+
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.new_recipe import write_recipe
+    from elastic_launcher.planning.memory import FIT_SHARE
+    from elastic_launcher.planning.plan import make_plan
+
+    model = tmp_path / "llama_8b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    made = write_recipe(str(model), "grpo_lora", "byo/llama_8b_grpo_lora")
+    assert "docs/grpo.md" in made.path.read_text() and yaml.safe_load(made.path.read_text())
+    plan = make_plan(to_plain(compose(["recipes=byo/llama_8b_grpo_lora"])[0])["recipes"])
+    tc = plan.base.training_config
+    args, peft = tc.training_args, tc.model_config.peft_config
+    assert (args.trainer_type, args.train_batch_size, args.learning_rate, args.max_epochs) == ("grpo", 128, 1e-5, 2)
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (32, 64, 0.0)
+    o = args.method_args
+    assert (o["num_generations"], o["mini_batches"], o["kl_coef"], o["rewards"], o["rollout_engine"]) == \
+        (8, 4, 0.001, ["math_verify"], "vllm")
+    assert (tc.datasets.train_data, tc.datasets.subset) == ("openai/gsm8k", "main")
+    limit = FIT_SHARE * plan.instance.gpu_memory_gib
+    assert all(s.memory.rollout_gib and s.memory.peak_gib <= limit for s in plan.sizes)
+    assert made.micro_batch > 1  # the largest micro-batch whose updates fit, not the first try
+
+
 def test_a_new_recipe_for_a_config_the_planner_cannot_size_is_one_line(tmp_path, monkeypatch):
     """A config.json without a key the planner reads is refused naming the key, and no recipe is written."""
     import json

@@ -119,7 +119,7 @@ def _load_raw(cfg: DatasetConfig):
     key = f"training_config.datasets.train_data={cfg.train_data!r}"
     if files is None:
         try:
-            return datasets.load_dataset(cfg.train_data, split=cfg.split), None
+            return datasets.load_dataset(cfg.train_data, cfg.subset, split=cfg.split), None
         except Exception as e:  # noqa: BLE001 - offline, unknown id, no access: all one line
             raise ConfigError(f"{key} is neither a local path nor a dataset the hub serves here "
                               f"({type(e).__name__}: {_first_line(e)}): check the path or the id and network") from None

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
+from training.contract.methods import sampling_options
 
 GIB = 2**30
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
@@ -346,12 +347,17 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
     trace of FSDP at that world size (tests/test_memory_trace.py holds the two equal)."""
     mc, ta = training_config.model_config, training_config.training_args
     micro_steps = min(2, grad_accum)
-    return {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": shard_degree,
-            "sharding": "fsdp", "micro_batch": micro_batch, "micro_steps": micro_steps,
-            "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,
-            "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
-            "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
-            "loss_chunk_tokens": mc.loss_chunk_tokens}
+    inputs = {"format": TRACE_FORMAT, "model_shape": dict(sorted(model_shape.items())), "world_size": shard_degree,
+              "sharding": "fsdp", "micro_batch": micro_batch, "micro_steps": micro_steps,
+              "seq_len": training_config.datasets.max_len, "method": ta.trainer_type,
+              "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
+              "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
+              "loss_chunk_tokens": mc.loss_chunk_tokens}
+    if o := sampling_options(training_config):  # GRPO: an update's rows are a prompt's completions
+        inputs.update(seq_len=o.max_prompt_length + o.max_new_tokens,
+                      completions={"per_prompt": o.num_generations, "prompt_len": o.max_prompt_length,
+                                   "old_log_probs": o.mini_batches > 1, "reference": o.kl_coef > 0})
+    return inputs
 
 
 def trace_key(inputs: dict) -> str:

@@ -20,7 +20,7 @@ from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
 from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
-from training.contract.methods import method_facts
+from training.contract.methods import method_facts, sampling_options
 from training.contract.typed import build, ranged
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -139,12 +139,6 @@ class Plan:
 
     def size(self, nodes: int) -> SizePlan | None:
         return next((s for s in self.sizes if s.nodes == nodes), None)
-
-
-def sampling_options(tc):
-    """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
-    method = method_facts(tc.training_args.trainer_type)
-    return method.build_args(tc.training_args.method_args) if method.data_format == "prompts" else None
 
 
 def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc) -> None:

@@ -20,7 +20,7 @@ from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
-                     "datasets.train_data", "datasets.split", "datasets.format", "datasets.messages_key", "datasets.max_len",
+                     "datasets.train_data", "datasets.split", "datasets.subset", "datasets.format", "datasets.messages_key", "datasets.max_len",
                      "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
                      "model_config.peft_config")
 
@@ -94,6 +94,7 @@ class DatasetConfig:
     # JSONL/JSON/Parquet/CSV file or directory, a save_to_disk directory, or a hub dataset id
     train_data: str = "data/sft_tiny.jsonl"
     split: str = "train"
+    subset: str | None = None  # a hub dataset's configuration (load_dataset's `name`), e.g. openai/gsm8k's "main"
     format: str = one_of(*FORMATS, *PROMPT_FORMATS[1:])  # auto (from the columns), messages, sharegpt, ...; GRPO's prompt, verl, question
     messages_key: str = "messages"  # SFT: the chat column; DPO reads prompt/chosen/rejected
     max_len: int = ranged(4096, ge=2)  # sequence length: samples are truncated (or packed) to this many tokens

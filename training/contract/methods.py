@@ -77,3 +77,9 @@ def _args_class(node: ast.ClassDef, method: str) -> type:
             spec = default if isinstance(default, dataclasses.Field) else field(default=default)
             fields.append((item.target.id, ast.unparse(item.annotation), spec))
     return dataclasses.make_dataclass("Args", fields)
+
+
+def sampling_options(tc):
+    """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
+    method = method_facts(tc.training_args.trainer_type)
+    return method.build_args(tc.training_args.method_args) if method.data_format == "prompts" else None

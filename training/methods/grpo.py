@@ -129,6 +129,8 @@ class GRPO(TrainingMethod):
     def prepare(self, model, frozen_copy, run=None):
         if self.options.kl_coef > 0 and not adapter_layers(model):
             self.reference = frozen_copy()
+        if run is None:  # the memory trace: the updates only
+            return
         self.run = run  # tokenizer, plan, rank (training.methods.base.RunInfo)
         # A completion ends at the end of sequence or where the chat template closes the assistant's turn.
         closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
@@ -136,8 +138,11 @@ class GRPO(TrainingMethod):
         self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
         self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
             ShardedModelRollout(model, self.device, self.args.seed)
-        # Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape).
-        self.row_shape = BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
+
+    @property
+    def row_shape(self) -> BatchShape:
+        """Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape)."""
+        return BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
 
     def _vllm(self, model, run):
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
@@ -241,6 +246,20 @@ class GRPO(TrainingMethod):
             if self.options.kl_coef > 0:
                 with self._reference_model(model) as reference:
                     batch["ref_log_probs"] = reference(**inputs, per_token=True)[0]
+        return batch
+
+    def traced_micro_batch(self, vocab: int) -> dict:
+        """An update's micro-batch at its largest, for the memory trace: every prompt max_prompt_length
+        and every completion max_new_tokens long, with the log-probabilities it carries."""
+        o = self.options
+        ids = [i % vocab for i in range(o.max_prompt_length + o.max_new_tokens)]
+        labels = [IGNORE_INDEX] * o.max_prompt_length + ids[o.max_prompt_length:]
+        batch = collate([{"input_ids": ids, "labels": labels, "sample_ids": [n], "lengths": [len(ids)]}
+                         for n in range(self.row_shape.rows)], self.row_shape)
+        batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
+        for key, carried in (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0)):
+            if carried:
+                batch[key] = torch.zeros(batch["labels"].shape)
         return batch
 
     def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):

@@ -325,9 +325,12 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
         mesh = (init_device_mesh("cpu", (world_size // degree, degree), mesh_dim_names=("replicate", "shard"))
                 if degree < world_size else init_device_mesh("cpu", (world_size,)))
         device = torch.device("cpu")
-        method = load_method(ta, device)
+        method = load_method(ta, device, micro_batch, ds.max_len)
         vocab = int(mc.architecture.get("vocab_size", 32000))
-        micro = [method.collate(_rows(method.data_format, micro_batch, ds.max_len, vocab)) for _ in range(micro_steps)]
+        if method.data_format == "prompts":  # GRPO: an update's micro-batches of completions
+            micro = [method.traced_micro_batch(vocab) for _ in range(micro_steps)]
+        else:
+            micro = [method.collate(_rows(method.data_format, micro_batch, ds.max_len, vocab)) for _ in range(micro_steps)]
         model = sharded_skeleton(mc, mesh, on_gpu=False)  # built on meta: peft cannot build under fake tensors
         with FakeTensorMode(allow_non_fake_inputs=True):
             model.to_empty(device=device)  # this rank's own shards, as fake tensors
