@@ -15,7 +15,10 @@
    `--steps 12 --shapes llama_1b`, are passed to it);
 8. the newest families at their published layer widths (a few layers of Gemma 4 E4B, Qwen 3.5 4B and
    Nemotron 3 Nano) through the trainer, and flex attention at Gemma 4's 512-wide global heads against
-   fp32 attention.
+   fp32 attention;
+9. GRPO with vLLM rollouts (a small Llama saved as transformers writes it): two steps through the
+   trainer, the weight sync's share of the step, and a seeded rollout drawn one prompt at a time and
+   four at once giving the same tokens under VLLM_BATCH_INVARIANT=1.
 A check that fails is a FAILED row and the next one runs; each row is also written to stderr as it ends.
 It prints one table, with the device and the date, to paste into docs/benchmarks.md.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import subprocess
 import sys
@@ -224,7 +228,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=1, help="GPUs of this node to use")
     parser.add_argument("--cpu", action="store_true", help="the parts that run on CPU, tiny shapes")
-    parser.add_argument("--only", default="1,2,3,4,5,6,7,8", help="the checks to run, by number (e.g. --only 5,6)")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="the checks to run, by number (e.g. --only 5,6)")
     args, throughput_args = parser.parse_known_args()
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("error: no GPU here: run bench/gpu_smoke.py on a GPU node (or --cpu to check the bench itself)")
@@ -262,12 +266,88 @@ def main() -> int:
             check("7. bench/gpu_throughput.py", lambda: throughput(args.nproc, throughput_args))
             check("8. wide-head attention", lambda: wide_head_attention(device))
             check("8. families", lambda: families(tmp, long))
+            check("9. GRPO on vLLM", lambda: grpo_on_vllm(tmp))
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
     print(f"gpu_smoke on {name} ({args.nproc} process(es)), {datetime.date.today()}, torch {torch.__version__}")
     print("| check | result | figures |\n|---|---|---|")
     for check_name, result, figures in rows:
         print(f"| {check_name} | {result} | {figures} |")
     return 0 if all(r[1] in ("ok", "skipped") for r in rows) else 1
+
+
+# Each request seeded by its completion's coordinates (training.rl.vllm_rollout): drawn alone or in a
+# batch of four, the same tokens where vLLM's batch invariance holds.
+INVARIANCE = """
+import json, os, sys
+os.environ["VLLM_BATCH_INVARIANT"] = "1"
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+from training.rl.rollout import PromptGroup
+from training.rl.sampling import SamplingParams as Params
+from training.rl.vllm_rollout import sampling_requests
+
+llm = LLM(model=sys.argv[1], dtype="bfloat16", seed=0, enable_sleep_mode=True)
+groups = [PromptGroup(i, tuple(range(3 + i, 40 + 7 * i))) for i in range(4)]
+requests = sampling_requests(groups, 1, Params(1.0, 1.0, -1, 64), step=3, seed=0)
+
+
+def draw(batch):
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _ in batch],
+                           [SamplingParams(**kw) for _, kw in batch], use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+alone = [draw([r])[0] for r in requests]
+print("RESULT", json.dumps({"same": alone == draw(requests), "tokens": sum(map(len, alone))}))
+"""
+
+
+def saved_llama(path: Path) -> Path:
+    """A small Llama as save_pretrained writes it, with the shipped tokenizer: 64-wide heads, as vLLM's
+    attention kernels take them."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizer")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def grpo_on_vllm(tmp: Path) -> list[tuple[str, str, str]]:
+    from bench.grpo_throughput import TA
+    from elastic_launcher.cli import main as launcher
+    from elastic_launcher.local.run import LocalJob
+    from training.contract.records import read_records
+
+    model = saved_llama(tmp / "grpo_model")
+    method = f"{TA}.method_args"
+    assert launcher(["recipes=llama/tiny_llama_grpo", "recipes.instance_type=ml.p5.48xlarge", "recipes.trainer.num_nodes=1",
+                     f"recipes.training_config.model_config.model_name_or_path={model}",
+                     "recipes.training_config.model_config.architecture=null",
+                     "recipes.training_config.model_config.tokenizer_name_or_path=null",
+                     "recipes.training_config.model_config.mixed_precision=bf16", f"+{method}.rollout_engine=vllm",
+                     f"+{method}.rollout_gpu_memory_utilization=0.3", f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
+                     "cluster.node_local=false", f"output_dir={tmp / 'grpo'}"]) == 0
+    job = LocalJob(next((tmp / "grpo").iterdir()) / "configs", tmp / "grpo_run", nproc_per_node=1)
+    done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stdout[-2000:] + done.stderr[-5000:])
+    steps = [r for r in read_records(job.run_dir) if "reward" in r]
+    sync = max(r["weight_sync_s"] / r["step_time"] for r in steps)
+    rows = [("9. GRPO on vLLM, two steps", "ok" if len(steps) == 2 else "FAILED",
+             f"{len(steps)} steps, rollout {steps[-1]['rollout_tokens_per_s']:,.0f} tokens/s, weight sync "
+             f"{sync:.1%} of a step at most")]
+    done = subprocess.run([sys.executable, "-c", INVARIANCE, str(model)], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-5000:])
+    result = json.loads(done.stdout.split("RESULT ")[1].splitlines()[0])
+    rows.append(("9. GRPO on vLLM, batch invariance", "ok" if result["same"] else "FAILED",
+                 f"4 seeded requests alone and together: {'the same' if result['same'] else 'different'} tokens "
+                 f"({result['tokens']} drawn)"))
+    return rows
 
 
 def cause(error: BaseException) -> str:

@@ -72,7 +72,7 @@ class Args:  # training_args.method_args, with verl's defaults
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
 ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
-                "rollout_s", "reward_s")
+                "rollout_s", "reward_s", "weight_sync_s", "logprob_s")
 UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy")
 
 
@@ -84,7 +84,8 @@ class Rollout:
     completions: list[list[Completion]]
     rewards: list[float]  # weighted totals, group after group
     per_function: dict[str, list[float]]
-    seconds: tuple[float, float] = (0.0, 0.0)  # sampling, then waiting for the last scores
+    # sampling, then waiting for the last scores; of the sampling, bringing the new weights to the sampler
+    seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
@@ -92,17 +93,13 @@ def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
     return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
 
 
-def update_shares(plan, mini_batches: int) -> list[list[tuple[int, int]]]:
-    """For each optimizer update, every rank's [start, end) of its own prompts. Update u covers the
-    global batch's positions [u B/m, (u+1) B/m), whichever ranks hold them: the same prompts at
-    every world size."""
-    size = plan.global_batch // mini_batches
-    shares = []
-    for u in range(mini_batches):
-        lo, hi = u * size, (u + 1) * size
-        shares.append([(max(lo, off) - off, max(min(hi, off + n), max(lo, off)) - off)
-                       for off, n in zip(plan.offsets, plan.local_batches)])
-    return shares
+def update_shares(plan, mini_batches: int) -> list[list[list[int]]]:
+    """For each optimizer update, every rank's own prompts in it (indices into the rank's share).
+    Update u takes the global batch's positions p with p % mini_batches == u, whichever ranks hold
+    them: the same prompts at every world size, and each rank holds its share of every update (a
+    contiguous split would leave most ranks padding through most updates)."""
+    return [[[i for i in range(n) if (off + i) % mini_batches == u] for off, n in zip(plan.offsets, plan.local_batches)]
+            for u in range(mini_batches)]
 
 
 class GRPO(TrainingMethod):
@@ -124,6 +121,7 @@ class GRPO(TrainingMethod):
         self.reward_specs, self.reward_names = list(specs), metric_names(specs)
         self._step_rollout: Rollout | None = None  # the step's, for its statistics and its audit
         self._longest = 0.0  # the step's longest completion over every rank
+        self._logprob_s = 0.0  # the step's scoring of its completions before the updates
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -175,18 +173,21 @@ class GRPO(TrainingMethod):
         # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
         if self.run.agree_stop():
             return None
+        scoring = time.perf_counter()
         advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
                                       self.options.num_generations, self.options.scale_rewards)
         micro = self.run.plan.micro_batch
         updates = []
-        for share in update_shares(self.run.plan, self.options.mini_batches):
-            start, end = share[self.run.rank]
-            count = max(math.ceil((e - s) / micro) for s, e in share)  # micro-batches: equal on every rank
-            chunks = [range(start + i * micro, min(start + (i + 1) * micro, end)) for i in range(count)]
-            updates.append([self._micro_batch(model, rollout, advantages, chunk) for chunk in chunks])
+        for u, share in enumerate(update_shares(self.run.plan, self.options.mini_batches)):
+            mine = share[self.run.rank]
+            count = max(math.ceil(len(prompts) / micro) for prompts in share)  # micro-batches: equal on every rank
+            chunks = [mine[i * micro:(i + 1) * micro] for i in range(count)]
+            # The first update's policy is the rollout's: its own forward gives the old log-probabilities.
+            updates.append([self._micro_batch(model, rollout, advantages, chunk, old_log_probs=u > 0)
+                            for chunk in chunks])
         if self.run.agree_stop():  # a stop during the log-probabilities' forwards: the weights are still the last step's
             return None
-        self._step_rollout = rollout
+        self._step_rollout, self._logprob_s = rollout, time.perf_counter() - scoring  # the agreement waited for them
         return updates
 
     def _rollout(self, model, prompts: list[dict], step: int) -> Rollout | None:
@@ -211,7 +212,7 @@ class GRPO(TrainingMethod):
             return None
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
         return Rollout(groups, completions, [x for totals, _ in scores for x in totals], per_function,
-                       (generated - started, time.perf_counter() - generated))
+                       (generated - started, time.perf_counter() - generated, self.engine.sync_s))
 
     def _reward_call(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple:
         """The reward functions' arguments for these prompts' completions, as TRL calls them: each
@@ -227,7 +228,8 @@ class GRPO(TrainingMethod):
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
                 [c.sample_id for _, c in rows])
 
-    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: range) -> dict:
+    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: list[int],
+                     old_log_probs: bool) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
         for p in prompts:
             group = rollout.groups[p]
@@ -241,7 +243,7 @@ class GRPO(TrainingMethod):
         batch["advantages"][:len(advantage)] = torch.tensor(advantage, dtype=torch.float64)
         with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
             inputs = model_inputs(batch, self.device)
-            if self.options.mini_batches > 1:
+            if old_log_probs:
                 batch["old_log_probs"] = model(**inputs, per_token=True)[0]
             if self.options.kl_coef > 0:
                 with self._reference_model(model) as reference:
@@ -305,7 +307,7 @@ class GRPO(TrainingMethod):
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
         values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
-                  *rollout.seconds, *(sum(scores) for scores in rollout.per_function.values())]
+                  *rollout.seconds, self._logprob_s, *(sum(scores) for scores in rollout.per_function.values())]
         return torch.tensor(values, dtype=torch.float64, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
@@ -315,7 +317,8 @@ class GRPO(TrainingMethod):
         count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
         mean = rollout["reward"] / count
         ranks = self.run.plan.dp_size
-        rollout_s, reward_s = rollout["rollout_s"] / ranks, rollout["reward_s"] / ranks  # the ranks' mean
+        rollout_s, reward_s, sync_s, logprob_s = (rollout[k] / ranks for k in ("rollout_s", "reward_s", "weight_sync_s",
+                                                                                "logprob_s"))  # the ranks' mean
         return {"loss": loss_sum / tokens, "reward": mean,
                 "reward_std": math.sqrt(max(rollout["reward_sq"] / count - mean * mean, 0.0)),
                 **{f"reward_{name}": total / count for name, total in zip(self.reward_names, functions)},
@@ -323,7 +326,8 @@ class GRPO(TrainingMethod):
                 "completion_tokens_mean": rollout["completion_tokens"] / count,
                 "completion_tokens_max": self._longest, "cut_fraction": rollout["cut"] / count,
                 "kl": update["kl"] / tokens, "clip_fraction": update["clipped"] / tokens,
-                "entropy": update["entropy"] / tokens, "rollout_s": rollout_s, "reward_s": reward_s,
+                "entropy": update["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sync_s,
+                "reward_s": reward_s, "logprob_s": logprob_s,
                 "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9)}
 
     # --- evaluation: greedy, one completion per validation prompt, the mean reward ---

@@ -11,6 +11,7 @@ company (training.rl.sampling gives each completion its own random stream)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ def never() -> bool:
 
 
 class RolloutEngine(Protocol):
+    sync_s: float  # how long the last rollout took to bring the policy's weights to the sampler
+
     def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int,
                  interrupted: Callable[[], bool] = never) -> Iterator[list[Completion]]:
         """`n` completions for each prompt of this rank, yielded group by group in the order given.
@@ -52,9 +55,14 @@ class ShardedModelRollout:
 
     def __init__(self, model, device: torch.device, seed: int):
         self.model, self.device, self.seed = model, device, seed
+        self.sync_s = 0.0
 
     def generate(self, groups, n, params, step, interrupted=never):
+        started = time.perf_counter()
         with torch.no_grad(), gathered(self.model):
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()  # the all-gathers done, not only queued
+            self.sync_s = time.perf_counter() - started
             for group in groups:
                 completions = self._group(group, n, params, step, interrupted)
                 if completions is None:

@@ -17,6 +17,7 @@ vLLM is imported only when this engine is built: CPU installs and the launcher n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,6 +87,7 @@ class VLLMRollout:
                        gpu_memory_utilization=options.gpu_memory_utilization, max_num_seqs=options.max_num_seqs,
                        max_model_len=max_model_len, enable_sleep_mode=True, seed=rank // tp, dtype=torch.bfloat16)
         self.llm.sleep(level=1)
+        self.sync_s = 0.0
 
     def generate(self, groups, n, params, step, interrupted: Callable[[], bool] = never):
         from vllm import SamplingParams as VLLMSamplingParams
@@ -99,7 +101,10 @@ class VLLMRollout:
             groups = [g for part in gathered for g in part]
         else:
             start = 0
+        started = time.perf_counter()
         self._wake_with_new_weights()
+        torch.cuda.synchronize()
+        self.sync_s = time.perf_counter() - started
         try:
             per_call = max(1, self.options.max_num_seqs // n)  # a stop is heard between calls
             done: list[list[Completion]] = []
