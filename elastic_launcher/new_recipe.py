@@ -58,13 +58,15 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
         "training_config": {
             "model_config": {"model_name_or_path": model,  # sdpa where transformers has no flex attention
                              **({"attn_implementation": "sdpa"} if shape.get("model_type") in NO_FLEX_FAMILIES else {})},
-            "datasets": {"max_len": max_len, **({"packing": False} if recurrent(shape) and method in ("sft", "sft_lora") else {})},
+            "datasets": {"max_len": max_len,
+                         **({"packing": False} if recurrent(shape) and method in ("sft", "sft_lora") else {})},
             "training_args": {"micro_train_batch_size": micro},
         },
         "elastic_policy": {"is_elastic": True, "min_nodes": min_nodes, "max_nodes": max_nodes},
     }
     header = (f"# {name}: {method} of {model}, written by scripts/new_recipe.py on {datetime.date.today()} from its "
-              f"config.json.\n# Set your data with training_config.datasets.train_data ({DATA_DOCS.get(method, 'docs/your-data.md')}).\n")
+              f"config.json.\n# Set your data with training_config.datasets.train_data "
+              f"({DATA_DOCS.get(method, 'docs/your-data.md')}).\n")
     return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
 from elastic_launcher.planning.plan import Plan
-from training.contract.methods import sampling_options
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
-from training.contract.methods import method_facts
+from training.contract.methods import method_facts, sampling_options
 
 MANIFEST_FILE = "manifest.yaml"
 

@@ -374,7 +374,7 @@ class Trainer:
         tokens, loss_sum, extra, norms = 0, 0, 0, []
         updating = time.perf_counter()
         for done, update in enumerate(updates):
-            if done and self._abandon_between_updates(done, len(updates), time.perf_counter() - updating):
+            if done and self._abandon_between_updates(done, len(updates), updating):
                 raise StepAbandoned("updates")
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
             dist.all_reduce(counts)
@@ -406,14 +406,17 @@ class Trainer:
                                    time.perf_counter() - started, extra)
         return record, bool(stop), bool(writing)
 
-    def _abandon_between_updates(self, done: int, total: int, seconds: float) -> bool:
-        """Whether an agreed stop abandons the step after `done` of its `total` updates. The weights
-        now belong to no step: abandoning loses every step since the newest checkpoint, so it is only
-        done where finishing the updates and saving would outlast the graceful timeout. Each rank
-        votes (0: no stop, 1: finish, 2: abandon) and the largest vote holds on every rank."""
+    def _abandon_between_updates(self, done: int, total: int, updating: float) -> bool:
+        """Whether an agreed stop abandons the step after `done` of its `total` updates, begun at
+        `updating`. The weights now belong to no step: abandoning loses every step since the newest
+        checkpoint, so it is only done where finishing the updates and saving would outlast the
+        graceful timeout. Each rank votes (0: no stop, 1: finish, 2: abandon) and the largest vote
+        holds on every rank."""
         vote = 0.0
         if self.stop.requested:
-            finishing = seconds / done * (total - done) + self.save_s
+            if self.on_gpu:
+                torch.cuda.synchronize()  # the updates done, not only queued
+            finishing = (time.perf_counter() - updating) / done * (total - done) + self.save_s
             vote = 1.0 if finishing <= self.stop.seconds_left() else 2.0
         votes = torch.tensor([vote], device=self.device)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX)
@@ -533,9 +536,6 @@ class Trainer:
     def _stop(self, abandoned: str | None = None) -> int:
         """End the loop on an agreed stop: its checkpoint (of the last step taken; none when the step
         was abandoned between its updates), its event, the exit code."""
-        if self.process.unsynced is not None:  # the stop ends this size's start: its deferred sync may run
-            self.process.unsynced.release()
-            self.process.unsynced = None
         if abandoned == "updates":
             self.checkpointer.wait()  # a periodic save still writing: the newest checkpoint, the restart's
             self._log_saved()
