@@ -461,3 +461,17 @@ def test_the_dry_run_counts_prompt_lengths_with_a_chat_template_given_as_a_file(
         counted[name] = next(line for line in out.splitlines() if line.startswith("data:"))
     assert "longer than" not in counted["own"]
     assert "64 of them longer than method_args.max_prompt_length=32" in counted["file"], counted["file"]
+
+
+def test_the_dry_run_warns_where_a_rank_has_fewer_prompts_than_updates():
+    """8 prompts a step in 4 updates: at 3 nodes a rank holds 2 (2+3+3) and pads through two updates;
+    at 1 and 2 nodes every rank has a prompt in every update."""
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.planning.plan import make_plan
+
+    plan = make_plan(to_plain(compose(["recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true",
+                                       "recipes.training_config.training_args.method_args.mini_batches=4"])[0])["recipes"])
+    (warning,) = [w for w in plan.warnings if "mini_batches" in w]
+    assert "method_args.mini_batches=4 (3 nodes: 2)" in warning
+    assert not [w for w in make_plan(to_plain(compose(["recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true"])[0])
+                                     ["recipes"]).warnings if "mini_batches" in w]

@@ -384,6 +384,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                             f"remove it from the entry to use the recipe's")
     warnings += _hardware_warnings(hardware, instance, sizes) + _stop_save_warnings(policy, hardware, sizes,
                                                                                     write_gb_per_s)
+    warnings += _update_share_warnings(sizes)
     unused = tuple(sorted(n for n in entries if n not in nodes_list))
     return Plan(job_name, instance, policy, base_cfg, tuple(sizes), unused, hardware, tuple(warnings), tuple(notes))
 
@@ -527,6 +528,22 @@ def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[S
     return [f"a stop saves {gb:,.0f} GB: ~{gb / write_gb_per_s:.0f} s at simulate.write_gb_per_s={write_gb_per_s:g}, "
             f"more than elastic_policy.graceful_shutdown_timeout={policy.graceful_shutdown_timeout}: raise the "
             f"timeout, or the pod is killed mid-save"]
+
+
+def _update_share_warnings(sizes: list[SizePlan]) -> list[str]:
+    """GRPO: update u takes every m-th prompt of the global batch, so a rank holding k < m prompts a
+    step has prompts in k of the m updates and runs padding through the others (k/m of its update
+    work is real)."""
+    options = sampling_options(sizes[0].config.training_config)
+    if options is None:
+        return []
+    m = options.mini_batches
+    short = [(s.nodes, min(s.batch.local_batches)) for s in sizes if min(s.batch.local_batches) < m]
+    if not short:
+        return []
+    listed = ", ".join(f"{nodes} nodes: {k}" for nodes, k in short)
+    return [f"a rank's prompts per step fall below method_args.mini_batches={m} ({listed}): such a rank only pads "
+            f"through the updates it has no prompt in; lower mini_batches or max_nodes, or raise train_batch_size"]
 
 
 def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[SizePlan]) -> list[str]:
