@@ -11,7 +11,7 @@ from training.contract.batching import plan_batches
 from training.contract.config import TrainingArgs, UnevenBatch
 from training.contract.errors import ConfigError
 from training.data import IGNORE_INDEX, collate, tokenize_chat
-from training.runtime.train import lr_factor
+from training.runtime.train import finishing_fits, lr_factor
 from training.state.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
 from training.state.sampler import GlobalBatchSampler
 
@@ -345,3 +345,14 @@ def test_a_local_job_in_a_deep_run_dir_keeps_multiprocessings_sockets_short(tmp_
     tmpdir = local_job(tmp_path / "configs", deep).env(1)["TMPDIR"]
     assert len(tmpdir) + len("/pymp-12345678/listener-12345678") <= 107 and str(deep) not in tmpdir
     assert tmpdir == local_job(tmp_path / "configs", deep).env(2)["TMPDIR"]  # one per run dir, not per launch
+
+
+def test_a_stop_between_updates_finishes_the_step_only_where_that_and_its_save_fit():
+    """GRPO's updates after a stop: one of four took 2 s and the last save 3 s, so finishing takes
+    9 s; with 9 s of the graceful timeout left the step is finished and saved, with less it is
+    abandoned (nothing saved: the restart resumes from the newest checkpoint). A timeout of 0 never
+    leaves time."""
+    assert finishing_fits(done=1, total=4, seconds=2.0, save_s=3.0, seconds_left=9.0)
+    assert not finishing_fits(done=1, total=4, seconds=2.0, save_s=3.0, seconds_left=8.9)
+    assert finishing_fits(done=3, total=4, seconds=6.0, save_s=1.0, seconds_left=3.0)
+    assert not finishing_fits(done=1, total=2, seconds=0.01, save_s=0.0, seconds_left=-0.02)

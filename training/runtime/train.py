@@ -76,6 +76,12 @@ class StepAbandoned(Exception):
         self.phase = phase  # "rollout" or "updates"
 
 
+def finishing_fits(done: int, total: int, seconds: float, save_s: float, seconds_left: float) -> bool:
+    """Whether a stopped step's remaining updates (`done` of `total` took `seconds`) and the stop's
+    save (`save_s`, as the newest took) fit in what is left of the graceful timeout."""
+    return seconds / done * (total - done) + save_s <= seconds_left
+
+
 USER_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError)
 
 
@@ -416,8 +422,8 @@ class Trainer:
         if self.stop.requested:
             if self.on_gpu:
                 torch.cuda.synchronize()  # the updates done, not only queued
-            finishing = (time.perf_counter() - updating) / done * (total - done) + self.save_s
-            vote = 1.0 if finishing <= self.stop.seconds_left() else 2.0
+            fits = finishing_fits(done, total, time.perf_counter() - updating, self.save_s, self.stop.seconds_left())
+            vote = 1.0 if fits else 2.0
         votes = torch.tensor([vote], device=self.device)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX)
         return votes.item() == 2.0
