@@ -317,19 +317,14 @@ def saved_llama(path: Path) -> Path:
 
 
 def grpo_on_vllm(tmp: Path) -> list[tuple[str, str, str]]:
-    from bench.grpo_throughput import TA
+    from bench.grpo_throughput import METHOD, TA, vllm_overrides
     from elastic_launcher.cli import main as launcher
     from elastic_launcher.local.run import LocalJob
     from training.contract.records import read_records
 
     model = saved_llama(tmp / "grpo_model")
-    method = f"{TA}.method_args"
-    assert launcher(["recipes=llama/tiny_llama_grpo", "recipes.instance_type=ml.p5.48xlarge", "recipes.trainer.num_nodes=1",
-                     f"recipes.training_config.model_config.model_name_or_path={model}",
-                     "recipes.training_config.model_config.architecture=null",
-                     "recipes.training_config.model_config.tokenizer_name_or_path=null",
-                     "recipes.training_config.model_config.mixed_precision=bf16", f"+{method}.rollout_engine=vllm",
-                     f"+{method}.rollout_gpu_memory_utilization=0.3", f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
+    assert launcher(["recipes=llama/tiny_llama_grpo", *vllm_overrides(str(model), 1),
+                     f"+{METHOD}.rollout_gpu_memory_utilization=0.3", f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
                      "cluster.node_local=false", f"output_dir={tmp / 'grpo'}"]) == 0
     job = LocalJob(next((tmp / "grpo").iterdir()) / "configs", tmp / "grpo_run", nproc_per_node=1)
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)

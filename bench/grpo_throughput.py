@@ -41,6 +41,16 @@ PROMPTS = "data/grpo_tiny.jsonl"  # the tiny GRPO recipe's prompts, sums to comp
 TA, METHOD = "recipes.training_config.training_args", "recipes.training_config.training_args.method_args"
 
 
+def vllm_overrides(model: str, nproc: int) -> list[str]:
+    """The tiny GRPO recipe on one GPU node, sampling with vLLM from a save_pretrained model."""
+    return [f"+{METHOD}.rollout_engine=vllm", "recipes.instance_type=ml.p5.48xlarge", "recipes.trainer.num_nodes=1",
+            f"recipes.trainer.nproc_per_node={nproc}", "recipes.elastic_policy.is_elastic=false",
+            f"recipes.training_config.model_config.model_name_or_path={model}",
+            "recipes.training_config.model_config.tokenizer_name_or_path=null",
+            "recipes.training_config.model_config.architecture=null",
+            "recipes.training_config.model_config.mixed_precision=bf16"]
+
+
 def grpo_overrides(args) -> list[str]:
     common = [f"{TA}.train_batch_size={args.prompts}", f"{TA}.micro_train_batch_size={args.micro}",
               f"{TA}.max_steps={args.steps}", f"{METHOD}.num_generations={args.n}",
@@ -50,12 +60,7 @@ def grpo_overrides(args) -> list[str]:
               "cluster.node_local=false"]
     if args.engine == "trainer":  # the tiny Llama, one CPU process per local node
         return [*common, f"recipes.trainer.num_nodes={args.nproc}"]
-    return [*common, f"+{METHOD}.rollout_engine=vllm", "recipes.instance_type=ml.p5.48xlarge", "recipes.trainer.num_nodes=1",
-            f"recipes.trainer.nproc_per_node={args.nproc}", "recipes.elastic_policy.is_elastic=false",
-            f"recipes.training_config.model_config.model_name_or_path={args.model}",
-            "recipes.training_config.model_config.tokenizer_name_or_path=null",
-            "recipes.training_config.model_config.architecture=null",
-            "recipes.training_config.model_config.mixed_precision=bf16"]
+    return [*common, *vllm_overrides(args.model, args.nproc)]
 
 
 def render(tmp: Path, recipe: str, name: str, overrides: list[str]) -> Path:

@@ -424,9 +424,7 @@ class Trainer:
                 torch.cuda.synchronize()  # the updates done, not only queued
             fits = finishing_fits(done, total, time.perf_counter() - updating, self.save_s, self.stop.seconds_left())
             vote = 1.0 if fits else 2.0
-        votes = torch.tensor([vote], device=self.device)
-        dist.all_reduce(votes, op=dist.ReduceOp.MAX)
-        return votes.item() == 2.0
+        return self._largest_over_ranks(vote) == 2.0
 
     def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
                      elapsed: float, extra: list[float]) -> dict:
@@ -563,9 +561,13 @@ class Trainer:
         return self.stop.exit_code_after_stop()
 
     def _agree_stop(self) -> bool:
-        flag = torch.tensor([float(self.stop.requested)], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return self._largest_over_ranks(float(self.stop.requested)) > 0
+
+    def _largest_over_ranks(self, value: float) -> float:
+        """A collective: the largest of every rank's `value`."""
+        largest = torch.tensor([value], device=self.device)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        return largest.item()
 
     def close(self) -> None:
         """End this world size in a process that goes on (an in-place resize): the stop's checkpoint is
