@@ -1,13 +1,14 @@
 """The 8-GPU scale configs of scale_configs/ (gpu8_*.yaml), written from one description:
 
-    python scripts/scale_configs.py    # rewrites them; tests/test_recipes_files.py checks they are current
+    python scripts/scale_configs.py    # rewrites them; tests/test_defaults.py checks they are current
 
-Every one keeps the global batch at 128 at every size. The vendor's elastic LoRA SFT and DPO recipes
+SFT and DPO keep the global batch at 128 at every size. The vendor's elastic LoRA SFT and DPO recipes
 (sagemaker-hyperpod-recipes) come in families by their micro-batch M: at the sizes where 8 ranks
 per node split 128 evenly below 16 nodes (1, 2, 4, 8) the micro-batch is min(M, the local batch);
 at 16 nodes (one sample per rank) it is the recipe's; the family with M >= 4 also runs at 6 nodes
 and the one with M = 8 at 3 nodes, with the most even per-rank split written out as the vendor
-writes it. Full-parameter SFT states only the global batch, at every size its recipes use.
+writes it. Full-parameter SFT states only the global batch, at every size its recipes use; GRPO
+only the sizes (its recipes' prompts per step differ).
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ VENDOR_HEADER = """\
 SFT_HEADER = """\
 # Full-parameter SFT on 8-GPU nodes: global batch 128 at every size, the recipe's micro-batch; sizes whose
 # ranks do not divide 128 get the most even per-rank split (derived). Recipes start where the model fits.
+"""
+GRPO_HEADER = """\
+# GRPO on 8-GPU nodes: the sizes its recipes may run at, each with the recipe's prompts per step
+# (train_batch_size), micro-batch and learning rate; sizes whose ranks do not divide the prompts get
+# the most even per-rank split (derived). Each recipe's elastic policy picks the sizes where both
+# phases fit and every rank holds a prompt of every update (train_batch_size / mini_batches ranks at most).
 """
 GENERATED = "# Written by scripts/scale_configs.py: edit the description there and rerun it.\n"
 
@@ -72,6 +79,7 @@ def files() -> dict[str, str]:
            for name, (method, micro) in VENDOR_FAMILIES.items()}
     out["gpu8_sft.yaml"] = text(SFT_HEADER, {f"n{n}": {"training_config": {"training_args": {
         "train_batch_size": GLOBAL_BATCH}}} for n in FULL_SFT_SIZES})
+    out["gpu8_grpo.yaml"] = text(GRPO_HEADER, {f"n{n}": {} for n in FULL_SFT_SIZES})
     return out
 
 

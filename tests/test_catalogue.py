@@ -1,5 +1,6 @@
 """The recipe catalogue: every vendor elastic recipe (sagemaker-hyperpod-recipes, read into
-tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies;
+tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies, and
+so does every vendor GRPO-RLVR recipe of a catalogue model (tests/fixtures/vendor_grpo_recipes.json);
 every recipe at every allowed size has a kept memory trace, fits within 90% of its GPU and lists
 only instance types where it fits; the analytic fallback counts what transformers builds; the dry
 run warns outside a recipe's instance types and where a size would not fit; the table in docs/recipes.md is
@@ -7,6 +8,7 @@ the recipes on disk."""
 
 import functools
 import json
+import re
 import sys
 
 import pytest
@@ -15,7 +17,9 @@ from conftest import ROOT
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.config.user_recipes import catalogue
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
-from elastic_launcher.planning.plan import fallback_estimate, make_plan
+from elastic_launcher.planning.plan import fallback_estimate, make_plan, rollout_phases
+from training.contract.errors import ConfigError
+from training.contract.methods import sampling_options
 
 pytestmark = pytest.mark.slow  # composes and plans every recipe of the catalogue: the full suite only
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%
@@ -28,7 +32,9 @@ def composed(recipe: str) -> dict:
     return to_plain(compose([f"recipes={recipe}"])[0])["recipes"]
 
 
+@functools.cache
 def plan_of(recipe, *overrides):
+    """The recipe's plan at its elastic sizes (planned once per test session: plans are frozen)."""
     return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides])[0])
                      ["recipes"])
 
@@ -80,14 +86,20 @@ def test_every_vendor_recipe_has_a_twin_that_agrees(vendor):
             assert size.batch.local_batches == (small,) * n_small + (large,) * (size.batch.dp_size - n_small)
 
 
+METHOD_SUFFIXES = ("sft_lora", "grpo_lora", "sft", "dpo", "grpo")
+
+
+def method_of(recipe: str) -> str:
+    return next(m for m in METHOD_SUFFIXES if recipe.endswith(f"_{m}"))
+
+
 def test_every_model_has_full_sft_lora_sft_and_dpo():
     models = {v["model"] for v in VENDOR}
     assert len(models) == 23
     by_model = {}
     for recipe in catalogue("recipes"):
         plain = composed(recipe)["training_config"]
-        by_model.setdefault(plain["model_config"]["model_name_or_path"], set()).add(recipe.rsplit("_", 1)[-1]
-                                                                                     .replace("lora", "sft_lora"))
+        by_model.setdefault(plain["model_config"]["model_name_or_path"], set()).add(method_of(recipe))
     for model in models:
         assert {"sft", "sft_lora", "dpo"} <= by_model.get(model, set()), model
 
@@ -178,6 +190,82 @@ def test_full_parameter_recipes_start_where_the_model_first_fits(recipe):
     assert memory.traced and not fits(memory, plan.instance), (recipe, size.nodes, memory.total_gib)
 
 
+# --- the GRPO twins of the vendor's verl-grpo-rlvr recipes (tests/fixtures/vendor_grpo_recipes.json) ---
+
+VENDOR_GRPO = json.loads((ROOT / "tests" / "fixtures" / "vendor_grpo_recipes.json").read_text())
+# Where the vendor ships two files for one model and method, the newer release's (-0_7_0) is the one followed.
+NEWEST_GRPO = list({(v["model"], v["method"]): v for v in sorted(VENDOR_GRPO, key=lambda v: "-0_7_0/" in v["vendor_file"])}
+                   .values())
+SAMPLING_KEYS = ("num_generations", "temperature", "top_p", "top_k", "max_prompt_length", "max_new_tokens", "mini_batches",
+                 "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "scale_rewards")
+
+
+def grpo_twin_of(vendor: dict) -> str | None:
+    found = [r for r in CATALOGUE if method_of(r) == vendor["method"]
+             and composed(r)["training_config"]["model_config"]["model_name_or_path"] == vendor["model"]]
+    assert len(found) <= 1, (vendor["vendor_file"], found)
+    return found[0] if found else None
+
+
+def test_every_catalogue_model_with_a_vendor_rlvr_recipe_has_its_grpo_twins():
+    """All but Nemotron 3 Super, which the catalogue has no recipe of (the vendor has no SFT or DPO
+    recipe of it either); the gpt-oss twins train the bf16 copy the vendor's load, as vLLM needs."""
+    models = {composed(r)["training_config"]["model_config"]["model_name_or_path"].removesuffix("-bf16")
+              for r in CATALOGUE}
+    missing = {v["model"] for v in NEWEST_GRPO if grpo_twin_of(v) is None}
+    assert missing == {"nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"}
+    assert not missing & models
+
+
+@pytest.mark.parametrize("vendor", NEWEST_GRPO, ids=[v["vendor_file"] for v in NEWEST_GRPO])
+def test_every_grpo_twin_agrees_with_the_vendors_rlvr_recipe(vendor):
+    twin = grpo_twin_of(vendor)
+    if twin is None:
+        pytest.skip(f"{vendor['model']}: no recipe of the model in the catalogue")
+    plan = plan_of(twin)
+    tc = plan.base.training_config
+    args, sampling = tc.training_args, sampling_options(tc)
+    assert {key: getattr(sampling, key) for key in SAMPLING_KEYS} == {key: vendor[key] for key in SAMPLING_KEYS}
+    assert (vendor["advantage"], vendor["loss_agg_mode"], vendor["kl_type"]) == ("grpo", "token-mean", "low_var_kl")
+    assert (sampling.rollout_engine, sampling.rollout_tensor_parallel_size) == ("vllm", vendor["tensor_parallel_size"])
+    assert (sampling.rewards, tc.datasets.train_data) == (["math_verify"], "openai/gsm8k")
+    assert (args.trainer_type, args.max_epochs) == ("grpo", vendor["total_epochs"])
+    lora = vendor["lora"]
+    assert tc.model_config.lora == (lora is not None)
+    if lora:
+        peft = tc.model_config.peft_config
+        assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (lora["r"], lora["lora_alpha"], 0.0)
+        # the vendor's regular expression '.*q_proj.*|.*k_proj.*|...' names the modules a list here names
+        named = re.findall(r"\.\*(\w+)\.\*", lora["target_modules"]) or lora["target_modules"]
+        assert peft.target_modules == named
+    for size in plan.sizes:
+        size_args = size.config.training_config.training_args
+        assert (size_args.train_batch_size, size_args.learning_rate) == (vendor["train_batch_size"],
+                                                                         vendor["learning_rate"]), size.nodes
+    assert set(plan.hardware.instance_types) <= set(vendor["instance_types"]), plan.hardware.instance_types
+    # Every rank holds a prompt of every update at every size, unless the model first fits where it cannot.
+    per_update = vendor["train_batch_size"] // vendor["mini_batches"]
+    gpus = plan.instance.gpus
+    assert plan.policy.max_nodes * gpus <= per_update or plan.sizes[0].nodes * gpus > per_update, plan.policy
+    assert len(plan.sizes) >= 2  # elastic
+
+
+@pytest.mark.parametrize("recipe", [r for r in CATALOGUE if r.endswith("_grpo")])
+def test_full_parameter_grpo_recipes_start_where_both_phases_first_fit(recipe):
+    """The dry run refuses the scale config's size just below the first, naming the phase that does
+    not fit there (the rollout: vLLM's share awake beside the sharded state; or the updates)."""
+    plan = plan_of(recipe)
+    below = [int(key.removeprefix("n")) for key in composed(recipe)["scale_config"]
+             if int(key.removeprefix("n")) < plan.policy.min_nodes]
+    if not below:
+        assert plan.policy.min_nodes == 1
+        return
+    n = max(below)
+    with pytest.raises(ConfigError, match=f"at {n} nodes GRPO's (rollouts|updates) need"):
+        plan_of(recipe, f"recipes.elastic_policy.min_nodes={n}", f"recipes.elastic_policy.max_nodes={n}",
+                f"recipes.trainer.num_nodes={n}")
+
+
 @pytest.mark.parametrize("recipe", FULL_SFT)
 def test_full_parameter_recipes_of_32b_and_up_train_at_1e_5(recipe):
     plan = plan_of(recipe)
@@ -230,15 +318,17 @@ def test_the_lora_count_is_what_peft_injects(recipe):
 def test_the_fallback_estimate_stays_near_every_trace():
     """Where no trace was kept (a changed micro-batch, say), the dry run shows the analytic fallback,
     marked `~`. Held against the trace at every allowed size of every recipe (its one constant
-    fitted to them), it stays within FALLBACK_BAND of the traced figure."""
+    fitted to them), it stays within FALLBACK_BAND of the traced figure (GRPO: of its updates, with
+    what a sleeping vLLM engine keeps beside them, as the dry run adds it to either)."""
     ratios = []
     for recipe in CATALOGUE:
         plan = plan_of(recipe)
         for size in plan.sizes:
             allowance = Allowance.of(plan.hardware.model_shape, size.config.training_config,
                                      size.shard_degree < size.devices, size.batch.micro_batch)
-            got = fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree, size.batch.micro_batch,
-                                    allowance)
+            got = rollout_phases(fallback_estimate(plan.hardware.model_shape, size.config, size.shard_degree,
+                                                   size.batch.micro_batch, allowance),
+                                 plan.hardware.model_shape, size.config.training_config, plan.instance)  # as the dry run
             ratios.append((got.total_gib / size.memory.total_gib, recipe, size.nodes))
     low, high = FALLBACK_BAND
     assert all(low <= ratio <= high for ratio, _, _ in ratios), (min(ratios), max(ratios))
@@ -265,7 +355,7 @@ def test_the_documented_table_is_the_recipes_on_disk():
     readme = (ROOT / "docs" / "recipes.md").read_text()
     start = readme.index(HEADER)
     end = readme.index("\n\n", start)
-    assert readme[start:end] == table(), "regenerate it with: python scripts/catalogue.py"
+    assert readme[start:end] == table(plan_of), "regenerate it with: python scripts/catalogue.py"
 
 
 def test_the_dry_run_warns_when_a_stop_save_cannot_end_within_the_graceful_timeout(launch):

@@ -334,7 +334,9 @@ def sharded(seed):
 model = sharded(0)
 args = TrainingArgs(train_batch_size=B, micro_train_batch_size=1)
 plan = plan_batches(args, world)
-method = GRPO(args, Args(num_generations=N, mini_batches=3, kl_coef=0.1, max_prompt_length=8, max_new_tokens=8),
+micro_completions = int(sys.argv[3]) if len(sys.argv) > 3 else None  # None: one prompt's group per micro-batch
+method = GRPO(args, Args(num_generations=N, mini_batches=3, kl_coef=0.1, max_prompt_length=8, max_new_tokens=8,
+                         micro_completions=micro_completions),
               torch.device("cpu"))
 method.shape, method.run = BatchShape(N, 16, False), RunInfo(None, plan, rank)
 method.reference = sharded(1).requires_grad_(False)
@@ -372,17 +374,23 @@ def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path)
     every update's gradient equals the single rank's. The model runs in float64, but FSDP's
     gradient reduction across ranks on gloo does not keep float64's precision: one micro-batch on one
     rank, the others' contributions exactly zero, already differs from the single rank's gradient
-    by up to 1e-7 of its scale (measured); a wrong normalization would differ by tens of percent."""
+    by up to 1e-7 of its scale (measured); a wrong normalization would differ by tens of percent.
+    Micro-batches of fewer completions than a group (method_args.micro_completions, for long
+    completions) give the same gradient."""
     script = tmp_path / "gradients.py"
     script.write_text(GRADIENTS)
     got = {}
-    for world in (1, 3):
-        out = tmp_path / f"grads{world}.json"
+    for world, *micro_completions in ((1,), (3,), (1, "2")):
+        out = tmp_path / f"grads{world}{micro_completions}.json"
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-                               str(script), str(ROOT / "tests"), str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+                               str(script), str(ROOT / "tests"), str(out), *micro_completions], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         assert done.returncode == 0, done.stderr[-3000:]
-        got[world] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
-    assert got[1].shape[0] == 3 and got[1].abs().max() > 0
-    for one, three in zip(got[1], got[3]):
+        got[world, *micro_completions] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
+    assert got[1,].shape[0] == 3 and got[1,].abs().max() > 0
+    for one, three in zip(got[1,], got[3,]):
         assert (three - one).abs().max() <= 1e-6 * one.abs().max()
+    # micro-batches of 2 completions split each group of 3: on one rank, only the summation order differs
+    for one, split in zip(got[1,], got[1, "2"]):
+        assert (split - one).abs().max() <= 1e-12 * one.abs().max()

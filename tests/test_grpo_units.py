@@ -236,8 +236,10 @@ def test_grpos_memory_has_a_rollout_phase_and_updates_shaped_by_its_completions(
     assert vllm.rollout_gib == pytest.approx(vllm.state_gib + 0.6 * gpu + CUDA_CONTEXT_GIB)
     assert vllm.total_gib == pytest.approx(own.total_gib + VLLM_ASLEEP_GIB)
     assert vllm.peak_gib == max(vllm.rollout_gib, vllm.total_gib)
-    # An update's rows are each prompt's completions, prompt + completion long.
+    # An update's rows are each prompt's completions, prompt + completion long; micro_completions
+    # cuts a micro-batch (here 4 prompts' 8 completions) to that many rows.
     assert grpo_memory(f"{METHOD_ARG}num_generations=16")[0].total_gib > own.total_gib + 5
+    assert grpo_memory(f"{METHOD_ARG}micro_completions=2")[0].total_gib < own.total_gib - 5
 
 
 def test_a_size_where_grpos_rollout_would_not_fit_is_refused_naming_the_key():
@@ -245,6 +247,12 @@ def test_a_size_where_grpos_rollout_would_not_fit_is_refused_naming_the_key():
         grpo_memory(f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_gpu_memory_utilization=0.85")
     assert "GRPO's rollouts need ~" in str(e.value) and "lower training_config.training_args.method_args." \
         "rollout_gpu_memory_utilization" in str(e.value) and "\n" not in str(e.value)
+    # A share too small for the model's weights: Llama 3.1 8B's 15 GiB in bf16 on one GPU.
+    with pytest.raises(ConfigError) as e:
+        grpo_memory(f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_gpu_memory_utilization=0.15")
+    assert str(e.value) == ("training_config.training_args.method_args.rollout_gpu_memory_utilization=0.15 gives vLLM "
+                            "12 GiB of each GPU, not enough for the model's bf16 weights over "
+                            "rollout_tensor_parallel_size=1 GPUs (15 GiB) and a KV cache: raise either")
 
 
 # --- rewards ------------------------------------------------------------------------------------------

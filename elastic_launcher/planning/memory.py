@@ -357,6 +357,8 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
         inputs.update(seq_len=o.max_prompt_length + o.max_new_tokens,
                       completions={"per_prompt": o.num_generations, "prompt_len": o.max_prompt_length,
                                    "old_log_probs": o.mini_batches > 1, "reference": o.kl_coef > 0})
+        if o.micro_completions:  # a micro-batch of that many completions, whatever the prompts per micro-batch
+            inputs.update(micro_batch=1, micro_completions=o.micro_completions)
     return inputs
 
 

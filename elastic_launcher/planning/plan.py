@@ -141,11 +141,21 @@ class Plan:
         return next((s for s in self.sizes if s.nodes == nodes), None)
 
 
-def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc) -> None:
+def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc, model_shape: dict | None) -> None:
     """GRPO: a size where its rollout or its updates would not fit is refused, naming what to change
-    (an out-of-memory rollout loses the step's work every time it is retried)."""
+    (an out-of-memory rollout loses the step's work every time it is retried), and so is a vLLM
+    share of the GPU that cannot hold the model's weights (vLLM would refuse to start)."""
     limit, key = FIT_SHARE * instance.gpu_memory_gib, "training_config.training_args.method_args"
-    vllm = sampling_options(tc).rollout_engine == "vllm"
+    options = sampling_options(tc)
+    vllm = options.rollout_engine == "vllm"
+    if vllm and model_shape:
+        weights = 2 * ModelShape.from_config(model_shape).params / options.rollout_tensor_parallel_size / GIB
+        share = options.rollout_gpu_memory_utilization * instance.gpu_memory_gib
+        if weights >= share:
+            raise ConfigError(f"{key}.rollout_gpu_memory_utilization={options.rollout_gpu_memory_utilization:g} gives "
+                              f"vLLM {share:.0f} GiB of each GPU, not enough for the model's bf16 weights over "
+                              f"rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} GPUs ({weights:.0f} "
+                              f"GiB) and a KV cache: raise either")
 
     def over(phase: str, gib: float) -> str:
         return (f"at {nodes} nodes GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
@@ -357,7 +367,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                  sharding="hsdp" if degree < nodes * nproc else "fsdp")
         cfg = dataclasses.replace(cfg, training_config=dataclasses.replace(cfg.training_config, model_config=mc))
         if memory is not None and memory.rollout_gib is not None:
-            _check_phases(memory, instance, nodes, cfg.training_config)
+            _check_phases(memory, instance, nodes, cfg.training_config, hardware.model_shape)
         sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None, memory))
 
     first = sizes[0]
@@ -456,7 +466,7 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
     mc, tc = cfg.training_config.model_config, cfg.training_config
     rows, length = micro, tc.datasets.max_len
     if o := sampling_options(tc):  # GRPO's updates: each prompt's completions, prompt + completion long
-        rows, length = micro * o.num_generations, o.max_prompt_length + o.max_new_tokens
+        rows, length = o.micro_completions or micro * o.num_generations, o.max_prompt_length + o.max_new_tokens
     return estimate(ModelShape.from_config(model_shape), shard_degree, rows, length,
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
                     loss_chunk_tokens=mc.loss_chunk_tokens,

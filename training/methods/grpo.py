@@ -52,6 +52,9 @@ class Args:  # training_args.method_args, with verl's defaults
     max_prompt_length: int = ranged(512, ge=1)  # longer prompts are left out of the data (and counted)
     max_new_tokens: int = ranged(1024, ge=1)
     mini_batches: int = ranged(4, ge=1)  # optimizer updates per rollout batch (verl: 128 prompts / 32)
+    # Completions per micro-batch of an update (verl's ppo_micro_batch_size_per_gpu); None: the
+    # micro_train_batch_size prompts' groups. Below num_generations where long completions would not fit.
+    micro_completions: int | None = ranged(None, ge=1)
     clip_ratio_low: float = ranged(0.2, ge=0, lt=1)
     clip_ratio_high: float = ranged(0.2, ge=0)
     clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages
@@ -140,7 +143,7 @@ class GRPO(TrainingMethod):
     @property
     def row_shape(self) -> BatchShape:
         """Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape)."""
-        return BatchShape(self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
+        return BatchShape(self.options.micro_completions or self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
 
     def _vllm(self, model, run):
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
@@ -176,12 +179,12 @@ class GRPO(TrainingMethod):
         scoring = time.perf_counter()
         advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
                                       self.options.num_generations, self.options.scale_rewards)
-        micro = self.run.plan.micro_batch
+        n, micro = self.options.num_generations, self.row_shape.rows
         updates = []
         for u, share in enumerate(update_shares(self.run.plan, self.options.mini_batches)):
-            mine = share[self.run.rank]
-            count = max(math.ceil(len(prompts) / micro) for prompts in share)  # micro-batches: equal on every rank
-            chunks = [mine[i * micro:(i + 1) * micro] for i in range(count)]
+            mine = [(p, i) for p in share[self.run.rank] for i in range(n)]  # (prompt, completion)
+            count = max(math.ceil(len(prompts) * n / micro) for prompts in share)  # micro-batches: equal on every rank
+            chunks = [mine[k * micro:(k + 1) * micro] for k in range(count)]
             # The first update's policy is the rollout's: its own forward gives the old log-probabilities.
             updates.append([self._micro_batch(model, rollout, advantages, chunk, old_log_probs=u > 0)
                             for chunk in chunks])
@@ -228,16 +231,15 @@ class GRPO(TrainingMethod):
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
                 [c.sample_id for _, c in rows])
 
-    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, prompts: list[int],
+    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
-        for p in prompts:
-            group = rollout.groups[p]
-            for i, completion in enumerate(rollout.completions[p]):
-                ids = list(group.prompt_ids) + list(completion.token_ids)
-                rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(group.prompt_ids) + list(completion.token_ids),
-                             "sample_ids": [group.sample_id], "lengths": [len(ids)]})
-                advantage.append(advantages[p * n + i])
+        for p, i in completions:
+            group, completion = rollout.groups[p], rollout.completions[p][i]
+            ids = list(group.prompt_ids) + list(completion.token_ids)
+            rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(group.prompt_ids) + list(completion.token_ids),
+                         "sample_ids": [group.sample_id], "lengths": [len(ids)]})
+            advantage.append(advantages[p * n + i])
         batch = collate(rows, self.row_shape)
         batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
         batch["advantages"][:len(advantage)] = torch.tensor(advantage, dtype=torch.float64)
