@@ -380,17 +380,17 @@ def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path)
     script = tmp_path / "gradients.py"
     script.write_text(GRADIENTS)
     got = {}
-    for world, *micro_completions in ((1,), (3,), (1, "2")):
+    for name, world, micro_completions in (("one", 1, []), ("three", 3, []), ("one, split", 1, ["2"])):
         out = tmp_path / f"grads{world}{micro_completions}.json"
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
                                str(script), str(ROOT / "tests"), str(out), *micro_completions], cwd=ROOT,
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         assert done.returncode == 0, done.stderr[-3000:]
-        got[world, *micro_completions] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
-    assert got[1,].shape[0] == 3 and got[1,].abs().max() > 0
-    for one, three in zip(got[1,], got[3,]):
+        got[name] = torch.tensor(json.loads(out.read_text()), dtype=torch.float64)
+    assert got["one"].shape[0] == 3 and got["one"].abs().max() > 0
+    for one, three in zip(got["one"], got["three"]):
         assert (three - one).abs().max() <= 1e-6 * one.abs().max()
     # micro-batches of 2 completions split each group of 3: on one rank, only the summation order differs
-    for one, split in zip(got[1,], got[1, "2"]):
+    for one, split in zip(got["one"], got["one, split"]):
         assert (split - one).abs().max() <= 1e-12 * one.abs().max()
