@@ -324,7 +324,8 @@ def grpo_on_vllm(tmp: Path) -> list[tuple[str, str, str]]:
 
     model = saved_llama(tmp / "grpo_model")
     assert launcher(["recipes=llama/tiny_llama_grpo", *vllm_overrides(str(model), 1),
-                     f"+{METHOD}.rollout_gpu_memory_utilization=0.3", f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
+                     f"+{METHOD}.rollout_gpu_memory_utilization=0.3", f"+{METHOD}.rollout_correction=sequence",
+                     f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
                      "cluster.node_local=false", f"output_dir={tmp / 'grpo'}"]) == 0
     job = LocalJob(next((tmp / "grpo").iterdir()) / "configs", tmp / "grpo_run", nproc_per_node=1)
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
@@ -334,7 +335,8 @@ def grpo_on_vllm(tmp: Path) -> list[tuple[str, str, str]]:
     sync = max(r["weight_sync_s"] / r["step_time"] for r in steps)
     rows = [("9. GRPO on vLLM, two steps", "ok" if len(steps) == 2 else "FAILED",
              f"{len(steps)} steps, rollout {steps[-1]['rollout_tokens_per_s']:,.0f} tokens/s, weight sync "
-             f"{sync:.1%} of a step at most")]
+             f"{sync:.1%} of a step at most, rollout correction weight (vLLM's log-probabilities against the "
+             f"trainer's) {steps[-1]['rollout_correction_weight']:.4f}")]
     done = subprocess.run([sys.executable, "-c", INVARIANCE, str(model)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-5000:])

@@ -64,6 +64,7 @@ def facts(root: Path, path: Path) -> dict:
         "advantage": get("training_config.algorithm.adv_estimator"),
         "scale_rewards": get("training_config.algorithm.norm_adv_by_std_in_grpo"),
         "rollout_correction": get("training_config.algorithm.rollout_correction.rollout_is"),
+        "rollout_correction_threshold": get("training_config.algorithm.rollout_correction.rollout_is_threshold"),
         "lora": {"r": rank, "lora_alpha": alpha, "target_modules": get(f"{MODEL}.target_modules")} if rank else None,
         "tensor_parallel_size": get(f"{ROLLOUT}.tensor_model_parallel_size"),
         "gpu_memory_utilization": get(f"{ROLLOUT}.gpu_memory_utilization"),

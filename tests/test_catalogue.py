@@ -229,6 +229,11 @@ def test_every_grpo_twin_agrees_with_the_vendors_rlvr_recipe(vendor):
     assert (vendor["advantage"], vendor["loss_agg_mode"], vendor["kl_type"]) == ("grpo", "token-mean", "low_var_kl")
     assert (sampling.rollout_engine, sampling.rollout_tensor_parallel_size) == ("vllm", vendor["tensor_parallel_size"])
     assert (sampling.rewards, tc.datasets.train_data) == (["math_verify"], "openai/gsm8k")
+    if vendor["rollout_correction"]:
+        assert (sampling.rollout_correction, sampling.rollout_correction_threshold) == \
+            (vendor["rollout_correction"], vendor["rollout_correction_threshold"])
+    else:
+        assert sampling.rollout_correction == "none"
     assert (args.trainer_type, args.max_epochs) == ("grpo", vendor["total_epochs"])
     lora = vendor["lora"]
     assert tc.model_config.lora == (lora is not None)

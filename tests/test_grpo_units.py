@@ -4,6 +4,7 @@ against a full softmax; sampling seeded by the completion alone; the rollout's K
 full forwards; reward functions and each way they can fail."""
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from training.contract.errors import ConfigError
 from training.contract.methods import method_facts
 from training.contract.rewards import RewardError, RewardOptions, check_rewards, metric_names
 from training.model.loss import token_log_probs
-from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl
+from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
@@ -82,6 +83,21 @@ def test_low_var_kl_is_the_k3_estimator_and_zero_at_the_reference():
         r = math.exp(ref[i, t].item() - logp[i, t].item())
         assert value == pytest.approx(r - math.log(r) - 1, rel=1e-12, abs=1e-15)
     assert (kl >= 0).all() and low_var_kl(logp, logp).abs().max() == 0
+
+
+def test_the_rollout_correction_weighs_by_pi_old_over_the_samplers_probability_truncated():
+    """verl's decoupled rollout importance weights: per token exp(old - rollout), or per completion
+    the product over its real tokens, at most the threshold; a token without the sampler's
+    log-probability (NaN) counts as 1; no gradient flows through them."""
+    old = torch.tensor([[-1.0, -2.0, -0.5, 0.0], [-1.0, -1.0, -3.0, -3.0]], dtype=torch.float64, requires_grad=True)
+    rollout = torch.tensor([[-1.25, -1.5, float("nan"), -9.0], [-2.5, -1.0, -3.0, -3.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)  # row 0's last: padding
+    token = rollout_correction_weights(old, rollout, mask, "token", threshold=3.0)
+    assert token[0, :3].tolist() == pytest.approx([math.exp(0.25), math.exp(-0.5), 1.0], rel=1e-12)
+    assert token[0, 3] == 1.0 and token[1].tolist() == pytest.approx([3.0, 1.0, 1.0, 1.0])  # exp(1.5) truncated
+    sequence = rollout_correction_weights(old, rollout, mask, "sequence", threshold=3.0)
+    assert sequence[0].tolist() == pytest.approx([math.exp(-0.25)] * 4, rel=1e-12) and (sequence[1] == 3.0).all()
+    assert not token.requires_grad and not sequence.requires_grad
 
 
 def test_token_log_probs_match_a_full_softmax_chunked_or_not():
@@ -154,6 +170,71 @@ def test_greedy_decoding_with_the_kv_cache_matches_full_forwards(policy):
     assert completions[0].token_ids == completions[1].token_ids == tuple(tokens[len(prompt):])
 
 
+def test_the_samplers_log_probabilities_sit_where_the_trainer_scores_its_tokens(policy):
+    """With the rollout correction on, the sampler keeps each drawn token's log-probability; in an
+    update's micro-batch they sit where the labels hold those tokens, and from the trainer's own
+    sampler they equal the trainer's forward there (the correction's ratio is 1, up to float32
+    rounding: the KV-cached decode sums in another order, ~1e-6 at these magnitudes)."""
+    from training.contract.config import TrainingArgs
+    from training.data import IGNORE_INDEX, BatchShape
+    from training.methods.grpo import GRPO, Args, Rollout
+
+    groups = [PromptGroup(0, (5, 9, 14)), PromptGroup(1, (7, 8, 21, 22, 23))]
+    params = SamplingParams(max_new_tokens=6, log_probs=True)
+    completions = list(ShardedModelRollout(policy, torch.device("cpu"), seed=1).generate(groups, 2, params, 0))
+    assert all(len(c.log_probs) == len(c.token_ids) for group in completions for c in group)
+    method = GRPO(TrainingArgs(train_batch_size=2, micro_train_batch_size=2),
+                  Args(num_generations=2, max_prompt_length=5, max_new_tokens=6, mini_batches=1, kl_coef=0.0,
+                       rollout_correction="sequence"), torch.device("cpu"))
+    method.shape = BatchShape(4, 11, False)
+    rows = [(p, i) for p in range(2) for i in range(2)]
+    with torch.no_grad():
+        batch = method._micro_batch(policy, Rollout(groups, completions, [0.0] * 4, {}), torch.zeros(4), rows,
+                                    old_log_probs=True)
+    labelled = batch["labels"] != IGNORE_INDEX
+    assert int(labelled.sum()) == sum(len(c.token_ids) for group in completions for c in group)
+    assert (batch["rollout_log_probs"][~labelled] == 0).all()
+    torch.testing.assert_close(batch["rollout_log_probs"][labelled], batch["old_log_probs"][labelled].float(),
+                               rtol=0, atol=1e-4)
+    method.close()
+
+
+def test_a_sequence_correction_scales_each_completions_gradient_by_its_weight(policy, monkeypatch):
+    """In an update whose policy is the rollout's (ratio 1), the corrected loss's gradient is the
+    uncorrected one's with each completion's advantage times its weight exp(sum(old - rollout))."""
+    from training.contract.config import TrainingArgs
+    from training.data import IGNORE_INDEX, BatchShape
+    from training.methods.grpo import GRPO, Args, Rollout
+
+    monkeypatch.setattr(policy, "set_requires_all_reduce", lambda _: None, raising=False)  # no FSDP here
+    groups = [PromptGroup(0, (5, 9, 14)), PromptGroup(1, (7, 8, 21))]
+    params = SamplingParams(max_new_tokens=5, log_probs=True)
+    completions = list(ShardedModelRollout(policy, torch.device("cpu"), seed=2).generate(groups, 2, params, 0))
+    rows, advantages = [(p, i) for p in range(2) for i in range(2)], torch.tensor([1.0, -0.5, 0.25, -2.0])
+
+    def gradient(correction: str, scale: torch.Tensor, shift: torch.Tensor | None = None) -> torch.Tensor:
+        method = GRPO(TrainingArgs(train_batch_size=2, micro_train_batch_size=2),
+                      Args(num_generations=2, max_prompt_length=3, max_new_tokens=5, mini_batches=1, kl_coef=0.0,
+                           rollout_correction=correction, rollout_correction_threshold=10.0), torch.device("cpu"))
+        method.shape = BatchShape(4, 8, False)
+        with torch.no_grad():
+            batch = method._micro_batch(policy, Rollout(groups, completions, [0.0] * 4, {}), advantages * scale, rows,
+                                        old_log_probs=True)
+        labelled = (batch["labels"] != IGNORE_INDEX).float()
+        if shift is not None:  # the sampler's log-probabilities: the trainer's minus shift / (completion tokens)
+            batch["rollout_log_probs"] = batch["old_log_probs"] - labelled * (shift / labelled.sum(1)).unsqueeze(1)
+        policy.zero_grad(set_to_none=True)
+        method.forward_backward(policy, [batch], labelled.sum(), 1, 2)
+        method.close()
+        return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
+
+    shift = torch.tensor([0.3, -0.2, 0.5, 1.0], dtype=torch.float64)
+    corrected, reweighted = gradient("sequence", torch.ones(4), shift), gradient("none", torch.exp(shift))
+    assert corrected.abs().max() > 0
+    torch.testing.assert_close(corrected, reweighted, rtol=1e-4, atol=1e-6 * float(reweighted.abs().max()))
+    policy.zero_grad(set_to_none=True)
+
+
 def test_a_stop_ends_the_generation_between_two_tokens(policy):
     """The engine hands out each group as it is done and asks before every token whether to go on:
     a stop costs one forward, not the rest of the rollout."""
@@ -179,18 +260,26 @@ def test_vllm_requests_are_one_per_completion_seeded_by_its_own_coordinates():
         (1, 0.7, 0.9, -1, 16, [2, 9])
     # the same completion, asked at another world size or in other company: the same request
     assert sampling_requests(groups[1:], 3, params, 5, 42) == requests[3:]
+    # the sampled tokens' log-probabilities only where the rollout correction asks for them
+    assert "logprobs" not in first
+    assert sampling_requests(groups, 3, dataclasses.replace(params, log_probs=True), 5, 42)[0][1]["logprobs"] == 0
 
 
 def test_vllm_outputs_become_the_trainers_completions_with_their_stop_token():
-    out = lambda tokens, reason, stop=None: SimpleNamespace(outputs=[SimpleNamespace(  # noqa: E731
-        token_ids=tokens, finish_reason=reason, stop_reason=stop)])
+    out = lambda tokens, reason, stop=None, logprobs=None: SimpleNamespace(outputs=[SimpleNamespace(  # noqa: E731
+        token_ids=tokens, finish_reason=reason, stop_reason=stop, logprobs=logprobs)])
     groups = [PromptGroup(3, (1,)), PromptGroup(8, (1,))]
     outputs = [out([5, 6, 2], "stop"), out([5, 7], "stop", 9), out([4, 4, 4], "length"), out([6, 2], "stop")]
     (a, b), (c, d) = completions_from(outputs, groups, 2, stop_token_ids=(2, 9))
     assert (a.sample_id, a.index, a.token_ids, a.stopped) == (3, 0, (5, 6, 2), True)
     assert (b.token_ids, b.stopped) == ((5, 7, 9), True)  # the stop token vLLM left out is the completion's end
     assert (c.sample_id, c.index, c.token_ids, c.stopped) == (8, 0, (4, 4, 4), False)  # cut at max_new_tokens
-    assert d.token_ids == (6, 2) and d.stopped
+    assert d.token_ids == (6, 2) and d.stopped and d.log_probs == ()
+    # with log-probabilities (the rollout correction): each sampled token's, NaN for a stop token vLLM left out
+    step = lambda token, value: {token: SimpleNamespace(logprob=value), 0: SimpleNamespace(logprob=-9.0)}  # noqa: E731
+    [(e, f)] = completions_from([out([5, 2], "stop", logprobs=[step(5, -0.5), step(2, -1.5)]),
+                                 out([5, 7], "stop", 9, logprobs=[step(5, -0.25), step(7, -2.0)])], groups[:1], 2, (2, 9))
+    assert e.log_probs == (-0.5, -1.5) and f.log_probs[:2] == (-0.25, -2.0) and math.isnan(f.log_probs[2])
 
 
 def test_the_weights_streamed_to_vllm_are_the_model_files_names_and_values(process_group):
@@ -422,10 +511,12 @@ def test_grpos_defaults_are_what_most_of_the_vendors_rlvr_recipes_set():
 @pytest.mark.parametrize("recipe", VENDOR_GRPO, ids=[r["vendor_file"] for r in VENDOR_GRPO])
 def test_every_vendor_rlvr_recipes_algorithm_is_expressible_here(recipe):
     """verl's GRPO advantage, token-mean aggregation and low_var_kl, and every setting of the recipe
-    within GRPO's key ranges here: a twin of it needs no key this trainer lacks (bar the
-    rollout correction of four Qwen 3.5/3.6 recipes, which docs/grpo.md names)."""
+    within GRPO's key ranges here (the rollout correction of four Qwen 3.5/3.6 recipes too): a twin
+    of it needs no key this trainer lacks."""
     assert (recipe["advantage"], recipe["loss_agg_mode"], recipe["kl_type"]) == ("grpo", "token-mean", "low_var_kl")
-    args = method_facts("grpo").build_args({key: recipe[key] for key in VENDOR_KEYS})
+    correction = {"rollout_correction": recipe["rollout_correction"],
+                  "rollout_correction_threshold": recipe["rollout_correction_threshold"]} if recipe["rollout_correction"] else {}
+    args = method_facts("grpo").build_args({**{key: recipe[key] for key in VENDOR_KEYS}, **correction})
     assert recipe["train_batch_size"] % args.mini_batches == 0
 
 

@@ -359,6 +359,8 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
                                    "old_log_probs": o.mini_batches > 1, "reference": o.kl_coef > 0})
         if o.micro_completions:  # a micro-batch of that many completions, whatever the prompts per micro-batch
             inputs.update(micro_batch=1, micro_completions=o.micro_completions)
+        if o.rollout_correction != "none":  # the sampler's log-probabilities carried too
+            inputs["completions"]["rollout_log_probs"] = True
     return inputs
 
 

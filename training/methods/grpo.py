@@ -29,7 +29,8 @@ from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
-from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl, token_sum
+from training.rl.algorithms import (clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights,
+                                     token_sum)
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
@@ -60,6 +61,10 @@ class Args:  # training_args.method_args, with verl's defaults
     clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages
     kl_coef: float = ranged(0.001, ge=0)  # low_var_kl to the reference; 0: no reference model
     scale_rewards: bool = True  # divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
+    # verl's decoupled rollout importance sampling (algorithm.rollout_correction.rollout_is): each token's
+    # loss weighed by pi_old / the sampler's probability, per token or per completion, at most the threshold
+    rollout_correction: str = one_of("none", "token", "sequence")
+    rollout_correction_threshold: float = ranged(2.0, gt=0)
     rewards: list | None = None  # reward functions (training.contract.rewards); None: [math_verify]
     reward_weights: list | None = None  # one per reward function; None: 1 each
     reward_timeout: float = ranged(60.0, gt=0)  # seconds per call of a reward function
@@ -76,7 +81,7 @@ class Args:  # training_args.method_args, with verl's defaults
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
 ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
                 "rollout_s", "reward_s", "weight_sync_s", "logprob_s")
-UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy")
+UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy", "correction")
 
 
 @dataclass
@@ -117,7 +122,8 @@ class GRPO(TrainingMethod):
                               f"an equal share of the step's prompts")
         self.rows_per_sample = options.num_generations
         self.prompt_limit = options.max_prompt_length
-        self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens)
+        self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
+                                     log_probs=options.rollout_correction != "none")
         specs = options.rewards or DEFAULT_REWARDS
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
@@ -143,7 +149,8 @@ class GRPO(TrainingMethod):
     @property
     def row_shape(self) -> BatchShape:
         """Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape)."""
-        return BatchShape(self.options.micro_completions or self.shape.rows, self.options.max_prompt_length + self.options.max_new_tokens, False)
+        o = self.options
+        return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
 
     def _vllm(self, model, run):
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
@@ -243,6 +250,11 @@ class GRPO(TrainingMethod):
         batch = collate(rows, self.row_shape)
         batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
         batch["advantages"][:len(advantage)] = torch.tensor(advantage, dtype=torch.float64)
+        if self.options.rollout_correction != "none":  # the sampler's log-probabilities where the labels hold its tokens
+            batch["rollout_log_probs"] = torch.zeros(batch["labels"].shape)
+            for row, (p, i) in enumerate(completions):
+                start, values = len(rollout.groups[p].prompt_ids) - 1, rollout.completions[p][i].log_probs
+                batch["rollout_log_probs"][row, start:start + len(values)] = torch.tensor(values)
         with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
             inputs = model_inputs(batch, self.device)
             if old_log_probs:
@@ -261,7 +273,8 @@ class GRPO(TrainingMethod):
         batch = collate([{"input_ids": ids, "labels": labels, "sample_ids": [n], "lengths": [len(ids)]}
                          for n in range(self.row_shape.rows)], self.row_shape)
         batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
-        for key, carried in (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0)):
+        for key, carried in (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0),
+                             ("rollout_log_probs", o.rollout_correction != "none")):
             if carried:
                 batch[key] = torch.zeros(batch["labels"].shape)
         return batch
@@ -281,6 +294,11 @@ class GRPO(TrainingMethod):
             advantages = micro["advantages"].to(self.device, log_probs.dtype)
             policy, clipped = clipped_policy_loss(log_probs, old, advantages,
                                                   o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
+            correction = torch.ones_like(policy)
+            if "rollout_log_probs" in micro:
+                correction = rollout_correction_weights(old, micro["rollout_log_probs"].to(old), mask,
+                                                        o.rollout_correction, o.rollout_correction_threshold)
+                policy = policy * correction
             loss = policy
             kl = torch.zeros_like(policy)
             if o.kl_coef > 0:
@@ -289,7 +307,7 @@ class GRPO(TrainingMethod):
             total = token_sum(loss, mask)
             (total * scale.to(total.dtype)).backward()
             loss_sum += total.detach()
-            sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy)]).double()
+            sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy, correction)]).double()
         return loss_sum, sums
 
     def audited(self):
@@ -329,6 +347,8 @@ class GRPO(TrainingMethod):
                 "completion_tokens_max": self._longest, "cut_fraction": rollout["cut"] / count,
                 "kl": update["kl"] / tokens, "clip_fraction": update["clipped"] / tokens,
                 "entropy": update["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sync_s,
+                **({"rollout_correction_weight": update["correction"] / tokens}
+                   if self.options.rollout_correction != "none" else {}),
                 "reward_s": reward_s, "logprob_s": logprob_s,
                 "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9)}
 

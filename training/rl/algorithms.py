@@ -42,6 +42,20 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
     return loss, (clipped > unclipped).to(log_probs.dtype)
 
 
+def rollout_correction_weights(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor,
+                               level: str, threshold: float) -> torch.Tensor:
+    """verl's decoupled rollout importance weights, per token (constants: no gradient flows through
+    them): the ratio of the trainer's rollout policy pi_old to the sampler's own probabilities
+    (vLLM's numerics differ from the trainer's), per token (`token`) or as the product over each
+    completion's tokens (`sequence`), truncated at `threshold`. A token the sampler gave no
+    log-probability for (NaN) counts as ratio 1."""
+    rollout = torch.where(torch.isnan(rollout_log_probs), old_log_probs, rollout_log_probs)
+    log_ratio = ((old_log_probs - rollout) * mask).detach()
+    if level == "sequence":
+        log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(log_ratio)
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=threshold)
+
+
 def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate k3 = r - log r - 1 with r = pi_ref / pi (Schulman's
     unbiased, low-variance estimator), clamped as verl does."""

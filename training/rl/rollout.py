@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -34,6 +34,9 @@ class Completion:
     index: int  # which of the group's completions
     token_ids: tuple[int, ...]  # up to and including the stop token
     stopped: bool  # ended on a stop token; False: cut at max_new_tokens
+    # The sampler's log-probability of each token (untempered, NaN where it gave none), when asked for
+    # (SamplingParams.log_probs); not part of what makes two completions the same.
+    log_probs: tuple[float, ...] = field(default=(), compare=False)
 
 
 def never() -> bool:
@@ -75,6 +78,7 @@ class ShardedModelRollout:
         prompt = torch.tensor(group.prompt_ids, device=self.device)
         ids, positions = prompt.expand(n, -1), torch.arange(len(prompt), device=self.device).expand(n, -1)
         tokens: list[list[int]] = [[] for _ in range(n)]
+        log_probs: list[list[float]] = [[] for _ in range(n)]
         stopped, cache = [False] * n, None
         stop_ids = set(params.stop_token_ids)
         for _ in range(params.max_new_tokens):
@@ -82,15 +86,19 @@ class ShardedModelRollout:
                 return None
             logits, cache = self.model(ids, positions, cache=cache)
             drawn = next_tokens(logits, params, generators)
-            for row, token in enumerate(drawn.tolist()):
+            drawn_log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1) \
+                .tolist() if params.log_probs else [None] * n
+            for row, (token, log_prob) in enumerate(zip(drawn.tolist(), drawn_log_probs)):
                 if not stopped[row]:
                     tokens[row].append(token)
+                    log_probs[row].append(log_prob)
                     stopped[row] = token in stop_ids
             if all(stopped):
                 break
             # A finished row keeps decoding (its tokens are dropped): the batch keeps its shape.
             ids, positions = drawn.unsqueeze(1), positions[:, -1:] + 1
-        return [Completion(group.sample_id, i, tuple(t), s) for i, (t, s) in enumerate(zip(tokens, stopped))]
+        return [Completion(group.sample_id, i, tuple(t), s, tuple(lp) if params.log_probs else ())
+                for i, (t, s, lp) in enumerate(zip(tokens, stopped, log_probs))]
 
 
 @contextmanager

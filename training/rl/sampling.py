@@ -18,6 +18,7 @@ class SamplingParams:
     top_k: int = -1  # the k most likely tokens; -1 or 0: all
     max_new_tokens: int = 1024
     stop_token_ids: tuple[int, ...] = ()  # EOS and the chat template's end-of-turn tokens
+    log_probs: bool = False  # return each drawn token's log-probability (untempered): the rollout correction's
 
     @property
     def greedy(self) -> bool:

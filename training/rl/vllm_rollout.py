@@ -10,7 +10,8 @@ back to sleep at level 1 (weights to host memory, KV cache freed) before the upd
 completion is its own request with its own seed (training.rl.sampling's), so under vLLM's batch
 invariance (`VLLM_BATCH_INVARIANT=1`) a completion does not depend on which requests shared its
 batch, nor on the world size. The importance ratio's log-probabilities come from the trainer's own
-forward (training.methods.grpo), never from vLLM's, whose numerics differ.
+forward (training.methods.grpo), never from vLLM's, whose numerics differ; vLLM's own serve the
+rollout correction (method_args.rollout_correction), which weighs that difference.
 
 vLLM is imported only when this engine is built: CPU installs and the launcher never need it.
 """
@@ -47,23 +48,29 @@ def sampling_requests(groups: list[PromptGroup], n: int, params: SamplingParams,
                 "n": 1, "temperature": params.temperature, "top_p": params.top_p,
                 "top_k": params.top_k if params.top_k > 0 else -1, "max_tokens": params.max_new_tokens,
                 "stop_token_ids": list(params.stop_token_ids), "seed": completion_seed(seed, group.sample_id, index, step),
-                "detokenize": False}))
+                "detokenize": False, **({"logprobs": 0} if params.log_probs else {})}))
     return requests
 
 
 def completions_from(outputs: list, groups: list[PromptGroup], n: int, stop_token_ids: tuple[int, ...]) -> list[list[Completion]]:
     """vLLM's outputs (one per request of `sampling_requests`, in order) as the trainer's completions:
-    token ids up to and including the stop token, as the trainer's own sampler returns them."""
+    token ids up to and including the stop token, as the trainer's own sampler returns them, and
+    where they were asked for (`logprobs`), each sampled token's log-probability."""
     completions = []
     for g, group in enumerate(groups):
         own = []
         for index in range(n):
             out = outputs[g * n + index].outputs[0]
             tokens, stopped = list(out.token_ids), out.finish_reason == "stop"
+            # vLLM's raw log-probabilities: one {token id: Logprob} per generated token, the sampled one among them
+            log_probs = [step[token].logprob for step, token in zip(out.logprobs, tokens)] if out.logprobs else []
             if stopped and isinstance(out.stop_reason, int) and (not tokens or tokens[-1] != out.stop_reason):
                 tokens.append(out.stop_reason)  # a stop token left out of the output: the trainer scores it too
+                if log_probs:
+                    log_probs.append(float("nan"))  # vLLM gave none for it
             own.append(Completion(group.sample_id, index, tuple(tokens), stopped and (not stop_token_ids or
-                                                                                   tokens[-1] in stop_token_ids)))
+                                                                                   tokens[-1] in stop_token_ids),
+                                  tuple(log_probs)))
         completions.append(own)
     return completions
 
