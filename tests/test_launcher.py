@@ -11,6 +11,9 @@ from training.contract.config import load_job_config
 from training.contract.config_files import select_config_file
 
 RECIPES = options("recipes")
+METHODS = ("sft_lora", "grpo_lora", "sft", "dpo", "grpo")  # a recipe's name ends with its method
+# One recipe of each family, method and kind (a tiny CPU twin or not): the fixed-size path is the elastic one at one size.
+FIXED = sorted({(r.split("/")[0], next(m for m in METHODS if r.endswith(f"_{m}")), "tiny" in r): r for r in RECIPES}.values())
 
 
 def read_configs(tmp_path, job):
@@ -30,9 +33,10 @@ def test_every_shipped_recipe_is_listed():
             "llama/tiny_llama_dpo"} <= set(RECIPES)
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
-# The elastic plan validates every allowed size; the fixed one (one size, the same path) in the full suite.
-@pytest.mark.parametrize("elastic", [pytest.param(False, marks=pytest.mark.slow), True])
+# The elastic plan validates every allowed size of every recipe; the fixed one (one size, the same path) for
+# FIXED, in the full suite.
+@pytest.mark.parametrize("recipe, elastic", [*((r, True) for r in RECIPES),
+                                             *(pytest.param(r, False, marks=pytest.mark.slow) for r in FIXED)])
 def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
     code, out, err = launch(f"recipes={recipe}", f"recipes.elastic_policy.is_elastic={str(elastic).lower()}")
     assert code == 0, err
