@@ -1,4 +1,5 @@
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -68,6 +69,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 MAIN_COMMAND = ["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                 "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8"]
+
+METHODS = ("sft_lora", "grpo_lora", "sft", "dpo", "grpo")
+
+
+def method_of(recipe: str) -> str:
+    """A recipe's method, the end of its name (qwen/qwen3_8b_grpo_lora: grpo_lora)."""
+    return next(m for m in METHODS if recipe.endswith(f"_{m}"))
+
+
+# The vendor's verl-grpo-rlvr recipes' facts (scripts/vendor_grpo_facts.py), and those of their keys that
+# GRPO's method_args name alike.
+VENDOR_GRPO = json.loads((ROOT / "tests" / "fixtures" / "vendor_grpo_recipes.json").read_text())
+VENDOR_GRPO_KEYS = ("num_generations", "temperature", "top_p", "top_k", "max_prompt_length", "max_new_tokens",
+                    "mini_batches", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "scale_rewards")
 
 
 @pytest.fixture

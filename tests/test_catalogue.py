@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, method_of
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.config.user_recipes import catalogue
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
@@ -84,13 +84,6 @@ def test_every_vendor_recipe_has_a_twin_that_agrees(vendor):
             small, large = ub["small_local_batch_size"], ub["large_local_batch_size"]
             n_small = ub["num_dp_groups_with_small_batch_size"]
             assert size.batch.local_batches == (small,) * n_small + (large,) * (size.batch.dp_size - n_small)
-
-
-METHOD_SUFFIXES = ("sft_lora", "grpo_lora", "sft", "dpo", "grpo")
-
-
-def method_of(recipe: str) -> str:
-    return next(m for m in METHOD_SUFFIXES if recipe.endswith(f"_{m}"))
 
 
 def test_every_model_has_full_sft_lora_sft_and_dpo():
@@ -192,12 +185,9 @@ def test_full_parameter_recipes_start_where_the_model_first_fits(recipe):
 
 # --- the GRPO twins of the vendor's verl-grpo-rlvr recipes (tests/fixtures/vendor_grpo_recipes.json) ---
 
-VENDOR_GRPO = json.loads((ROOT / "tests" / "fixtures" / "vendor_grpo_recipes.json").read_text())
 # Where the vendor ships two files for one model and method, the newer release's (-0_7_0) is the one followed.
 NEWEST_GRPO = list({(v["model"], v["method"]): v for v in sorted(VENDOR_GRPO, key=lambda v: "-0_7_0/" in v["vendor_file"])}
                    .values())
-SAMPLING_KEYS = ("num_generations", "temperature", "top_p", "top_k", "max_prompt_length", "max_new_tokens", "mini_batches",
-                 "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "scale_rewards")
 
 
 def grpo_twin_of(vendor: dict) -> str | None:
@@ -225,7 +215,7 @@ def test_every_grpo_twin_agrees_with_the_vendors_rlvr_recipe(vendor):
     plan = plan_of(twin)
     tc = plan.base.training_config
     args, sampling = tc.training_args, sampling_options(tc)
-    assert {key: getattr(sampling, key) for key in SAMPLING_KEYS} == {key: vendor[key] for key in SAMPLING_KEYS}
+    assert {key: getattr(sampling, key) for key in VENDOR_GRPO_KEYS} == {key: vendor[key] for key in VENDOR_GRPO_KEYS}
     assert (vendor["advantage"], vendor["loss_agg_mode"], vendor["kl_type"]) == ("grpo", "token-mean", "low_var_kl")
     assert (sampling.rollout_engine, sampling.rollout_tensor_parallel_size) == ("vllm", vendor["tensor_parallel_size"])
     assert (sampling.rewards, tc.datasets.train_data) == (["math_verify"], "openai/gsm8k")

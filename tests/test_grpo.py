@@ -380,7 +380,7 @@ def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path)
     script = tmp_path / "gradients.py"
     script.write_text(GRADIENTS)
     got = {}
-    for name, world, micro_completions in (("one", 1, []), ("three", 3, []), ("one, split", 1, ["2"])):
+    for name, world, micro_completions in (("one", 1, []), ("three", 3, []), ("split", 1, ["2"])):
         out = tmp_path / f"grads{world}{micro_completions}.json"
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
                                str(script), str(ROOT / "tests"), str(out), *micro_completions], cwd=ROOT,
@@ -392,5 +392,5 @@ def test_each_updates_gradient_is_the_same_at_1_and_3_ranks_in_float64(tmp_path)
     for one, three in zip(got["one"], got["three"]):
         assert (three - one).abs().max() <= 1e-6 * one.abs().max()
     # micro-batches of 2 completions split each group of 3: on one rank, only the summation order differs
-    for one, split in zip(got["one"], got["one, split"]):
+    for one, split in zip(got["one"], got["split"]):
         assert (split - one).abs().max() <= 1e-12 * one.abs().max()

@@ -5,7 +5,6 @@ full forwards; reward functions and each way they can fail."""
 
 import collections
 import dataclasses
-import json
 import math
 import os
 import random
@@ -17,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import ROOT, tiny_causal_lm, wait_for
+from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, tiny_causal_lm, wait_for
 from elastic_launcher.local.run import child_pids
 from training.contract.errors import ConfigError
 from training.contract.methods import method_facts
@@ -496,14 +495,9 @@ def test_starting_the_reward_process_keeps_the_trainers_stop_signals_blocked():
 
 # --- the vendor's GRPO-RLVR recipes (tests/fixtures/vendor_grpo_recipes.json, scripts/vendor_grpo_facts.py) ---
 
-VENDOR_GRPO = json.loads((ROOT / "tests" / "fixtures" / "vendor_grpo_recipes.json").read_text())
-VENDOR_KEYS = ("num_generations", "temperature", "top_p", "top_k", "max_prompt_length", "max_new_tokens", "mini_batches",
-               "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "kl_coef", "scale_rewards")
-
-
 def test_grpos_defaults_are_what_most_of_the_vendors_rlvr_recipes_set():
     defaults = method_facts("grpo").build_args({})
-    for key in VENDOR_KEYS:
+    for key in VENDOR_GRPO_KEYS:
         most = collections.Counter(recipe[key] for recipe in VENDOR_GRPO).most_common(1)[0][0]
         assert getattr(defaults, key) == most, key
 
@@ -516,7 +510,7 @@ def test_every_vendor_rlvr_recipes_algorithm_is_expressible_here(recipe):
     assert (recipe["advantage"], recipe["loss_agg_mode"], recipe["kl_type"]) == ("grpo", "token-mean", "low_var_kl")
     correction = {"rollout_correction": recipe["rollout_correction"],
                   "rollout_correction_threshold": recipe["rollout_correction_threshold"]} if recipe["rollout_correction"] else {}
-    args = method_facts("grpo").build_args({**{key: recipe[key] for key in VENDOR_KEYS}, **correction})
+    args = method_facts("grpo").build_args({**{key: recipe[key] for key in VENDOR_GRPO_KEYS}, **correction})
     assert recipe["train_batch_size"] % args.mini_batches == 0
 
 

@@ -3,7 +3,7 @@
 import yaml
 import pytest
 
-from conftest import MAIN_COMMAND, ROOT, run_launcher_process
+from conftest import MAIN_COMMAND, ROOT, method_of, run_launcher_process
 from elastic_launcher.config.compose import options
 from k8s_schema import hyperpod_sdk_model, validate_crd
 from elastic_launcher.planning.plan import make_plan
@@ -11,9 +11,8 @@ from training.contract.config import load_job_config
 from training.contract.config_files import select_config_file
 
 RECIPES = options("recipes")
-METHODS = ("sft_lora", "grpo_lora", "sft", "dpo", "grpo")  # a recipe's name ends with its method
 # One recipe of each family, method and kind (a tiny CPU twin or not): the fixed-size path is the elastic one at one size.
-FIXED = sorted({(r.split("/")[0], next(m for m in METHODS if r.endswith(f"_{m}")), "tiny" in r): r for r in RECIPES}.values())
+FIXED = sorted({(r.split("/")[0], method_of(r), "tiny" in r): r for r in RECIPES}.values())
 
 
 def read_configs(tmp_path, job):
