@@ -568,3 +568,23 @@ def test_the_dry_run_warns_where_a_rank_has_fewer_prompts_than_updates():
     assert "method_args.mini_batches=4 (3 nodes: 2)" in warning
     assert not [w for w in make_plan(to_plain(compose(["recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true"])[0])
                                      ["recipes"]).warnings if "mini_batches" in w]
+
+
+def test_the_dry_run_shows_both_phases_of_every_size_marking_the_untraced(launch):
+    """A catalogue twin's updates are traced at every size (no `~`); a micro-batch no trace was kept
+    for is estimated, and both of its phases say so, as the table's GiB/GPU column does."""
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.planning.plan import make_plan
+
+    def phases(*overrides):
+        code, out, err = launch("recipes=qwen/qwen3_8b_grpo_lora", "recipes.elastic_policy.is_elastic=true", *overrides)
+        assert code == 0, err
+        line = next(line for line in out.splitlines() if line.startswith("GRPO's phases, GiB/GPU rollout / updates: "))
+        return line.split(": ", 1)[1].split(", ")
+
+    plan = make_plan(to_plain(compose(["recipes=qwen/qwen3_8b_grpo_lora", "recipes.elastic_policy.is_elastic=true"])[0])
+                     ["recipes"])
+    assert phases() == [f"{s.nodes} node(s) {s.memory.rollout_gib:.0f} / {s.memory.total_gib:.0f}" for s in plan.sizes]
+    assert all(s.memory.traced for s in plan.sizes)
+    estimated = phases(f"{METHOD_ARG}micro_completions=3")
+    assert len(estimated) == len(plan.sizes) and all(p.count("~") == 2 for p in estimated)

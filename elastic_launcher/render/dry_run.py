@@ -111,8 +111,9 @@ def summary(plan: Plan, target: str) -> str:
     elif plan.instance.gpu_memory_gib:
         lines.append(f"GiB/GPU -: {_no_memory_figure(plan)}")
     if phased := [s for s in plan.sizes if s.memory and s.memory.rollout_gib is not None]:  # GRPO: the larger shown above
-        lines.append("GRPO's phases, GiB/GPU rollout / updates: " + ", ".join(
-            f"{s.nodes} node(s) ~{s.memory.rollout_gib:.0f} / ~{s.memory.total_gib:.0f}" for s in phased))
+        lines.append("GRPO's phases, GiB/GPU rollout / updates: " + ", ".join(  # ~ as in the table: not traced
+            f"{s.nodes} node(s) {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
+            f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):
