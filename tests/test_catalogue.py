@@ -17,7 +17,7 @@ from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, method_of
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.config.user_recipes import catalogue
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
-from elastic_launcher.planning.plan import fallback_estimate, make_plan, rollout_phases
+from elastic_launcher.planning.plan import fallback_estimate, make_plan, rollout_phases, scale_config_key
 from training.contract.errors import ConfigError
 from training.contract.methods import sampling_options
 
@@ -250,8 +250,7 @@ def test_full_parameter_grpo_recipes_start_where_both_phases_first_fit(recipe):
     """The dry run refuses the scale config's size just below the first, naming the phase that does
     not fit there (the rollout: vLLM's share awake beside the sharded state; or the updates)."""
     plan = plan_of(recipe)
-    below = [int(key.removeprefix("n")) for key in composed(recipe)["scale_config"]
-             if int(key.removeprefix("n")) < plan.policy.min_nodes]
+    below = [n for n in map(scale_config_key, composed(recipe)["scale_config"]) if n < plan.policy.min_nodes]
     if not below:
         assert plan.policy.min_nodes == 1
         return
