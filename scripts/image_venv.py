@@ -57,23 +57,20 @@ def pinned_version(package: str, pins: list[str] | None = None) -> str:
     raise KeyError(f"{package} is not pinned with == in {DOCKERFILE}")
 
 
-def venv_dir(pins: list[str]) -> Path:
+def venv_dir(kind: str, steps: list[list[str]]) -> Path:
+    """Where the venv built by `steps` lives: keyed by them (and the Python), so changed pins build anew."""
     cache = Path(os.environ.get("ELASTIC_IMAGE_VENV_CACHE", Path.home() / ".cache" / "elastic-launcher"))
-    key = hashlib.sha256("\n".join(pins + TEST_EXTRAS + [sys.version]).encode()).hexdigest()[:12]
-    return cache / f"image-venv-{key}"
+    key = hashlib.sha256("\n".join([" ".join(step) for step in steps] + [sys.version]).encode()).hexdigest()[:12]
+    return cache / f"{kind}-venv-{key}"
 
 
-def build(path: Path, pins: list[str]) -> None:
+def build(path: Path, steps: list[list[str]]) -> None:
     shutil.rmtree(path, ignore_errors=True)
     venv.create(path, with_pip=True)
-    python = str(path / "bin" / "python")
-    pip_pin = [p for p in pins if p.startswith("pip")]  # the agent requires an older pip: install it first
-    others = [p for p in pins if not p.startswith("pip")]
-    for group in (pip_pin, others + TEST_EXTRAS):
-        if group:
-            subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *group],
-                           check=True, stdout=sys.stderr)
-    (path / READY).write_text("\n".join(pins) + "\n")
+    for step in steps:  # pip's own arguments: ["install", ...] or ["uninstall", "-y", ...]
+        subprocess.run([str(path / "bin" / "python"), "-m", "pip", *step, "--quiet", "--disable-pip-version-check"],
+                       check=True, stdout=sys.stderr)
+    (path / READY).write_text("\n".join(" ".join(step) for step in steps) + "\n")
 
 
 def venv_pins() -> list[str]:
@@ -81,28 +78,45 @@ def venv_pins() -> list[str]:
     return [p for p in image_pins() if p.partition("==")[0].lower() not in GPU_ONLY]
 
 
-def ensure(check_only: bool = False) -> Path | None:
+def image_steps() -> list[list[str]]:
     pins = venv_pins()
-    path = venv_dir(pins)
+    pip_pin = [p for p in pins if p.startswith("pip")]  # the agent requires an older pip: install it first
+    others = [p for p in pins if not p.startswith("pip")]
+    return [["install", *group] for group in (pip_pin, others + TEST_EXTRAS) if group]
+
+
+def cached_venv(kind: str, steps: list[list[str]], check_only: bool = False) -> Path | None:
+    """The python of the venv that `steps` build, built once (several processes may ask at once: one
+    builds, the others wait and reuse it); None with `check_only` when it is not built yet."""
+    path = venv_dir(kind, steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / f"{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; the others wait for it and reuse its venv
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not (path / READY).exists():
             if check_only:
                 return None
-            print(f"building {path} from the Dockerfile's pins (once; several GB)", file=sys.stderr, flush=True)
-            build(path, pins)
+            print(f"building {path} (once; several GB)", file=sys.stderr, flush=True)
+            build(path, steps)
     return path / "bin" / "python"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def ensure(check_only: bool = False) -> Path | None:
+    return cached_venv("image", image_steps(), check_only)
+
+
+def run_main(ensure_venv) -> int:
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="do not build; exit 1 if the venv is not there")
-    python = ensure(parser.parse_args().check)
+    python = ensure_venv(parser.parse_args().check)
     if python is None:
         return 1
     print(python)
     return 0
+
+
+def main() -> int:
+    return run_main(ensure)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ CASES = {
         f"+{TINY_ARGS}.method_args.kl_coef=..."),
     "vLLM rollouts on an instance without GPUs": (
         ["recipes=llama/tiny_llama_grpo", f"+{TINY_ARGS}.method_args.rollout_engine=vllm"],
-        "method_args.rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none: set rollout_engine=trainer"),
+        "method_args.rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none (the image's vLLM is its CUDA build; "
+        "action=local runs vLLM's CPU build): set rollout_engine=trainer or a GPU instance type"),
+    "vLLM's batch invariance for a model with linear attention": (
+        ["recipes=qwen/qwen3_5_4b_grpo_lora", f"+{TINY_ARGS}.method_args.rollout_batch_invariant=true"],
+        "method_args.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this model's linear_attention "
+        "layers (it refuses to start): set it false"),
     "a vLLM engine wider than a node's share": (
         ["recipes=llama/llama3_1_8b_sft", f"{TINY_ARGS}.trainer_type=grpo", "recipes.training_config.datasets.packing=false",
          f"+{TINY_ARGS}.method_args.rollout_engine=vllm", f"+{TINY_ARGS}.method_args.rollout_tensor_parallel_size=3"],

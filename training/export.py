@@ -88,21 +88,27 @@ def _write(out: Path, tensors: Iterator[tuple[str, torch.Tensor]], dtype, rank0:
     dist.barrier()
 
 
+def write_model_config(model, directory: Path, dtype: torch.dtype) -> None:
+    """The trained model's config.json and generation_config.json (what an engine builds it from)."""
+    from transformers import GenerationConfig
+
+    config = model.config
+    config.architectures, config.use_cache, config.dtype = [model.hf_architecture], True, dtype
+    config.save_pretrained(directory)
+    GenerationConfig.from_model_config(config).save_pretrained(directory)
+
+
 def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
     """Write the Hugging Face directories of the trained model (in the dtype it computed in); returns
     the directories written."""
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer
 
     mc, ta = cfg.training_config.model_config, cfg.training_config.training_args
     dtype = torch.bfloat16 if mc.mixed_precision == "bf16" else torch.float32
     lora = mc.lora
-    config = model.config
 
     def model_files(directory: Path) -> None:
-        config.architectures, config.use_cache = [model.hf_architecture], True
-        config.dtype = dtype
-        config.save_pretrained(directory)
-        GenerationConfig.from_model_config(config).save_pretrained(directory)
+        write_model_config(model, directory, dtype)
         AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or mc.model_name_or_path).save_pretrained(directory)
 
     written = []

@@ -170,21 +170,47 @@ def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc
                           + (f", lower {key}.rollout_gpu_memory_utilization" if vllm else "") + ", or raise min_nodes")
 
 
-def _check_rollout_engine(tc, instance: InstanceType, nproc: int) -> None:
-    """GRPO's vLLM rollouts need GPUs, the model's files and engines that fit within a node."""
+# Layer kinds vLLM has no batch-invariant kernels for (planning.memory.ModelShape.mixers).
+NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
+
+
+def _check_rollout_engine(tc, instance: InstanceType, nproc: int, local: bool, model_shape: dict | None) -> None:
+    """GRPO's vLLM rollouts need GPUs on a cluster (the image's vLLM is its CUDA build; on this
+    machine, `local`, vLLM's CPU build runs them), engines that fit within a node, and batch
+    invariance only where vLLM has kernels for it."""
     options = sampling_options(tc)
     if options is None or options.rollout_engine != "vllm":
         return
     key = "training_config.training_args.method_args"
-    if not instance.gpus:
-        raise ConfigError(f"{key}.rollout_engine=vllm needs GPUs, and {instance.name} has none: set "
-                          f"rollout_engine=trainer or a GPU instance type")
-    if not tc.model_config.model_name_or_path:
-        raise ConfigError(f"{key}.rollout_engine=vllm loads the model's files, and the recipe builds an inline "
-                          f"architecture: set model_config.model_name_or_path or rollout_engine=trainer")
+    if not instance.gpus and not local:
+        raise ConfigError(f"{key}.rollout_engine=vllm needs GPUs, and {instance.name} has none (the image's vLLM is "
+                          f"its CUDA build; action=local runs vLLM's CPU build): set rollout_engine=trainer or a GPU "
+                          f"instance type")
     if nproc % options.rollout_tensor_parallel_size:
         raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
                           f"the {nproc} processes of a node: an engine's GPUs are within one node")
+    hybrid = sorted(set(ModelShape.from_config(model_shape).mixers) & set(NOT_BATCH_INVARIANT)) if model_shape else []
+    if options.rollout_batch_invariant and hybrid:
+        raise ConfigError(f"{key}.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this model's "
+                          f"{' and '.join(hybrid)} layers (it refuses to start): set it false")
+
+
+def rollout_reproducibility(plan: Plan) -> str | None:
+    """GRPO: whether a completion is the same at any world size (and so across a resize), by who
+    samples; None for other methods."""
+    options = sampling_options(plan.base.training_config)
+    if options is None:
+        return None
+    if options.rollout_engine == "trainer":
+        return "the trainer's own sampler: a completion is the same at any world size, bitwise"
+    if not plan.instance.gpus:
+        return ("vLLM's CPU build (action=local): a completion is the same at any world size, bitwise (its fp32 "
+                "kernels do not depend on the batch)")
+    if options.rollout_batch_invariant:
+        return "vLLM, batch invariant: a completion is the same at any world size, bitwise (slower sampling)"
+    return ("vLLM without batch invariance: a completion depends on the requests batched with it, so after a resize "
+            "the completions are valid draws but not a fixed-size run's (method_args.rollout_batch_invariant=true "
+            "makes them the same)")
 
 
 def scale_config_key(key) -> int:
@@ -319,10 +345,10 @@ def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
 
 
 def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False,
-              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None) -> Plan:
+              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None, local: bool = False) -> Plan:
     """Validate a resolved recipe and plan every node count its elastic policy allows (with
     `every_size`, every count in [min_nodes, max_nodes]); with the checkpoint `write_gb_per_s`, warn
-    where a stop's save outlasts the graceful timeout."""
+    where a stop's save outlasts the graceful timeout. `local`: for a run on this machine."""
     recipe = dict(recipe)
     policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
     hardware = build(Hardware, {key: recipe.pop(key, None) for key in ("instance_types", "model_shape")}, "recipes")
@@ -356,7 +382,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         if refusal:
             raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
-        _check_rollout_engine(cfg.training_config, instance, nproc)
+        _check_rollout_engine(cfg.training_config, instance, nproc, local, hardware.model_shape or mc.architecture)
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -42,6 +43,8 @@ class RunInfo:
     stop_requested: Callable[[], bool] = _no
     agree_stop: Callable[[], bool] = _no
     model_path: str | None = None  # model_name_or_path: the files an inference engine loads
+    run_dir: Path | None = None  # the run's (shared) directory: what an inference engine writes
+    compute_dtype: torch.dtype = torch.float32  # what the forward computes in (mixed_precision)
 
 
 class TrainingMethod:

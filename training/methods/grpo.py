@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,12 +31,15 @@ from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
+from training.model.structure import layer_kinds
 from training.rl.algorithms import (clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights,
                                      token_sum)
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
 
+# Layer kinds vLLM has no batch-invariant kernels for (training.model.structure.layer_kinds).
+NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
 PACKING = False  # each completion is scored as a sequence of its own
 DATA_FORMAT = "prompts"
@@ -71,11 +76,14 @@ class Args:  # training_args.method_args, with verl's defaults
     answer_key: str | None = None  # the reference answer's column for the built-ins (None: ground_truth/answer/solution)
     format_pattern: str = "<think>.*?</think>"  # the `format` reward's regular expression
     # Who samples: the trainer's own sharded model (any device), or vLLM on the training GPUs
-    # (training.rl.vllm_rollout: an engine per process, asleep while the policy trains).
+    # (training.rl.vllm_rollout: an engine per process, asleep while the policy trains; on CPU, vLLM's CPU build).
     rollout_engine: str = one_of("trainer", "vllm")
     rollout_tensor_parallel_size: int = ranged(1, ge=1)  # vLLM: GPUs per engine, within a node
     rollout_gpu_memory_utilization: float = ranged(0.6, gt=0, lt=1)  # vLLM: its share of each GPU while awake
     rollout_max_num_seqs: int = ranged(1024, ge=1)  # vLLM: requests an engine runs at once
+    # vLLM on GPUs: its batch-invariant kernels (VLLM_BATCH_INVARIANT=1), so a completion is the same in any
+    # batch and at any world size; slower, and none exist for linear-attention or Mamba layers
+    rollout_batch_invariant: bool = False
 
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
@@ -94,6 +102,19 @@ class Rollout:
     per_function: dict[str, list[float]]
     # sampling, then waiting for the last scores; of the sampling, bringing the new weights to the sampler
     seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def generation_eos_ids(config, model_path: str | None) -> list[int]:
+    """The end-of-sequence ids of the model's generation config (its file where the model has
+    one, as vLLM reads it; else derived from its config)."""
+    from transformers import GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_pretrained(model_path) if model_path else None
+    except OSError:  # no generation_config.json
+        generation = None
+    eos = (generation or GenerationConfig.from_model_config(config)).eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
@@ -140,8 +161,9 @@ class GRPO(TrainingMethod):
             return
         self.run = run  # tokenizer, plan, rank (training.methods.base.RunInfo)
         # A completion ends at the end of sequence or where the chat template closes the assistant's turn.
+        # vLLM also stops on the EOS ids of the model's generation config: the trainer's sampler does too.
         closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
-        stop_ids = {run.tokenizer.eos_token_id, closing} - {None}
+        stop_ids = {run.tokenizer.eos_token_id, closing, *generation_eos_ids(model.config, run.model_path)} - {None}
         self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
         self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
             ShardedModelRollout(model, self.device, self.args.seed)
@@ -153,18 +175,49 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
 
     def _vllm(self, model, run):
+        from training.rl.vllm_builds import installed
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
-        if self.device.type != "cuda" or not run.model_path:
-            raise ConfigError("training_config.training_args.method_args.rollout_engine=vllm samples with vLLM on GPUs "
-                              "from the model's files (model_name_or_path): set rollout_engine=trainer here")
+        key = "training_config.training_args.method_args"
+        build = installed()
+        if build is None or build[0].device != self.device.type:
+            have = f"{build[0].distribution} {build[1]} (for {build[0].device})" if build else "no vLLM"
+            raise ConfigError(f"{key}.rollout_engine=vllm on {self.device.type} needs vLLM's {self.device.type} build "
+                              f"and this environment has {have}: install it (docs/grpo.md: vLLM rollouts), or set "
+                              f"rollout_engine=trainer")
         o = self.options
+        if o.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
+            hybrid = sorted({kind for kind in layer_kinds(model.config) if kind in NOT_BATCH_INVARIANT})
+            if hybrid:
+                raise ConfigError(f"{key}.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this "
+                                  f"model's {' and '.join(hybrid)} layers (it refuses to start): set it false and "
+                                  f"unset VLLM_BATCH_INVARIANT")
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        os.environ.setdefault("VLLM_CACHE_ROOT", str(run.run_dir / "vllm_cache"))  # its compile cache, kept across restarts
+        files = self._engine_files(model, run)
         options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
-        return VLLMRollout(model, run.model_path, options, self.args.seed, o.max_prompt_length + o.max_new_tokens,
-                           lora=bool(adapter_layers(model)))
+        return VLLMRollout(model, run.model_path or str(files), str(files), options, self.args.seed,
+                           o.max_prompt_length + o.max_new_tokens, lora=bool(adapter_layers(model)),
+                           device=self.device, dtype=run.compute_dtype)
+
+    @staticmethod
+    def _engine_files(model, run) -> Path:
+        """What vLLM builds its engine from beside the weights it is streamed: the run's tokenizer
+        and, for an inline architecture, the model's config."""
+        from training.export import write_model_config
+
+        directory = run.run_dir / "rollout_model"
+        if dist.get_rank() == 0:
+            run.tokenizer.save_pretrained(directory)
+            if not run.model_path:
+                write_model_config(model, directory, run.compute_dtype)
+        dist.barrier()
+        return directory
 
     def close(self) -> None:
         self.rewards.close()
+        if getattr(self, "engine", None) is not None:  # none where only the memory trace prepared the method
+            self.engine.close()
 
     @contextmanager
     def _reference_model(self, model):

@@ -52,6 +52,9 @@ class RolloutEngine(Protocol):
         Once `interrupted()` is true it yields no more (the caller sees fewer groups than it gave).
         Every rank iterates it to its end, with or without groups: its collectives run there."""
 
+    def close(self) -> None:
+        """Release what the engine holds beyond the trainer's model, before the process group goes."""
+
 
 class ShardedModelRollout:
     """Samples from the trainer's FSDP-sharded `CausalLM` (training.model.causal_lm) with a KV cache."""
@@ -59,6 +62,9 @@ class ShardedModelRollout:
     def __init__(self, model, device: torch.device, seed: int):
         self.model, self.device, self.seed = model, device, seed
         self.sync_s = 0.0
+
+    def close(self) -> None:
+        pass
 
     def generate(self, groups, n, params, step, interrupted=never):
         started = time.perf_counter()

@@ -1,33 +1,41 @@
-"""GRPO's rollouts on vLLM (`method_args.rollout_engine: vllm`, GPUs only): one engine per training
-process on the training GPUs (vLLM's `external_launcher`: the engine lives in the trainer's process
-and joins its torch.distributed world; `rollout_tensor_parallel_size` consecutive ranks of a node
-form one engine), asleep while the policy trains.
+"""GRPO's rollouts on vLLM (`method_args.rollout_engine: vllm`): one engine per training process
+(vLLM's `external_launcher`: the engine lives in the trainer's process and joins its torch.distributed
+world; `rollout_tensor_parallel_size` consecutive ranks of a node form one engine). On GPUs the engine
+sleeps while the policy trains; on CPU (vLLM's CPU build, training.rl.vllm_builds) it stays awake.
 
-Each rollout wakes the engine, streams the new weights into it from the FSDP shards one tensor at
-a time (never a full model copy beside the sharded one; with LoRA the adapters are folded into their
-base weights: vLLM lacks LoRA for several of the catalogue's architectures), generates, and puts it
-back to sleep at level 1 (weights to host memory, KV cache freed) before the updates. Every
-completion is its own request with its own seed (training.rl.sampling's), so under vLLM's batch
-invariance (`VLLM_BATCH_INVARIANT=1`) a completion does not depend on which requests shared its
-batch, nor on the world size. The importance ratio's log-probabilities come from the trainer's own
-forward (training.methods.grpo), never from vLLM's, whose numerics differ; vLLM's own serve the
-rollout correction (method_args.rollout_correction), which weighs that difference.
+The engine starts from the model's config with dummy weights (its files are never read twice). Each
+rollout streams the policy's weights into it through vLLM's own reload (`reload_weights`, which reruns
+each layer's post-load processing) from the FSDP shards, one gathered tensor at a time (never a full
+model copy beside the sharded one; LoRA's adapters folded into their base weights: vLLM lacks LoRA for
+several of the catalogue's architectures); a parameter the stream leaves out is an error. Every
+completion is its own request with its own seed (training.rl.sampling's), so where vLLM is batch
+invariant (its CPU build here; `VLLM_BATCH_INVARIANT=1` on GPUs) a completion does not depend on which
+requests shared its batch, nor on the world size. The importance ratio's log-probabilities come from
+the trainer's own forward (training.methods.grpo); vLLM's serve the rollout correction
+(method_args.rollout_correction), which weighs the difference.
 
-vLLM is imported only when this engine is built: CPU installs and the launcher never need it.
+vLLM is imported only when this engine is built: the launcher and CPU installs without it never need it.
 """
 
 from __future__ import annotations
 
+import gc
+import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from training.model.stored_layout import file_tensors
 from training.rl.rollout import Completion, PromptGroup, never
 from training.rl.sampling import SamplingParams, completion_seed
+from training.rl.vllm_builds import engine_arguments, sleeps
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,11 @@ class VLLMOptions:
     tensor_parallel_size: int = 1  # ranks per engine, within a node
     gpu_memory_utilization: float = 0.6  # of each GPU, for the engine's weights and KV cache while awake
     max_num_seqs: int = 1024  # requests an engine runs at once
+
+
+# Environment variables vLLM overwrites in-process that belong to the trainer: its compile caches on the
+# run's volume (a restart after a resize reuses them) and inductor's compile threads.
+TRAINER_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
 def sampling_requests(groups: list[PromptGroup], n: int, params: SamplingParams, step: int,
@@ -77,23 +90,33 @@ def completions_from(outputs: list, groups: list[PromptGroup], n: int, stop_toke
 
 class VLLMRollout:
     """A `training.rl.rollout.RolloutEngine` on vLLM. Built on every rank at once (the engines form
-    their tensor-parallel groups through the trainer's process group)."""
+    their tensor-parallel groups through the trainer's process group); `close()` before that group
+    is rebuilt (an in-place resize) or destroyed."""
 
-    def __init__(self, model, model_path: str, options: VLLMOptions, seed: int, max_model_len: int, lora: bool):
-        import os
-
-        from vllm import LLM
-
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process, as external_launcher needs
-        self.model, self.options, self.seed, self.lora = model, options, seed, lora
+    def __init__(self, model, engine_model: str, tokenizer: str, options: VLLMOptions, seed: int, max_model_len: int,
+                 lora: bool, device: torch.device, dtype: torch.dtype):
+        self.model, self.options, self.seed, self.lora, self.device = model, options, seed, lora, device
+        self.sleeps = sleeps(device.type)
         tp = options.tensor_parallel_size
         rank, world = dist.get_rank(), dist.get_world_size()
         self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
             if tp > 1 else None
-        self.llm = LLM(model=model_path, tensor_parallel_size=tp, distributed_executor_backend="external_launcher",
-                       gpu_memory_utilization=options.gpu_memory_utilization, max_num_seqs=options.max_num_seqs,
-                       max_model_len=max_model_len, enable_sleep_mode=True, seed=rank // tp, dtype=torch.bfloat16)
-        self.llm.sleep(level=1)
+        if os.environ.get("PYTORCH_ALLOC_CONF") and not os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
+            # vLLM's sleep-mode pool reads the allocator's settings under their old name only, to turn
+            # expandable segments off around its own allocations (else sleep frees nothing).
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_ALLOC_CONF"]
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as external_launcher needs
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a few INFO lines per step in the trainer's log
+        with trainer_state_kept():
+            from vllm import LLM
+
+            quiet_rotary_reload()
+            self.llm = LLM(model=engine_model, tokenizer=tokenizer, load_format="dummy", tensor_parallel_size=tp,
+                           distributed_executor_backend="external_launcher", max_num_seqs=options.max_num_seqs,
+                           max_model_len=max_model_len, seed=rank // tp, dtype=dtype,
+                           **engine_arguments(device.type, options.gpu_memory_utilization))
+        if self.sleeps:
+            self.llm.sleep(level=2)  # weights dropped: each rollout streams them in anew
         self.sync_s = 0.0
 
     def generate(self, groups, n, params, step, interrupted: Callable[[], bool] = never):
@@ -110,7 +133,8 @@ class VLLMRollout:
             start = 0
         started = time.perf_counter()
         self._wake_with_new_weights()
-        torch.cuda.synchronize()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
         self.sync_s = time.perf_counter() - started
         try:
             per_call = max(1, self.options.max_num_seqs // n)  # a stop is heard between calls
@@ -124,20 +148,110 @@ class VLLMRollout:
                                             [VLLMSamplingParams(**kw) for _, kw in requests], use_tqdm=False)
                 done += completions_from(outputs, chunk, n, params.stop_token_ids)
         finally:
-            self.llm.sleep(level=1)
+            if self.sleeps:
+                self.llm.sleep(level=2)
         yield from done[start:start + mine]
 
     def _agreed(self, stop: bool) -> bool:
         """Whether any rank of this engine stops: its ranks must make the same calls."""
         if self.tp_group is None:
             return stop
-        flag = torch.tensor([float(stop)], device="cuda")
+        flag = torch.tensor([float(stop)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.tp_group)
         return bool(flag.item())
 
     def _wake_with_new_weights(self) -> None:
-        """Weights first (their memory back), then the new values streamed in, then the KV cache."""
-        self.llm.wake_up(tags=["weights"])
-        engine_model = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
-        engine_model.load_weights(file_tensors(self.model, merge_adapters=self.lora))  # one tensor at a time
-        self.llm.wake_up(tags=["kv_cache"])
+        """Weights first (their memory back, after the updates' cached blocks went back to the
+        driver: vLLM maps its own), then the new values streamed in, then the KV cache."""
+        if self.sleeps:
+            gc.collect()
+            torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["weights"])
+        missing = self.llm.collective_rpc(reload_checked, args=(file_tensors(self.model, merge_adapters=self.lora),))[0]
+        if missing:
+            raise RuntimeError(f"the weight stream left {len(missing)} of vLLM's parameters unset ({', '.join(missing[:5])}"
+                               f"{', ...' if len(missing) > 5 else ''}): its tensor names do not match the model's files")
+        self.llm.reset_prefix_cache()  # cached prompts were computed with the old weights
+        if self.sleeps:
+            self.llm.wake_up(tags=["kv_cache"])
+
+    def close(self) -> None:
+        """Shut the engine down and destroy vLLM's process groups, which live in module globals
+        (`vllm.distributed.parallel_state`): an engine made after an in-place resize builds its own.
+        vLLM's shutdown also destroys the default process group, which is the trainer's: kept."""
+        original = dist.destroy_process_group
+
+        def all_but_the_default(group=None):
+            if group is not None and group is not dist.group.WORLD:
+                original(group)
+
+        with mock.patch.object(dist, "destroy_process_group", all_but_the_default):
+            self.llm.llm_engine.engine_core.shutdown()
+        del self.llm
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[str]:
+    """Run in the engine's worker (`collective_rpc`): vLLM's reload of `weights` in the checkpoint's
+    format, and the names of the engine's parameters it left unset. vLLM itself only logs those."""
+    model = worker.model_runner.get_model()
+    expected = {name for name, _ in model.named_parameters()}
+    loaded: set[str] = set()
+    load = model.load_weights
+
+    def recording(stream):
+        names = load(stream)
+        loaded.update(expected if names is None else names)  # a model that does not say what it loaded: trusted
+        return names
+
+    streamed: list[str] = []
+
+    def named(stream):
+        for name, tensor in stream:
+            streamed.append(name)
+            yield name, tensor
+
+    model.load_weights = recording
+    try:
+        worker.reload_weights(weights_iterator=named(weights), is_checkpoint_format=True)
+    except Exception as e:  # vLLM's loaders fail on an unknown name with whatever the lookup raised
+        raise RuntimeError(f"vLLM could not load the streamed tensor {streamed[-1] if streamed else None!r} "
+                           f"({type(e).__name__}: {e}): its name does not match the model's files") from e
+    finally:
+        del model.load_weights
+    return sorted(expected - loaded)
+
+
+def quiet_rotary_reload() -> None:
+    """vLLM's reload warns at every sync that each rotary embedding "failed to load weights": its
+    tables are computed from the config, never loaded, and vLLM keeps them. Only that line is dropped."""
+    import logging
+
+    def not_rotary(record: logging.LogRecord) -> bool:
+        return not (record.args and "RotaryEmbedding" in str(record.args[0]) and "Failed to load" in record.msg)
+
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(not_rotary)
+
+
+@contextmanager
+def trainer_state_kept():
+    """vLLM's start in this process reseeds the global random generators and points the compile
+    caches elsewhere: the trainer's restored after."""
+    variables = {name: os.environ.get(name) for name in TRAINER_VARIABLES}
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)

@@ -254,7 +254,9 @@ class Trainer:
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
         ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank,
                                                         lambda: self.stop.requested, self._agree_stop,
-                                                        tc.model_config.model_name_or_path))
+                                                        tc.model_config.model_name_or_path, self.run_dir,
+                                                        torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
+                                                        else torch.float32))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation

