@@ -13,7 +13,9 @@
 # BASE_IMAGE may instead be an AWS PyTorch training DLC (compiler and EFA included; then drop the two
 # system steps). hyperpod-elastic-agent 1.1.3 requires torch < 2.12 (and pip < 25.3), so the image pins
 # torch 2.11 (the repository's requirements.txt pins the CPU build of 2.13 for local runs and CI).
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04
+# One CUDA for torch and vLLM: vLLM 0.26.0's kernels link the CUDA 13 runtime (libcudart.so.13), so torch
+# (and the torchvision and torchaudio vLLM requires) come from the cu130 index, on a CUDA 13 base.
+ARG BASE_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu22.04
 FROM ${BASE_IMAGE}
 
 ARG EFA_INSTALLER_VERSION=1.43.2
@@ -44,14 +46,15 @@ RUN cd /tmp \
 # Nemotron-H's Mamba-2 layers have no such kernel here (mamba_ssm and causal_conv1d need a CUDA build):
 # they run transformers' reference PyTorch path, the one the dry run traces for them.
 RUN pip install "pip<25.3" \
- && pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 \
+ && pip install torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu130 \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
         pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0 \
         flash-linear-attention==0.6.0 math-verify==0.9.0
 
 # vLLM for GRPO's rollouts on GPUs: each release pins one torch, and 0.26.0 is the newest whose wheel
-# requires the image's torch==2.11.0 (0.27-0.30 require 2.13, 0.33 requires 2.14). The self-check
-# refuses a vLLM built for another torch and reports whether batch invariance is on.
+# requires the image's torch==2.11.0 (0.27-0.30 require 2.13, 0.33 requires 2.14; training/rl/vllm_builds.py).
+# The self-check refuses a vLLM built for another torch or whose kernels do not load beside it, and
+# reports whether batch invariance is on.
 RUN pip install vllm==0.26.0
 
 # The container contract (docs/container.md): the working directory holds the `training` package, so

@@ -17,8 +17,12 @@
    Nemotron 3 Nano) through the trainer, and flex attention at Gemma 4's 512-wide global heads against
    fp32 attention;
 9. GRPO with vLLM rollouts (a small Llama saved as transformers writes it): two steps through the
-   trainer, the weight sync's share of the step, and a seeded rollout drawn one prompt at a time and
-   four at once giving the same tokens under VLLM_BATCH_INVARIANT=1.
+   trainer with batch invariance off and on (the weight sync's share of the step, vLLM's
+   log-probabilities against the trainer's, what invariance costs the updates); an engine's memory
+   awake, asleep at level 2 and awake again under the pods' allocator settings (against the plan's
+   1.5 GiB for a sleeping engine); a seeded rollout drawn one prompt at a time and four at once,
+   with invariance on (the same tokens) and off; two engines one after the other in one process,
+   the first shut down as an in-place resize does.
 A check that fails is a FAILED row and the next one runs; each row is also written to stderr as it ends.
 It prints one table, with the device and the date, to paste into docs/benchmarks.md.
 """
@@ -276,17 +280,19 @@ def main() -> int:
 
 
 # Each request seeded by its completion's coordinates (training.rl.vllm_rollout): drawn alone or in a
-# batch of four, the same tokens where vLLM's batch invariance holds.
+# batch of four, the same tokens where vLLM's batch invariance holds (argv[2]: "1" on, "0" off). A share
+# of the GPU that fits beside what the earlier checks hold, and no prefix cache (it would hand the
+# "together" draw the "alone" draws' KV).
 INVARIANCE = """
 import json, os, sys
-os.environ["VLLM_BATCH_INVARIANT"] = "1"
+os.environ["VLLM_BATCH_INVARIANT"] = sys.argv[2]
 from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 from training.rl.rollout import PromptGroup
 from training.rl.sampling import SamplingParams as Params
 from training.rl.vllm_rollout import sampling_requests
 
-llm = LLM(model=sys.argv[1], dtype="bfloat16", seed=0, enable_sleep_mode=True)
+llm = LLM(model=sys.argv[1], dtype="bfloat16", seed=0, gpu_memory_utilization=0.3, enable_prefix_caching=False)
 groups = [PromptGroup(i, tuple(range(3 + i, 40 + 7 * i))) for i in range(4)]
 requests = sampling_requests(groups, 1, Params(1.0, 1.0, -1, 64), step=3, seed=0)
 
@@ -299,6 +305,45 @@ def draw(batch):
 
 alone = [draw([r])[0] for r in requests]
 print("RESULT", json.dumps({"same": alone == draw(requests), "tokens": sum(map(len, alone))}))
+"""
+
+# An engine as the trainer runs it (the pods' PYTORCH_ALLOC_CONF, sleep level 2 after the start, torch's
+# cache emptied before each wake), GiB in use on the GPU at each point; then shut down with the trainer's
+# group kept, and a second engine started in the same process (an in-place resize's next size).
+SLEEP_AND_SECOND_ENGINE = """
+import gc, json, os, sys
+os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+import torch, torch.distributed as dist
+from training.rl.vllm_rollout import allocator_settings_for_vllm, shut_down
+allocator_settings_for_vllm()
+os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0",
+                  LOCAL_RANK="0", WORLD_SIZE="1")
+dist.init_process_group("cpu:gloo,cuda:nccl")
+from vllm import LLM
+
+def used():
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+def engine():
+    return LLM(model=sys.argv[1], dtype="bfloat16", seed=0, gpu_memory_utilization=0.3, load_format="dummy",
+               enable_sleep_mode=True, distributed_executor_backend="external_launcher")
+
+before = used()
+llm = engine()
+awake = used()
+llm.sleep(level=2)
+asleep = used()
+gc.collect(); torch.cuda.empty_cache()
+llm.wake_up(tags=["weights"]); llm.wake_up(tags=["kv_cache"])
+woken = used()
+shut_down(llm)
+del llm
+gc.collect(); torch.cuda.empty_cache()
+second = engine()
+print("RESULT", json.dumps({"before": before, "awake": awake, "asleep": asleep, "woken": woken,
+                            "second": len(second.generate([[1, 2, 3]], use_tqdm=False)) == 1,
+                            "group_kept": dist.is_initialized()}))
 """
 
 
@@ -320,30 +365,62 @@ def grpo_on_vllm(tmp: Path) -> list[tuple[str, str, str]]:
     from bench.grpo_throughput import METHOD, TA, vllm_overrides
     from elastic_launcher.cli import main as launcher
     from elastic_launcher.local.run import LocalJob
+    from elastic_launcher.planning.memory import VLLM_ASLEEP_GIB
     from training.contract.records import read_records
 
     model = saved_llama(tmp / "grpo_model")
-    assert launcher(["recipes=llama/tiny_llama_grpo", *vllm_overrides(str(model), 1),
-                     f"+{METHOD}.rollout_gpu_memory_utilization=0.3", f"+{METHOD}.rollout_correction=sequence",
-                     f"{TA}.max_steps=2", f"{TA}.save_hf_ckpt=false",
-                     "cluster.node_local=false", f"output_dir={tmp / 'grpo'}"]) == 0
-    job = LocalJob(next((tmp / "grpo").iterdir()) / "configs", tmp / "grpo_run", nproc_per_node=1)
-    done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(done.stdout[-2000:] + done.stderr[-5000:])
-    steps = [r for r in read_records(job.run_dir) if "reward" in r]
+    runs = {}
+    for invariant in (False, True):
+        out = tmp / f"grpo_{invariant}"
+        assert launcher(["recipes=llama/tiny_llama_grpo", *vllm_overrides(str(model), 1),
+                         f"+{METHOD}.rollout_gpu_memory_utilization=0.3", f"+{METHOD}.rollout_correction=sequence",
+                         f"+{METHOD}.rollout_batch_invariant={str(invariant).lower()}",
+                         f"{TA}.max_steps=3", f"{TA}.save_hf_ckpt=false", "cluster.node_local=false",
+                         f"output_dir={out}"]) == 0
+        job = LocalJob(next(out.iterdir()) / "configs", tmp / f"grpo_run_{invariant}", nproc_per_node=1)
+        done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(done.stdout[-2000:] + done.stderr[-5000:])
+        runs[invariant] = [r for r in read_records(job.run_dir) if "reward" in r]
+    steps = runs[False]
     sync = max(r["weight_sync_s"] / r["step_time"] for r in steps)
-    rows = [("9. GRPO on vLLM, two steps", "ok" if len(steps) == 2 else "FAILED",
+    weight = steps[-1]["rollout_correction_weight"]
+
+    def update_s(run):  # the last step's updates alone (the first compiles)
+        r = run[-1]
+        return r["step_time"] - r["rollout_s"] - r["reward_s"] - r["logprob_s"]
+
+    rows = [("9. GRPO on vLLM, three steps", "ok" if len(steps) == 3 and abs(weight - 1) < 0.05 else "FAILED",
              f"{len(steps)} steps, rollout {steps[-1]['rollout_tokens_per_s']:,.0f} tokens/s, weight sync "
-             f"{sync:.1%} of a step at most, rollout correction weight (vLLM's log-probabilities against the "
-             f"trainer's) {steps[-1]['rollout_correction_weight']:.4f}")]
-    done = subprocess.run([sys.executable, "-c", INVARIANCE, str(model)], cwd=ROOT, capture_output=True, text=True)
+             f"{sync:.1%} of a step at most (goal < 5%), rollout correction weight (vLLM's log-probabilities "
+             f"against the trainer's, bf16) {weight:.4f}"),
+            ("9. batch invariance's cost", "ok" if len(runs[True]) == 3 else "FAILED",
+             f"updates {update_s(runs[True]):.3f} s with VLLM_BATCH_INVARIANT=1 against {update_s(runs[False]):.3f} s "
+             f"without ({update_s(runs[True]) / update_s(runs[False]):.2f}x); rollout "
+             f"{runs[True][-1]['rollout_s']:.3f} s against {runs[False][-1]['rollout_s']:.3f} s")]
+    done = subprocess.run([sys.executable, "-c", SLEEP_AND_SECOND_ENGINE, str(model), "29512"], cwd=ROOT,
+                          capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-5000:])
-    result = json.loads(done.stdout.split("RESULT ")[1].splitlines()[0])
-    rows.append(("9. GRPO on vLLM, batch invariance", "ok" if result["same"] else "FAILED",
-                 f"4 seeded requests alone and together: {'the same' if result['same'] else 'different'} tokens "
-                 f"({result['tokens']} drawn)"))
+    gib = json.loads(done.stdout.split("RESULT ")[1].splitlines()[0])
+    held = gib["asleep"] - gib["before"]
+    rows.append(("9. vLLM sleep and a second engine",
+                 "ok" if held <= VLLM_ASLEEP_GIB and gib["second"] and gib["group_kept"] else "FAILED",
+                 f"GiB in use: {gib['before']:.2f} before, {gib['awake']:.2f} awake, {gib['asleep']:.2f} asleep "
+                 f"(level 2 freed {gib['awake'] - gib['asleep']:.2f}; the engine holds {held:.2f}, the plan allows "
+                 f"{VLLM_ASLEEP_GIB}), {gib['woken']:.2f} woken; a second engine in the process "
+                 f"{'generated' if gib['second'] else 'FAILED'}, the trainer's group "
+                 f"{'kept' if gib['group_kept'] else 'DESTROYED'}"))
+    for invariant in ("1", "0"):
+        done = subprocess.run([sys.executable, "-c", INVARIANCE, str(model), invariant], cwd=ROOT, capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise RuntimeError(done.stderr[-5000:])
+        result = json.loads(done.stdout.split("RESULT ")[1].splitlines()[0])
+        rows.append((f"9. batch invariance {'on' if invariant == '1' else 'off'}",
+                     "ok" if result["same"] or invariant == "0" else "FAILED",
+                     f"4 seeded requests alone and together: {'the same' if result['same'] else 'different'} tokens "
+                     f"({result['tokens']} drawn)"))
     return rows
 
 

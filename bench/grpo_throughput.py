@@ -8,7 +8,8 @@ waits for the last rewards, scores the completions under the rollout's policy an
 (forwards without gradients, as verl's old_log_prob and ref) and takes its updates. The bench runs the trainer for `--steps` steps
 (the first two left out: warm-up) and reports each part's seconds and tokens/s against its limit:
 - the rollout against the sampler alone generating the same prompts with the same settings (vLLM
-  alone, a fresh engine; on CPU the trainer's own sampler is the engine, so there is no other);
+  alone, a fresh engine on one GPU, against the trainer's engines per GPU; on CPU the trainer's own
+  sampler is the engine, so there is no other);
 - the update against the trainer's SFT step over rows of the same shape (each prompt's completions,
   prompt + completion long, unpacked), tokens/s;
 - the weight sync as a share of the step.
@@ -157,8 +158,10 @@ def main() -> None:
         sft = sft_limit(tmp, args, round(split["row_tokens"]))
         alone = vllm_alone(args) if args.engine == "vllm" else None
     step = split["step_s"]
-    rollout_ratio = f"{split['rollout_tokens_per_s'] / alone:.2f}x vLLM alone ({alone:,.0f})" if alone else \
-        "- (the trainer's sampler is the engine)"
+    # The step's rollout tokens/s counts every engine; vLLM alone runs on one GPU: per GPU against per GPU.
+    per_gpu = split["rollout_tokens_per_s"] / args.nproc
+    rollout_ratio = f"{per_gpu / alone:.2f}x vLLM alone on one GPU ({per_gpu:,.0f} per GPU against {alone:,.0f})" \
+        if alone else "- (the trainer's sampler is the engine)"
     print(f"GRPO step, {args.engine} rollouts, {args.nproc} processes, {args.prompts} prompts x {args.n} completions "
           f"in {args.mini_batches} update(s) "
           f"(prompt <= {args.max_prompt_length}, completion <= {args.max_new_tokens} tokens), median of "

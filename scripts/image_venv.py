@@ -28,8 +28,9 @@ DOCKERFILE = ROOT / "Dockerfile"
 READY = ".ready"  # written last: a venv without it is half-built and rebuilt
 # Test tools the image does not need but the suite runs inside the venv.
 TEST_EXTRAS = ["pytest", "pytest-timeout"]
-# The image's GPU-only packages (several GB of CUDA kernels), which no CPU test runs: left out of the venv.
-GPU_ONLY = ("vllm",)
+# The image's GPU-only packages (several GB of CUDA kernels), which no CPU test runs, and the media
+# packages pinned beside torch only so that vLLM does not pull mismatched ones: left out of the venv.
+GPU_ONLY = ("vllm", "torchvision", "torchaudio")
 
 
 def image_pins(dockerfile: Path = DOCKERFILE) -> list[str]:

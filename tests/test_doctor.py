@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from training.contract.errors import ConfigError
 from training.doctor import c_compiler, driver_supports, network, vllm_report
+from training.rl.vllm_builds import IMAGE
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -90,15 +91,14 @@ def test_the_dockerfile_builds_an_image_that_compiles_and_speaks_efa():
 
 
 # What vLLM's wheels require (their metadata on the package index, 2026-11-27): one torch each.
-VLLM_TORCH = {"0.26.0": "2.11.0", "0.27.1": "2.13.0", "0.30.0": "2.13.0", "0.33.0": "2.14.0"}
-
-
 def test_the_images_vllm_is_the_release_built_for_its_torch_and_cpu_venvs_leave_it_out():
     sys.path.insert(0, str(ROOT / "scripts"))
     from image_venv import image_pins, pinned_version, venv_pins
 
-    assert VLLM_TORCH[pinned_version("vllm")] == pinned_version("torch")
-    assert "vllm" not in {p.partition("==")[0] for p in venv_pins()} and len(venv_pins()) == len(image_pins()) - 1
+    assert pinned_version("vllm") == IMAGE.version and pinned_version("torch") == IMAGE.torch
+    left_out = {"vllm", "torchvision", "torchaudio"}  # the GPU-only packages and vLLM's media ones
+    assert not left_out & {p.partition("==")[0] for p in venv_pins()}
+    assert len(venv_pins()) == len(image_pins()) - len(left_out)
 
 
 def test_the_self_check_names_vllms_version_and_batch_invariance_and_refuses_another_torch():
@@ -110,6 +110,10 @@ def test_the_self_check_names_vllms_version_and_batch_invariance_and_refuses_ano
     with pytest.raises(ConfigError) as e:
         vllm_report("0.33.0", ["torch==2.14.0"], "2.11.0+cu128", {})
     assert "vLLM 0.33.0 requires torch==2.14.0 but the image has torch 2.11.0+cu128" in one_line(e)
+    with pytest.raises(ConfigError) as e:  # vLLM's kernels linked against another CUDA than torch's
+        vllm_report("0.26.0", requires, "2.11.0+cu128", {}, "ImportError: libcudart.so.13: cannot open shared object")
+    assert "vLLM 0.26.0's compiled kernels do not load beside torch 2.11.0+cu128 (ImportError: libcudart.so.13" \
+        in one_line(e)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, tiny_causal_lm, wait_for
+from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, tiny_architecture, tiny_causal_lm, wait_for
 from elastic_launcher.local.run import child_pids
 from training.contract.errors import ConfigError
 from training.contract.methods import method_facts
@@ -296,6 +296,76 @@ def test_the_weights_streamed_to_vllm_are_the_model_files_names_and_values(proce
         ours, _ = model(ids, torch.arange(5).unsqueeze(0))
         theirs = hf(ids).logits[:, -1]
     torch.testing.assert_close(ours.reshape(theirs.shape), theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_streams_expected_size_is_what_it_carries(process_group, lora):
+    """The count every weight stream is checked against (a tensor left out of it fails the sync),
+    counted without gathering: the stream's elements, with LoRA's adapters folded in (not carried)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.contract.config import PeftConfig
+    from training.model.causal_lm import CausalLM
+    from training.model.lora import apply_lora, merged_elements
+
+    arch = tiny_architecture("llama")
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch.pop("model_type"), vocab_size=97, **arch))
+    model = CausalLM(apply_lora(hf, PeftConfig(r=4, lora_alpha=8)) if lora else hf, loss_chunk_tokens=0)
+    assert merged_elements(model) == sum(t.numel() for _, t in file_tensors(model, merge_adapters=lora))
+
+
+def test_vllms_start_leaves_the_trainers_random_state_and_compile_caches_as_they_were(monkeypatch):
+    """vLLM's in-process start reseeds the global generators and points the compile caches at its
+    own directories: what the trainer had is back once it has started."""
+    from training.rl.vllm_rollout import trainer_state_kept
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/run/inductor_cache")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    torch.manual_seed(11)
+    random.seed(11)
+    expected = torch.rand(3), random.random()
+    torch.manual_seed(11)
+    random.seed(11)
+    with trainer_state_kept():
+        torch.manual_seed(0)
+        random.seed(0)
+        os.environ.update(TORCHINDUCTOR_CACHE_DIR="/root/.cache/vllm/inductor", TRITON_CACHE_DIR="/root/.cache/triton")
+    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/run/inductor_cache" and "TRITON_CACHE_DIR" not in os.environ
+
+
+def test_the_trainers_sampler_stops_on_the_generation_configs_eos_ids_as_vllm_does(tmp_path):
+    """vLLM adds the generation config's EOS ids to a request's stop set: the trainer's sampler takes
+    the same, from the model's generation_config.json where it has one, else from its config."""
+    from transformers import GenerationConfig, LlamaConfig
+
+    from training.methods.grpo import generation_eos_ids
+
+    config = LlamaConfig(eos_token_id=2)
+    assert generation_eos_ids(config, None) == [2]
+    GenerationConfig(eos_token_id=[2, 7, 9]).save_pretrained(tmp_path)
+    assert generation_eos_ids(config, str(tmp_path)) == [2, 7, 9]
+    assert generation_eos_ids(config, str(tmp_path / "no_generation_config")) == [2]
+
+
+def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_world_size():
+    """By who samples: the trainer's sampler and vLLM's CPU build (locally) always, vLLM on GPUs only
+    with its batch-invariant kernels."""
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.planning.plan import make_plan, rollout_reproducibility
+
+    def line(*overrides, recipe=None, local=False):
+        recipe = to_plain(compose([*(recipe or GRPO_8B), *overrides])[0])["recipes"]
+        return rollout_reproducibility(make_plan(recipe, local=local))
+
+    assert line(recipe=["recipes=llama/tiny_llama_grpo"]).startswith("the trainer's own sampler: a completion is the "
+                                                                      "same at any world size, bitwise")
+    assert line(recipe=["recipes=llama/tiny_llama_grpo_vllm"], local=True).startswith("vLLM's CPU build (action=local)")
+    assert line(f"{METHOD_ARG}rollout_engine=vllm").startswith("vLLM without batch invariance: a completion depends on "
+                                                               "the requests batched with it")
+    assert line(f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_batch_invariant=true").startswith(
+        "vLLM, batch invariant: a completion is the same at any world size")
+    assert line(recipe=["recipes=llama/llama3_1_8b_sft"]) is None
 
 
 # --- memory: the rollout's phase and the updates' -----------------------------------------------------

@@ -10,7 +10,10 @@ from elastic_launcher.planning.plan import make_plan
 from training.contract.config import load_job_config
 from training.contract.config_files import select_config_file
 
-RECIPES = options("recipes")
+# The tiny vLLM twin samples with vLLM's CPU build on this machine (action=local, action=rehearse): a
+# cluster job of it is refused, the image's vLLM being its CUDA build.
+LOCAL_ONLY = ["llama/tiny_llama_grpo_vllm"]
+RECIPES = [r for r in options("recipes") if r not in LOCAL_ONLY]
 # One recipe of each family, method and kind (a tiny CPU twin or not): the fixed-size path is the elastic one at one size.
 FIXED = sorted({(r.split("/")[0], method_of(r), "tiny" in r): r for r in RECIPES}.values())
 
@@ -55,6 +58,14 @@ def test_every_recipe_composes_and_renders(launch, tmp_path, recipe, elastic):
     if elastic:  # the independent validators: the CRD's schema, and the HyperPod SDK's model
         validate_crd(docs[1], "hyperpodpytorchjob.schema.yaml")
         hyperpod_sdk_model().model_validate(docs[1]["spec"], by_name=True, by_alias=False)
+
+
+@pytest.mark.parametrize("recipe", LOCAL_ONLY)
+def test_a_recipe_that_samples_with_vllms_cpu_build_is_refused_as_a_cluster_job(launch, tmp_path, recipe):
+    code, _, err = launch(f"recipes={recipe}")
+    assert code == 2 and "needs GPUs, and ml.m5.2xlarge has none (the image's vLLM is its CUDA build; action=local " \
+                          "runs vLLM's CPU build)" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_main_command_plans_every_allowed_size(launch, tmp_path):

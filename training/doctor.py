@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.contract.errors import ConfigError
+from training.rl.vllm_builds import IMAGE, installed
 
 OFI_PLUGINS = ("libnccl-net-ofi.so", "libnccl-net.so")  # aws-ofi-nccl's names, newest first
 IMAGE_FIX = "build the image from the repository's Dockerfile (a CUDA devel base with the EFA installer) or FROM an " \
@@ -120,31 +121,44 @@ def triton_compiles(device) -> None:
                           f"{IMAGE_FIX}") from None
 
 
-def vllm_report(version: str | None, requires: list[str], torch_version: str, env: dict[str, str]) -> str:
-    """The line on the image's vLLM (GRPO's GPU rollouts); ConfigError where it was built for
-    another torch than the image's (vLLM's compiled kernels then fail to load or crash)."""
+def vllm_report(version: str | None, requires: list[str], torch_version: str, env: dict[str, str],
+                kernels_error: str | None = None) -> str:
+    """The line on the installed vLLM (GRPO's rollouts); ConfigError where it was built for another
+    torch than this one, or where its compiled kernels do not load (a CUDA of their own)."""
     if version is None:
         return "vLLM: not installed (GRPO samples with the trainer's own model)"
     wanted = next((r.replace(" ", "").split("==", 1)[1].split(";")[0] for r in requires
                    if r.replace(" ", "").startswith("torch==")), None)
-    if wanted and torch_version.split("+")[0] != wanted:
+    if wanted and torch_version.split("+")[0] != wanted.split("+")[0]:
         raise ConfigError(f"vLLM {version} requires torch=={wanted} but the image has torch {torch_version}: pin the "
-                          f"vLLM release built for the image's torch (the Dockerfile's vllm==0.26.0 for torch 2.11.0)")
+                          f"vLLM release built for the image's torch (the Dockerfile's {IMAGE.pin} for torch "
+                          f"{IMAGE.torch})")
+    if kernels_error:
+        raise ConfigError(f"vLLM {version}'s compiled kernels do not load beside torch {torch_version} "
+                          f"({kernels_error}): vLLM and torch need one CUDA (the Dockerfile's torch from the cu130 "
+                          f"index on a CUDA 13 base)")
     invariant = env.get("VLLM_BATCH_INVARIANT") == "1"
     return f"vLLM {version}, batch invariance " + ("on" if invariant else "off (VLLM_BATCH_INVARIANT=1 makes rollouts "
                                                                          "independent of how requests are batched)")
 
 
 def installed_vllm() -> str:
+    import importlib
     from importlib import metadata
 
     import torch
 
+    found = installed()
+    if found is None:
+        return vllm_report(None, [], torch.__version__, dict(os.environ))
+    build, version = found
     try:
-        version, requires = metadata.version("vllm"), metadata.requires("vllm") or []
-    except metadata.PackageNotFoundError:
-        version, requires = None, []
-    return vllm_report(version, requires, torch.__version__, dict(os.environ))
+        importlib.import_module(build.kernels)
+        kernels_error = None
+    except (ImportError, OSError) as e:  # e.g. libcudart.so.13: cannot open shared object file
+        kernels_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return vllm_report(version, metadata.requires(build.distribution) or [], torch.__version__, dict(os.environ),
+                       kernels_error)
 
 
 def check_gpu_image(device, compiles: bool) -> str:

@@ -143,6 +143,13 @@ def merged_tensors(model: torch.nn.Module, merge: bool):
             yield file_name(name), full(p.detach())
 
 
+def merged_elements(model: torch.nn.Module) -> int:
+    """How many elements `merged_tensors` yields, counted without gathering anything."""
+    params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    buffers = sum(b.numel() for name, b in model.state_dict().items() if name not in params)
+    return buffers + sum(p.numel() for name, p in model.named_parameters() if not is_adapter(name))
+
+
 def adapter_tensors(model: torch.nn.Module):
     """The LoRA weights under peft's saved names (base_model.model.<module>.lora_A.weight)."""
     for name, p in model.named_parameters():

@@ -5,7 +5,9 @@
   come from the model's head (training.model.loss.token_log_probs);
 - `sampling`: a completion's random draws from (seed, sample id, generation index, step) only;
 - `rollout`: completions from the trainer's own sharded model, group by group with a KV cache;
-- `reward_pool`: the reward functions called in a process of their own, each call with a timeout.
+- `reward_pool`: the reward functions called in a process of their own, each call with a timeout;
+- `vllm_rollout`: completions from vLLM engines inside the trainer's processes, fed the policy's
+  weights at every rollout; `vllm_builds`: the two vLLM builds it runs on (the image's, CPU's).
 
 The reward functions themselves (built-in and the user's: loaded and checked) are in
 training.contract.rewards: the launcher's dry run checks them too.

