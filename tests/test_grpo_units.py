@@ -334,6 +334,20 @@ def test_vllms_start_leaves_the_trainers_random_state_and_compile_caches_as_they
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/run/inductor_cache" and "TRITON_CACHE_DIR" not in os.environ
 
 
+def test_vllms_sleep_pool_sees_the_pods_allocator_settings_under_the_name_it_reads(monkeypatch):
+    """The pods set PYTORCH_ALLOC_CONF; vLLM's sleep-mode pool reads PYTORCH_CUDA_ALLOC_CONF only, to
+    turn expandable segments off around its allocations. One the user set is left alone."""
+    from training.rl.vllm_rollout import allocator_settings_for_vllm
+
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    allocator_settings_for_vllm()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    allocator_settings_for_vllm()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
+
+
 def test_the_trainers_sampler_stops_on_the_generation_configs_eos_ids_as_vllm_does(tmp_path):
     """vLLM adds the generation config's EOS ids to a request's stop set: the trainer's sampler takes
     the same, from the model's generation_config.json where it has one, else from its config."""

@@ -34,6 +34,12 @@ def completions_by_step(run_dir) -> dict[int, list[str]]:
     return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launcher(python, *args, timeout=600):
     return subprocess.run([python, str(ROOT / "launcher.py"), f"recipes={RECIPE}", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
@@ -97,31 +103,85 @@ def test_lora_adapters_folded_into_the_stream_give_the_trainers_log_probabilitie
     assert steps[4]["kl"] > 0  # the adapters moved: the policy is no longer the base model
 
 
-# The trainer with its weight stream broken on purpose: one tensor left out, or renamed.
-BROKEN_STREAM = '''
-import sys
+# One engine on a tiny Llama in one process (a process group of one): synced with the whole stream, then
+# with one tensor left out and one renamed; then shut down, the process group kept, and a second engine
+# started in the same process.
+ENGINE_CHECKS = """
+import json, os, sys
+from pathlib import Path
 
+import torch
+import torch.distributed as dist
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from training.export import write_model_config
+from training.model.causal_lm import CausalLM
 from training.rl import vllm_rollout
+from training.rl.rollout import PromptGroup
+from training.rl.sampling import SamplingParams
 
-file_tensors = vllm_rollout.file_tensors
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+files = Path(sys.argv[1])
+tokenizer = AutoTokenizer.from_pretrained("data/tiny_tokenizer")
+torch.manual_seed(0)
+hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+    "llama", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False))
+model = CausalLM(hf, loss_chunk_tokens=0)
+write_model_config(model, files, torch.float32)
+tokenizer.save_pretrained(files)
 
 
-def broken(model, merge_adapters):
-    for i, (name, tensor) in enumerate(file_tensors(model, merge_adapters)):
-        if i == 3:
-            if "{case}" == "missing":
+def engine():
+    return vllm_rollout.VLLMRollout(model, str(files), str(files), vllm_rollout.VLLMOptions(), seed=0,
+                                    max_model_len=64, lora=False, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def rollout(rollout_engine):
+    group = PromptGroup(7, (1, 5, 284, 266, 338, 17))
+    return [c.token_ids for c in next(rollout_engine.generate([group], 2, SamplingParams(max_new_tokens=6), step=1))]
+
+
+whole = vllm_rollout.file_tensors
+results = {}
+first = engine()
+results["whole"] = rollout(first)
+for case in ("missing", "misnamed"):
+    def broken(model, merge_adapters):
+        for i, (name, tensor) in enumerate(whole(model, merge_adapters)):
+            if i == 3 and case == "missing":
                 continue
-            name = name.replace("proj", "projection")
-        yield name, tensor
-
-
-if __name__ == "__main__":
-    from training.runtime.arguments import parse_args
-    from training.runtime.train import main
-
+            yield (name.replace("proj", "projection") if i == 3 else name), tensor
     vllm_rollout.file_tensors = broken
-    sys.exit(main(parse_args()))
-'''
+    try:
+        rollout(first)
+        results[case] = None
+    except RuntimeError as e:
+        results[case] = str(e)
+vllm_rollout.file_tensors = whole
+first.close()
+results["group_kept"] = dist.is_initialized()
+results["second"] = rollout(engine())
+print("RESULT", json.dumps(results))
+"""
+
+
+def test_a_weight_stream_that_misses_or_misnames_a_tensor_fails_and_a_second_engine_starts_after_the_first(
+        tmp_path, vllm_python):
+    """A sync whose stream leaves a tensor out fails naming it missing (vLLM itself would only log
+    the parameters it left unset, or none: q, k and v fill one stacked parameter), one whose tensor
+    vLLM does not know fails naming that tensor; an engine shut down leaves the trainer's process
+    group as it was, and a second engine in the same process draws the first one's completions."""
+    done = subprocess.run([vllm_python, "-c", ENGINE_CHECKS, str(tmp_path / "files"), str(free_port())], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.split("RESULT ")[1].splitlines()[0])
+    assert results["missing"].startswith("the weight stream held ") and "a tensor is missing from it" in \
+        results["missing"], results
+    assert results["misnamed"].startswith("vLLM could not load the streamed tensor 'model.layers.0.self_attn."
+                                          "v_projection.weight'"), results
+    assert results["group_kept"] and results["second"] == results["whole"], results
 
 
 def wrapped_trainer(job, nodes: int, script) -> list[str]:
@@ -130,20 +190,6 @@ def wrapped_trainer(job, nodes: int, script) -> list[str]:
     at = command.index("-m", 3)  # torchrun's entry point: the trainer, wrapped
     command[at:at + 2] = [str(script)]
     return command
-
-
-@pytest.mark.parametrize("case", ["missing", "misnamed"])
-def test_a_weight_stream_that_misses_or_misnames_a_tensor_fails_in_one_line(rehearsal, tmp_path, vllm_python, case):
-    _, run_dir, _ = rehearsal
-    (tmp_path / "broken.py").write_text(BROKEN_STREAM.format(case=case))
-    job = local_job(run_dir / "launch" / "configs", tmp_path / "run", vllm_python)
-    done = subprocess.run(wrapped_trainer(job, 1, tmp_path / "broken.py"), env=job.env(1), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    wanted = "a tensor is missing from it" if case == "missing" else "vLLM could not load the streamed tensor"
-    assert errors and wanted in errors[0], done.stderr[-3000:]
-    assert not step_records(tmp_path / "run")
 
 
 # The HyperPod agent's in-process restart without the agent (its release requires torch < 2.12, vLLM's
@@ -191,12 +237,6 @@ if __name__ == "__main__":
     GRPO.updates = faulted_in_step_3
     sys.exit(train.main(parse_args(), stop=STOP))
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_in_place_restart_shuts_the_engine_down_and_a_second_one_draws_the_same_completions(
