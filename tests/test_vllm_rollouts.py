@@ -193,9 +193,9 @@ def wrapped_trainer(job, nodes: int, script) -> list[str]:
 
 
 # The HyperPod agent's in-process restart without the agent (its release requires torch < 2.12, vLLM's
-# CPU build 2.13): each rank receives the agent's fault notification in step 3, saves, and is released
-# from a barrier of its own at the same world size, on a process group re-formed on a new port, as the
-# agent's /start does.
+# CPU build 2.13): each rank receives the agent's fault notification in step 3 and saves; at the barrier
+# rank 1's pod is gone (its process ends) and rank 0 is released at world size 1, on a process group
+# formed on a new port, as the agent's /start does.
 IN_PLACE = '''
 import os
 import sys
@@ -216,7 +216,10 @@ class LocalBarrier:
     def wait_for_start(self):
         self.stop.wait_at_barrier()
         if self.starts:
-            os.environ.update(MASTER_PORT=os.environ["IN_PLACE_PORT"], TORCHELASTIC_USE_AGENT_STORE="False")
+            if os.environ["RANK"] != "0":
+                sys.exit(0)
+            os.environ.update(WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", ELASTIC_NUM_NODES="1",
+                              MASTER_PORT=os.environ["IN_PLACE_PORT"], TORCHELASTIC_USE_AGENT_STORE="False")
         self.stop.start_size()
         self.starts += 1
         return time.time()
@@ -239,12 +242,12 @@ if __name__ == "__main__":
 '''
 
 
-def test_an_in_place_restart_shuts_the_engine_down_and_a_second_one_draws_the_same_completions(
+def test_an_in_place_resize_shuts_the_engine_down_and_a_second_one_draws_the_same_completions(
         rehearsal, tmp_path, vllm_python):
-    """Two ranks stop in step 3 and start again in the same processes: the first engine is shut down
-    and vLLM's process groups destroyed before the trainer's group is re-formed (the trainer's own
-    group survives vLLM's shutdown), the second engine starts in the same process, and steps 1-6
-    draw the fixed-size run's completions."""
+    """Two ranks stop in step 3 and rank 0 goes on alone in the same process (2 -> 1 in place): the
+    first engine is shut down and vLLM's process groups destroyed before the trainer's group is
+    re-formed, the second engine starts in the same process, and steps 1-6 draw the fixed-size
+    run's completions."""
     _, run_dir, fixed_dir = rehearsal
     (tmp_path / "in_place.py").write_text(IN_PLACE)
     job = local_job(run_dir / "launch" / "configs", tmp_path / "run", vllm_python)
@@ -253,7 +256,7 @@ def test_an_in_place_restart_shuts_the_engine_down_and_a_second_one_draws_the_sa
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     starts = [r for r in records(tmp_path / "run") if r.get("event") == "start"]
-    assert [r["same_process"] for r in starts] == [False, True], starts
+    assert [(r["world_size"], r["same_process"]) for r in starts] == [(2, False), (1, True)], starts
     fixed = completions_by_step(fixed_dir)
     assert completions_by_step(tmp_path / "run") == {s: fixed[s] for s in range(1, 7)}
 
