@@ -314,6 +314,33 @@ def test_the_streams_expected_size_is_what_it_carries(process_group, lora):
     assert merged_elements(model) == sum(t.numel() for _, t in file_tensors(model, merge_adapters=lora))
 
 
+@pytest.mark.parametrize("chunk_tokens", [0, 7])
+def test_the_sharded_models_log_probabilities_are_no_views_for_fsdp_to_warn_about(process_group, chunk_tokens):
+    """GRPO's per-token forward through the FSDP2-sharded model: FSDP hooks the outputs of the modules
+    it wraps for their backward and warns where one is a view (the hook may then fail or give wrong
+    gradients); none is, chunked or not, and the gradient is the unchunked one."""
+    import warnings
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from training.contract.config import ModelConfig
+    from training.model.causal_lm import build_sharded_model
+
+    def gradient(chunk):
+        cfg = ModelConfig(architecture={**tiny_architecture("llama"), "vocab_size": 97}, loss_chunk_tokens=chunk,
+                          mixed_precision="fp32", activation_checkpointing="none", compile=False)
+        model = build_sharded_model(cfg, seed=0, mesh=init_device_mesh("cpu", (1,)), on_gpu=False, resuming=False)
+        ids = torch.tensor([[5, 9, 14, 2, 31, 8], [3, 1, 4, 1, 5, 9]])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            log_probs, _ = model(ids, torch.arange(6).expand(2, -1), labels=ids.roll(-1, dims=1), per_token=True)
+            log_probs.sum().backward()
+        assert not [w for w in caught if "returned a view tensor" in str(w.message)], [str(w.message) for w in caught]
+        return model.lm_head.weight.grad.full_tensor()
+
+    torch.testing.assert_close(gradient(chunk_tokens), gradient(0))
+
+
 def test_vllms_start_leaves_the_trainers_random_state_and_compile_caches_as_they_were(monkeypatch):
     """vLLM's in-process start reseeds the global generators and points the compile caches at its
     own directories: what the trainer had is back once it has started."""

@@ -136,15 +136,16 @@ def token_log_probs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Te
     keep their gradient; the entropy (a metric) does not. `chunk_tokens` positions at a time under
     activation checkpointing, so that one chunk's logits exist at once."""
     h, y = hidden.flatten(0, 1), tokens.flatten()
-    if 0 < chunk_tokens < h.shape[0]:
-        from torch.utils.checkpoint import checkpoint
+    if not 0 < chunk_tokens < h.shape[0]:
+        return _log_probs_and_entropy(hidden, weight, tokens, softcap)  # [rows, positions] as computed
+    from torch.utils.checkpoint import checkpoint
 
-        parts = [checkpoint(_log_probs_and_entropy, hc, weight, yc, softcap, use_reentrant=False)
-                 for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens))]
-        log_probs, entropy = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    else:
-        log_probs, entropy = _log_probs_and_entropy(h, weight, y, softcap)
-    return log_probs.view_as(tokens), entropy.view_as(tokens)
+    parts = [checkpoint(_log_probs_and_entropy, hc, weight, yc, softcap, use_reentrant=False)
+             for hc, yc in zip(h.split(chunk_tokens), y.split(chunk_tokens))]
+    log_probs, entropy = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    # Not a view of the flat result: FSDP2 hooks the outputs of the modules it wraps for their
+    # backward, which a view can defeat (it warns). A copy costs one float per token.
+    return log_probs.view_as(tokens).clone(), entropy.view_as(tokens)
 
 
 def _log_probs_and_entropy(hidden, weight, tokens, softcap):
