@@ -503,6 +503,15 @@ def a_nan(prompts, completions, **kwargs):
 def a_none(prompts, completions, **kwargs):
     return [None] * len(completions)
 
+def not_for_b(prompts, completions, **kwargs):
+    return [None if c == "b" else 0.5 for c in completions]
+
+def only_completions(completions):
+    return [float(len(c)) for c in completions]
+
+def trl_style(completions, completion_ids, trainer_state, **kwargs):
+    return [len(ids) + trainer_state.global_step + trainer_state.epoch for ids in completion_ids]
+
 def sleeps(prompts, completions, **kwargs):
     time.sleep(60)
     return [0.0] * len(completions)
@@ -554,12 +563,57 @@ def test_reward_weights_must_match_the_rewards():
     ("raises_on_b", r"raised ZeroDivisionError: division by zero on sample 8$"),
     ("too_few", r"returned 1 scores for 3 completions \(samples 7, 8, 9\)"),
     ("a_nan", r"scored sample 8 \(completion 1 of the call\) nan"),
-    ("a_none", r"scored sample 7 \(completion 0 of the call\) None"),
 ])
 def test_a_failing_reward_ends_with_one_line_naming_it_and_the_row(pool, user_file, fn, message):
     with pytest.raises(RewardError, match=f"reward function {user_file}:{fn} " + message) as e:
         pool([f"{user_file}:{fn}"]).score(["p"] * 3, ["a", "b", "c"], {}, [7, 8, 9])
     assert "\n" not in str(e.value)
+
+
+def test_a_trl_reward_gets_its_keywords_and_none_leaves_a_completion_to_the_others(pool, user_file):
+    """TRL's keywords: `completions` alone is enough, `completion_ids` and `trainer_state` (the
+    optimizer steps taken, the epochs) where named; a None score is left out of the weighted sum
+    where another function scores the completion, and a completion that none scores is one line
+    naming them all."""
+    from training.contract.rewards import TrainerState
+
+    extras = {"completion_ids": [[5, 6], [7], [8, 9, 10]], "trainer_state": TrainerState(4, 0.5)}
+    check_rewards([f"{user_file}:{fn}" for fn in ("only_completions", "trl_style", "not_for_b")], None, set())
+    rewards = pool([f"{user_file}:only_completions", f"{user_file}:trl_style", f"{user_file}:not_for_b"],
+                   weights=[1.0, 1.0, 2.0])
+    totals, each = rewards.score(["p"] * 3, ["a", "b", "cc"], {}, [7, 8, 9], extras)
+    assert each == {f"{user_file}:only_completions": [1.0, 1.0, 2.0], f"{user_file}:trl_style": [6.5, 5.5, 7.5],
+                    f"{user_file}:not_for_b": [0.5, None, 0.5]}
+    assert totals == [8.5, 6.5, 10.5]
+    with pytest.raises(RewardError, match=f"no reward function scored sample 8 \\(completion 1 of the call\\): "
+                                          f"{user_file}:not_for_b, {user_file}:a_none each returned None for it"):
+        pool([f"{user_file}:not_for_b", f"{user_file}:a_none"]).score(["p"] * 3, ["a", "b", "c"], {}, [7, 8, 9])
+
+
+VERL_REWARD = '''
+from scorer import extract  # a module beside this file
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    hit = extract(solution_str) == ground_truth
+    return {"score": float(hit) + (0.5 if data_source == "openai/gsm8k" else 0.0), "acc": hit}
+'''
+
+
+def test_a_verl_reward_file_runs_unchanged_beside_the_module_it_imports(pool, tmp_path, monkeypatch):
+    """verl's compute_score, recognized by its signature, is called once per completion with the
+    row's data source, its reference answer (verl's reward_model.ground_truth, or GSM8K's number) and
+    extra info; its dict's `score` counts. Its file imports a module that sits beside it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "verl").mkdir()
+    (tmp_path / "verl" / "gsm8k.py").write_text(VERL_REWARD)
+    (tmp_path / "verl" / "scorer.py").write_text("def extract(text):\n    return text.split()[-1]\n")
+    spec = "verl/gsm8k.py:compute_score"
+    check_rewards([spec], None, {"data_source", "reward_model", "extra_info"})
+    columns = {"data_source": ["openai/gsm8k", "other"], "extra_info": [{"index": 0}, {"index": 1}],
+               "reward_model": [{"ground_truth": "72", "style": "rule"}, {"ground_truth": "5", "style": "rule"}]}
+    assert pool([spec]).score(["q1", "q2"], ["so 72", "so 6"], columns, [0, 1])[0] == [1.5, 0.0]
+    assert pool([spec]).score(["q"], ["it is 1000"], {"answer": ["#### 1,000"]}, [0])[0] == [1.0]
 
 
 def test_a_reward_past_its_timeout_is_ended_with_its_process(pool, user_file):

@@ -1,10 +1,18 @@
 """Reward functions: built-in checks and a user's own, with TRL's signature
 
-    fn(prompts, completions, **columns) -> list[float]
+    fn(prompts, completions, completion_ids, trainer_state, **columns) -> list[float | None]
 
-`prompts` as the rows give them (text, or chat messages); `completions` as strings for text prompts
-and as `[{"role": "assistant", "content": ...}]` for chat prompts; every other column of the rows
-as a keyword list (a function gets the columns it names, or all of them with **kwargs).
+`completions` as strings for text prompts and as `[{"role": "assistant", "content": ...}]` for chat
+prompts; `prompts` as the rows give them (text, or chat messages); `completion_ids` the completions'
+token ids; `trainer_state` the step and epoch (TRL's TrainerState fields); every other column of the
+rows as a keyword list. A function gets the keywords it names (`completions` at least), or all of
+them with **kwargs. A None score is TRL's "not applicable": left out of the weighted sum where
+another function scores that completion.
+
+verl's reward functions run as they are: `compute_score(data_source, solution_str, ground_truth,
+extra_info=None)` (recognized by its `solution_str` parameter), called once per completion with the
+row's `data_source` and `extra_info` columns and its reference answer (verl's `reward_model` column's
+`ground_truth`, else the columns the built-ins read); a float, or a dict with a `score`.
 
 A reward is named in `method_args.rewards` as a built-in (`math_verify`, `exact_match`, `format`),
 a file (`path/to/rewards.py:function`, relative to the working directory) or a module
@@ -27,6 +35,8 @@ from typing import Callable
 from training.contract.errors import ConfigError
 
 BUILT_IN = ("math_verify", "exact_match", "format")
+TRL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state")  # beside the rows' columns
+VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 DEFAULT_REWARDS = ["math_verify"]  # method_args.rewards left unset
 REFERENCE_COLUMNS = ("ground_truth", "answer", "solution")  # verl's reward_model.ground_truth, GSM8K's answer
 
@@ -44,6 +54,14 @@ class RewardOptions:
     format_pattern: str = r"<think>.*?</think>"
 
 
+@dataclass(frozen=True)
+class TrainerState:
+    """What a reward function reads of TRL's `trainer_state`."""
+
+    global_step: int  # optimizer steps taken so far
+    epoch: float  # passes over the training data so far
+
+
 # --- the built-ins -----------------------------------------------------------------------------------
 
 def completion_text(completion) -> str:
@@ -58,6 +76,9 @@ def reference_answer(columns: dict[str, list], row: int, options: RewardOptions)
     for key in keys:
         if key in columns:
             return str(columns[key][row])
+    model = columns.get("reward_model", [None] * (row + 1))[row]  # verl's rows: {"ground_truth": ..., "style": ...}
+    if not options.answer_key and isinstance(model, dict) and "ground_truth" in model:
+        return str(model["ground_truth"])
     raise RewardError(f"no reference answer: the rows have none of the columns {', '.join(keys)} "
                       f"(set method_args.answer_key to the column that holds it)")
 
@@ -110,6 +131,8 @@ def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
             raise ConfigError(f"{key}: the file {where} of {spec!r} does not exist (paths are relative to the "
                               f"directory the job runs in)")
         module_name = f"reward_functions_{abs(hash(str(path)))}"
+        if str(path.parent) not in sys.path:  # a reward file imports the modules that sit beside it
+            sys.path.append(str(path.parent))
         if module_name not in sys.modules:
             loader = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(loader)
@@ -132,32 +155,40 @@ def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
     return fn
 
 
-def accepted_columns(fn: Callable, columns: set[str]) -> set[str] | None:
-    """The columns `fn` takes as keywords (None: all of them, it has **kwargs)."""
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.name in columns}
+def is_verl(fn: Callable) -> bool:
+    """verl's `compute_score(data_source, solution_str, ground_truth, extra_info=None)`, one completion a call."""
+    return "solution_str" in inspect.signature(fn).parameters
+
+
+def taken(fn: Callable, keywords: dict) -> dict:
+    """The keywords `fn` names (all of them where it has **kwargs)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return keywords
+    return {k: v for k, v in keywords.items() if k in params}
 
 
 def check_reward(spec: str, columns: set[str] | None, key: str = "method_args.rewards") -> Callable:
-    """Load `spec` and check that it can be called as the trainer calls it: keywords `prompts`,
-    `completions` and the data's columns (None: not known here, e.g. a hub dataset). A parameter it
-    needs that the rows lack is one line."""
+    """Load `spec` and check that it can be called as the trainer calls it: TRL's keywords (at least
+    `completions`) and the data's columns, or verl's (None: the columns are not known here, e.g. a
+    hub dataset). A parameter it needs that the rows lack is one line."""
     fn = load_reward(spec, key)
     if spec in BUILT_INS:
         return fn
     params = inspect.signature(fn).parameters.values()
     takes_all = any(p.kind is p.VAR_KEYWORD for p in params)
-    for name in ("prompts", "completions"):
-        if not takes_all and name not in {p.name for p in params}:
-            raise ConfigError(f"{key}: {spec} has no parameter {name!r}: reward functions are called as "
-                              f"fn(prompts, completions, **columns) (TRL's signature)")
+    verl = is_verl(fn)
+    if not verl and not takes_all and "completions" not in {p.name for p in params}:
+        raise ConfigError(f"{key}: {spec} has no parameter 'completions': reward functions are called as "
+                          f"fn(prompts, completions, **columns) (TRL's signature) or compute_score(data_source, "
+                          f"solution_str, ground_truth, extra_info) (verl's)")
+    known = VERL_KEYWORDS if verl else (*TRL_KEYWORDS, *(columns or ()))
     for p in params:
         required = p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY)
-        if required and columns is not None and p.name not in ("prompts", "completions", *columns):
-            raise ConfigError(f"{key}: {spec} needs the parameter {p.name!r}, which is no column of the data "
-                              f"(columns: {', '.join(sorted(columns)) or 'none'}): give it a default or add the column")
+        if required and (verl or columns is not None) and p.name not in known:
+            what = "verl's compute_score arguments" if verl else "column of the data"
+            raise ConfigError(f"{key}: {spec} needs the parameter {p.name!r}, which is no {what} (columns: "
+                              f"{', '.join(sorted(columns or ())) or 'none'}): give it a default or add the column")
     return fn
 
 
@@ -196,11 +227,25 @@ def absolute(spec: str) -> str:
     return f"{Path(where).resolve()}:{name}" if where.endswith(".py") else spec
 
 
-def call_reward(spec: str, options: RewardOptions, prompts: list, completions: list, columns: dict[str, list]):
-    """One call as the trainer makes it (in the pool's process): the function's own scores, unchecked."""
+def call_reward(spec: str, options: RewardOptions, prompts: list, completions: list, columns: dict[str, list],
+                extras: dict | None = None):
+    """One call as the trainer makes it (in the pool's process): the function's own scores, unchecked.
+    `extras`: TRL's `completion_ids` and `trainer_state`."""
     fn = load_reward(spec)
     if spec in BUILT_INS:
         return fn(prompts, completions, options, **columns)
-    taken = accepted_columns(fn, set(columns))
-    given = columns if taken is None else {k: v for k, v in columns.items() if k in taken}
-    return fn(prompts=prompts, completions=completions, **given)
+    if is_verl(fn):
+        return [verl_score(fn, completion, columns, row, options) for row, completion in enumerate(completions)]
+    return fn(**taken(fn, {"prompts": prompts, "completions": completions, **columns, **(extras or {})}))
+
+
+def verl_score(fn: Callable, completion, columns: dict[str, list], row: int, options: RewardOptions):
+    """verl's call of one completion (its reward manager's): the row's data source and extra info,
+    the reference answer as ground truth (GSM8K's: its number); a dict's `score`."""
+    def column(name, default):
+        return columns[name][row] if name in columns else default
+
+    truth = gsm8k_answer(reference_answer(columns, row, options))
+    value = fn(**taken(fn, {"data_source": column("data_source", ""), "solution_str": completion_text(completion),
+                            "ground_truth": truth, "extra_info": column("extra_info", None)}))
+    return value["score"] if isinstance(value, dict) else value

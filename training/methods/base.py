@@ -45,6 +45,7 @@ class RunInfo:
     model_path: str | None = None  # model_name_or_path: the files an inference engine loads
     run_dir: Path | None = None  # the run's (shared) directory: what an inference engine writes
     compute_dtype: torch.dtype = torch.float32  # what the forward computes in (mixed_precision)
+    train_rows: int = 0  # the training data's rows (an epoch's samples)
 
 
 class TrainingMethod:

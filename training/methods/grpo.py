@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from training.contract.errors import ConfigError
-from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
+from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, TrainerState, metric_names
 from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
@@ -97,7 +97,7 @@ class Rollout:
     groups: list[PromptGroup]
     completions: list[list[Completion]]
     rewards: list[float]  # weighted totals, group after group
-    per_function: dict[str, list[float]]
+    per_function: dict[str, list[float | None]]  # None: the function left that completion to the others
     # sampling, then waiting for the last scores; of the sampling, bringing the new weights to the sampler
     seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
@@ -150,6 +150,7 @@ class GRPO(TrainingMethod):
         self._step_rollout: Rollout | None = None  # the step's, for its statistics and its audit
         self._longest = 0.0  # the step's longest completion over every rank
         self._logprob_s = 0.0  # the step's scoring of its completions before the updates
+        self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -230,6 +231,7 @@ class GRPO(TrainingMethod):
 
     # --- a step ---
     def updates(self, model, micro_batches, step):
+        self._steps_taken = step
         prompts = [p for micro in micro_batches for p in micro["prompts"]]
         rollout = self._rollout(model, prompts, step)
         # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
@@ -261,7 +263,7 @@ class GRPO(TrainingMethod):
         model.eval()
         for i, group in enumerate(self.engine.generate(groups, self.options.num_generations, self.params, step, stopped)):
             completions.append(group)
-            scoring.append(self.rewards.submit(*self._reward_call(prompts[i:i + 1], [group])))
+            scoring.append(self.rewards.submit(*self._reward_call(prompts[i:i + 1], [group], step)))
         model.train()
         generated = time.perf_counter()
         scores = []
@@ -276,10 +278,11 @@ class GRPO(TrainingMethod):
         return Rollout(groups, completions, [x for totals, _ in scores for x in totals], per_function,
                        (generated - started, time.perf_counter() - generated, self.engine.sync_s))
 
-    def _reward_call(self, prompts: list[dict], completions: list[list[Completion]]) -> tuple:
+    def _reward_call(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> tuple:
         """The reward functions' arguments for these prompts' completions, as TRL calls them: each
         completion beside its prompt and its row's columns (text, or an assistant message for a chat
-        prompt), and the sample ids that name a failing row."""
+        prompt), the sample ids that name a failing row, and TRL's `completion_ids` and
+        `trainer_state` (the step being taken and the epochs so far)."""
         rows = [(p, c) for p, group in zip(prompts, completions) for c in group]
         chats = {id(p): json.loads(p["prompt"]) for p in prompts}
         columns = {id(p): json.loads(p["columns"]) for p in prompts}
@@ -287,8 +290,10 @@ class GRPO(TrainingMethod):
         given = [t if isinstance(chats[id(p)], str) else [{"role": "assistant", "content": t}]
                  for (p, _), t in zip(rows, texts)]
         keys = sorted({k for c in columns.values() for k in c})
+        epoch = step * self.args.train_batch_size / max(self.run.train_rows, 1)
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
-                [c.sample_id for _, c in rows])
+                [c.sample_id for _, c in rows],
+                {"completion_ids": [list(c.token_ids) for _, c in rows], "trainer_state": TrainerState(step, epoch)})
 
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
@@ -368,8 +373,8 @@ class GRPO(TrainingMethod):
 
     # --- metrics ---
     def step_stats(self) -> torch.Tensor:
-        """This rank's rollout sums of the step just taken (ROLLOUT_SUMS, then each reward function's;
-        summed over ranks by the trainer); the longest completion over every rank, to `_longest`."""
+        """This rank's rollout sums of the step just taken (ROLLOUT_SUMS, then each reward function's
+        sum and the completions it scored; summed over ranks by the trainer); the longest completion over every rank, to `_longest`."""
         rollout, n = self._step_rollout, self.options.num_generations
         rewards = rollout.rewards
         flat = sum(len(set(rewards[g * n:(g + 1) * n])) == 1 for g in range(len(rollout.groups)))
@@ -379,13 +384,16 @@ class GRPO(TrainingMethod):
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
         values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
-                  *rollout.seconds, self._logprob_s, *(sum(scores) for scores in rollout.per_function.values())]
+                  *rollout.seconds, self._logprob_s,
+                  *(sum(x for x in scores if x is not None) for scores in rollout.per_function.values()),
+                  *(sum(x is not None for x in scores) for scores in rollout.per_function.values())]
         return torch.tensor(values, dtype=torch.float64, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
         update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
         rollout = dict(zip(ROLLOUT_SUMS, stats[len(UPDATE_SUMS):len(UPDATE_SUMS) + len(ROLLOUT_SUMS)]))
-        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]
+        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]  # each function's sum, then how many it scored
+        sums, scored = functions[:len(self.reward_names)], functions[len(self.reward_names):]
         count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
         mean = rollout["reward"] / count
         ranks = self.run.plan.dp_size
@@ -393,7 +401,7 @@ class GRPO(TrainingMethod):
                                                                                 "logprob_s"))  # the ranks' mean
         return {"loss": loss_sum / tokens, "reward": mean,
                 "reward_std": math.sqrt(max(rollout["reward_sq"] / count - mean * mean, 0.0)),
-                **{f"reward_{name}": total / count for name, total in zip(self.reward_names, functions)},
+                **{f"reward_{name}": total / max(n, 1) for name, total, n in zip(self.reward_names, sums, scored)},
                 "flat_groups": rollout["flat_groups"] / max(rollout["groups"], 1),
                 "completion_tokens_mean": rollout["completion_tokens"] / count,
                 "completion_tokens_max": self._longest, "cut_fraction": rollout["cut"] / count,
@@ -411,7 +419,7 @@ class GRPO(TrainingMethod):
         completions = list(self.engine.generate(prompt_groups(prompts), 1, greedy, 0))  # every rank gathers the model, even without prompts
         if not prompts:
             return torch.zeros(2, dtype=torch.float64, device=self.device)
-        totals, _ = self.rewards.score(*self._reward_call(prompts, completions))
+        totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
         return torch.tensor([sum(totals), len(totals)], dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):

@@ -15,8 +15,8 @@ from training.runtime.elastic import signal_mask_kept
 
 
 def _bad_score(value) -> str | None:
-    if value is None:
-        return "None"
+    if value is None:  # TRL's "not applicable": the other functions score that completion
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return repr(value)
     return None
@@ -33,13 +33,14 @@ class Scoring:
     """One call of every reward function on some completions, in flight in the pool."""
 
     futures: dict[str, Future]  # by the function's spec
-    call: tuple  # (prompts, completions, columns, sample_ids)
+    call: tuple  # (prompts, completions, columns, sample_ids, extras)
 
 
 class RewardPool:
     """The reward functions of a run, each call in the pool's process. Scores are checked: a function
     that raises, times out, returns the wrong length or a None/NaN score ends the run with one line
-    naming it and the row's sample id."""
+    naming it and the row's sample id. A None score (TRL's "not applicable") is left out of the
+    weighted sum; a completion no function scores ends the run too."""
 
     def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float):
         self.specs, self.options, self.timeout_s = list(specs), options, timeout_s
@@ -51,15 +52,17 @@ class RewardPool:
             self._pool = ProcessPoolExecutor(1, mp_context=get_context("forkserver"), initializer=_worker_start)
         return self._pool
 
-    def score(self, prompts: list, completions: list, columns: dict[str, list],
-              sample_ids: list[int]) -> tuple[list[float], dict[str, list[float]]]:
+    def score(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int],
+              extras: dict | None = None) -> tuple[list[float], dict[str, list[float | None]]]:
         """(weighted total per completion, each function's own scores by its name)."""
-        return self.collect(self.submit(prompts, completions, columns, sample_ids))
+        return self.collect(self.submit(prompts, completions, columns, sample_ids, extras))
 
-    def submit(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int]) -> Scoring:
-        """Start scoring (every function, one call each); `collect` waits for and checks the scores."""
-        return Scoring({spec: self._submit(spec, prompts, completions, columns) for spec in self.specs},
-                       (prompts, completions, columns, sample_ids))
+    def submit(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int],
+               extras: dict | None = None) -> Scoring:
+        """Start scoring (every function, one call each); `collect` waits for and checks the scores.
+        `extras`: TRL's `completion_ids` (one per completion) and `trainer_state`."""
+        return Scoring({spec: self._submit(spec, prompts, completions, columns, extras) for spec in self.specs},
+                       (prompts, completions, columns, sample_ids, extras))
 
     def collect(self, scoring: Scoring, interrupted: Callable[[], bool] | None = None):
         """The scores of `submit`, as `score` returns them; None once `interrupted()` is true (the
@@ -73,15 +76,21 @@ class RewardPool:
                     return None
                 wait([future], timeout=min(0.05, max(deadline - time.monotonic(), 0)))
             per_function[spec] = self._checked(spec, future, *scoring.call)
-        totals = [sum(w * scores[i] for w, scores in zip(self.weights, per_function.values()))
-                  for i in range(len(scoring.call[1]))]
+        totals = []
+        for i, sample_id in enumerate(scoring.call[3]):
+            scored = [w * scores[i] for w, scores in zip(self.weights, per_function.values()) if scores[i] is not None]
+            if not scored:
+                raise RewardError(f"no reward function scored sample {sample_id} (completion {i} of the call): "
+                                  f"{', '.join(self.specs)} each returned None for it; one of them must score it")
+            totals.append(sum(scored))
         return totals, per_function
 
-    def _submit(self, spec, prompts, completions, columns):
+    def _submit(self, spec, prompts, completions, columns, extras):
         with signal_mask_kept():  # a submit may start the pool's process
-            return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns)
+            return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns,
+                                           extras)
 
-    def _checked(self, spec, future, prompts, completions, columns, sample_ids) -> list[float]:
+    def _checked(self, spec, future, prompts, completions, columns, sample_ids, extras) -> list[float | None]:
         if not future.done():
             self.close(kill=True)
             raise RewardError(f"reward function {spec} took more than method_args.reward_timeout="
@@ -92,7 +101,7 @@ class RewardPool:
         except RewardError as e:
             raise RewardError(f"reward function {spec}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the user's function raised: find the row that did
-            row = self._failing_row(spec, prompts, completions, columns)
+            row = self._failing_row(spec, prompts, completions, columns, extras)
             where = f"sample {sample_ids[row]}" if row is not None else f"samples {_ids(sample_ids)}"
             raise RewardError(f"reward function {spec} raised {type(e).__name__}: {e} on {where}") from None
         if not isinstance(scores, (list, tuple)) or len(scores) != len(completions):
@@ -102,14 +111,16 @@ class RewardPool:
         for i, value in enumerate(scores):
             if (bad := _bad_score(value)) is not None:
                 raise RewardError(f"reward function {spec} scored sample {sample_ids[i]} (completion {i} of the "
-                                  f"call) {bad}: return a finite number for every completion")
-        return [float(v) for v in scores]
+                                  f"call) {bad}: return a finite number, or None where it does not apply")
+        return [None if v is None else float(v) for v in scores]
 
-    def _failing_row(self, spec, prompts, completions, columns) -> int | None:
+    def _failing_row(self, spec, prompts, completions, columns, extras) -> int | None:
         for row in range(len(completions)):
             one = {k: v[row:row + 1] for k, v in columns.items()}
+            own = {**extras, "completion_ids": extras["completion_ids"][row:row + 1]} if extras else None
             try:
-                self._submit(spec, prompts[row:row + 1], completions[row:row + 1], one).result(timeout=self.timeout_s)
+                self._submit(spec, prompts[row:row + 1], completions[row:row + 1], one, own).result(
+                    timeout=self.timeout_s)
             except Exception:  # noqa: BLE001 - this row is the one
                 return row
         return None

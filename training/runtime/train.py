@@ -256,7 +256,7 @@ class Trainer:
                                                         lambda: self.stop.requested, self._agree_stop,
                                                         tc.model_config.model_name_or_path, self.run_dir,
                                                         torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
-                                                        else torch.float32))
+                                                        else torch.float32, len(self.data.train)))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation
