@@ -51,28 +51,46 @@ def by_family(recipes: list[str]) -> str:
     return "\n".join(lines)
 
 
-def dry_run(job: Job) -> int:
+def checked_data(job: Job) -> str:
+    """The checks made before anything is written or started (the dry run's, a local run's and a
+    rehearsal's): the training data read and checked where it is on this machine (a local path that
+    does not exist is one line), and for a method that samples, each reward function imported and its
+    signature checked against the data's columns. Returns the line on the data."""
+    from elastic_launcher import ROOT
     from elastic_launcher.planning.data_preview import preview
+    from training.contract.data_files import is_local
+    from training.contract.methods import method_facts
+    from training.contract.rewards import DEFAULT_REWARDS, check_rewards, located
+
+    tc = job.plan.base.training_config
+    ds, method = tc.datasets, method_facts(tc.training_args.trainer_type)
+    options = method.build_args(tc.training_args.method_args)
+    limit = getattr(options, "max_prompt_length", ds.max_len)
+    try:
+        here = is_local(ds.train_data)
+    except ConfigError:  # an absolute path the pods may mount; a run on this machine needs it here
+        if job.settings.action in ("local", "rehearse") or not Path(ds.train_data).is_absolute():
+            raise
+        here = False
+    data = preview(ds, tc.model_config, method.data_format, limit) if here else None
+    if method.data_format == "prompts":
+        specs = [located(spec, (Path.cwd(), ROOT)) for spec in options.rewards or DEFAULT_REWARDS]
+        check_rewards(specs, options.reward_weights, set(data.columns) if data else None)
+    if data:
+        return data.describe(limit)
+    what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"
+    return f"data: {ds.train_data} is {what}: read by the trainer, not checked here"
+
+
+def dry_run(job: Job) -> int:
     from elastic_launcher.render.dry_run import summary, write_job
     from elastic_launcher.render.manifests import node_local_size
     from training.contract.config_files import NODE_LOCAL_MOUNT
-    from training.contract.methods import method_facts
 
-    tc = job.plan.base.training_config
-    method = method_facts(tc.training_args.trainer_type)
-    options = method.build_args(tc.training_args.method_args)
-    limit = getattr(options, "max_prompt_length", tc.datasets.max_len)
-    data = preview(tc.datasets, tc.model_config, method.data_format, limit)
-    if method.data_format == "prompts":  # each reward function imported and its signature checked
-        from elastic_launcher import ROOT
-        from training.contract.rewards import DEFAULT_REWARDS, check_rewards, located
-
-        specs = [located(spec, (Path.cwd(), ROOT)) for spec in options.rewards or DEFAULT_REWARDS]
-        check_rewards(specs, options.reward_weights, set(data.columns) if data else None)
+    data = checked_data(job)
     out = write_job(job)
     print(summary(job.plan, job.settings.target))
-    if data:
-        print(data.describe(limit))
+    print(data)
     if gib := node_local_size(job.plan, job.settings.cluster):
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
               f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "
@@ -99,6 +117,7 @@ def run_action(job: Job) -> int:
         from elastic_launcher.simulate import simulator
 
         return simulator.run(job)
+    print(checked_data(job), flush=True)  # before any process starts
     if action == "rehearse":
         from elastic_launcher.local import rehearse
 

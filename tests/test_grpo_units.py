@@ -616,6 +616,13 @@ def test_a_verl_reward_file_runs_unchanged_beside_the_module_it_imports(pool, tm
     assert pool([spec]).score(["q"], ["it is 1000"], {"answer": ["#### 1,000"]}, [0])[0] == [1.0]
 
 
+def test_a_reward_that_cannot_be_loaded_in_the_pool_is_a_configuration_error_not_a_samples(pool, user_file):
+    """Where the reward process cannot load a function (its file changed, a pod without the module),
+    the run ends in one configuration line, never blaming a sample."""
+    with pytest.raises(ConfigError, match=r"my_rewards.py has no function 'by_lenght': did you mean 'by_length'\?$"):
+        pool([f"{user_file}:by_lenght"]).score(["p"], ["a"], {"target": [1]}, [53])
+
+
 def test_a_reward_past_its_timeout_is_ended_with_its_process(pool, user_file):
     rewards = pool([f"{user_file}:sleeps"], timeout=1.0)
     started = time.monotonic()

@@ -8,6 +8,7 @@ from conftest import MAIN_COMMAND, ROOT, run_launcher_process
 ELASTIC = ["recipes.elastic_policy.is_elastic=true"]
 TINY = ["recipes=llama/tiny_llama_sft", *ELASTIC]
 TINY_ARGS = "recipes.training_config.training_args"
+TINY_DATA = "recipes.training_config.datasets"
 
 CASES = {
     "unknown recipe": (["recipes=llama/llama3_1_8b_stf"], "did you mean llama/llama3_1_8b_sft"),
@@ -23,6 +24,17 @@ CASES = {
         ["recipes=llama/tiny_llama_grpo", f"+{TINY_ARGS}.method_args.rollout_engine=vllm"],
         "method_args.rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none (the image's vLLM is its CUDA build; "
         "action=local runs vLLM's CPU build): set rollout_engine=trainer or a GPU instance type"),
+    "a local train_data that does not exist, at the dry run": (
+        ["recipes=llama/tiny_llama_grpo", f"{TINY_DATA}.train_data=data/grpo_tin.jsonl"],
+        "training_config.datasets.train_data='data/grpo_tin.jsonl' does not exist (did you mean "
+        "'data/grpo_tiny.jsonl'?)"),
+    "a local train_data that does not exist, before a local run starts": (
+        ["recipes=llama/tiny_llama_sft", f"{TINY_DATA}.train_data=data/sft_tiyn.jsonl", "action=local"],
+        "does not exist (did you mean 'data/sft_tiny.jsonl'?)"),
+    "a misspelled reward function, before a local run starts": (
+        ["recipes=llama/tiny_llama_grpo", f"{TINY_ARGS}.method_args.rewards=[data/grpo_tiny_rewards.py:digitz]",
+         "action=local"],
+        "grpo_tiny_rewards.py has no function 'digitz': did you mean 'digits'?"),
     "vLLM's batch invariance for a model with linear attention": (
         ["recipes=qwen/qwen3_5_4b_grpo_lora", f"+{TINY_ARGS}.method_args.rollout_batch_invariant=true"],
         "method_args.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this model's linear_attention "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import difflib
 import functools
 import hashlib
 import json
@@ -26,7 +25,7 @@ import torch
 
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
-from training.contract.data_files import READERS, held_out_split, json_line, split_files
+from training.contract.data_files import READERS, held_out_split, is_local, json_line, split_files
 from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
                                            plain_text, prompt_and_columns, prompt_format, row_format)
 
@@ -67,17 +66,7 @@ def _data_files(cfg: DatasetConfig) -> list[str] | None:
     """The local files behind train_data, or None for a hub dataset id."""
     path = Path(cfg.train_data)
     key = "training_config.datasets.train_data"
-    if not path.exists():
-        # A hub id looks like `org/name`; anything else that does not exist is a mistyped local path,
-        # which must fail here in a second rather than after a network round trip to the hub. So is
-        # `data/name` when ./data is a local directory.
-        if path.is_absolute() or cfg.train_data.startswith(".") or path.suffix or cfg.train_data.count("/") != 1 \
-                or path.parent.is_dir():
-            near = difflib.get_close_matches(path.name, [p.name for p in path.parent.glob("*")], n=1) \
-                if path.parent.is_dir() else []
-            hint = f" (did you mean {str(path.parent / near[0])!r}?)" if near else ""
-            raise ConfigError(f"{key}={cfg.train_data!r} does not exist{hint}: give an existing JSONL/JSON/Parquet/CSV file "
-                              f"or directory (relative to {Path.cwd()}) or a hub dataset id such as org/name")
+    if not is_local(cfg.train_data):
         return None
     files = split_files(path, cfg.split) if path.is_dir() else [str(path)]
     files = sorted(f for f in files if Path(f).suffix in READERS)

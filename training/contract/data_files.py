@@ -5,6 +5,7 @@ loading and the launcher's dry-run look at the data.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -12,6 +13,25 @@ from training.contract.config import DatasetConfig
 from training.contract.errors import ConfigError
 
 READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # suffix -> datasets' reader
+
+
+def is_local(train_data: str) -> bool:
+    """Whether `train_data` is a local file or directory, as the trainer reads it; False for a hub
+    dataset id (`org/name`) or a URL. A local path that does not exist is one line naming the nearest
+    name beside it: a mistyped path fails in a second, not after a round trip to the hub. `data/name`
+    is local where ./data is a local directory."""
+    path = Path(train_data)
+    if path.exists():
+        return True
+    if "://" in train_data or not (path.is_absolute() or train_data.startswith(".") or path.suffix
+                                   or train_data.count("/") != 1 or path.parent.is_dir()):
+        return False
+    near = difflib.get_close_matches(path.name, [p.name for p in path.parent.glob("*")], n=1) \
+        if path.parent.is_dir() else []
+    hint = f" (did you mean {str(path.parent / near[0])!r}?)" if near else ""
+    raise ConfigError(f"training_config.datasets.train_data={train_data!r} does not exist{hint}: give an existing "
+                      f"JSONL/JSON/Parquet/CSV file or directory (relative to {Path.cwd()}) or a hub dataset id "
+                      f"such as org/name")
 
 
 def json_line(raw: bytes) -> tuple[dict | None, str | None]:

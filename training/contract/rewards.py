@@ -23,6 +23,7 @@ call with a timeout. Torch-free: the launcher imports this module.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -151,7 +152,10 @@ def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
                               f"a file as path/to/file.py:{name}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ConfigError(f"{key}: {where} has no function {name!r}")
+        functions = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        near = difflib.get_close_matches(name, functions, n=1)
+        raise ConfigError(f"{key}: {where} has no function {name!r}"
+                          + (f": did you mean {near[0]!r}?" if near else f" (it has {', '.join(functions) or 'none'})"))
     return fn
 
 

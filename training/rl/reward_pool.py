@@ -10,6 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 
+from training.contract.errors import ConfigError
 from training.contract.rewards import RewardError, RewardOptions, absolute, call_reward
 from training.runtime.elastic import signal_mask_kept
 
@@ -100,6 +101,8 @@ class RewardPool:
             scores = future.result()
         except RewardError as e:
             raise RewardError(f"reward function {spec}: {e}") from None
+        except ConfigError:  # the function could not be loaded here: no sample is at fault
+            raise
         except Exception as e:  # noqa: BLE001 - the user's function raised: find the row that did
             row = self._failing_row(spec, prompts, completions, columns, extras)
             where = f"sample {sample_ids[row]}" if row is not None else f"samples {_ids(sample_ids)}"
