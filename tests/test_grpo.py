@@ -284,6 +284,27 @@ def test_a_stop_between_two_updates_that_cannot_finish_in_time_exits_and_the_res
     assert_redone_alike(run_dir, never_stopped)
 
 
+FLAT = '''
+def same_for_all(completions, **columns):
+    return [1.0] * len(completions)
+'''
+
+
+def test_a_run_whose_rewards_teach_nothing_is_told_so_while_it_runs_and_where_it_ends(tmp_path):
+    """Every completion scored alike: from the third step the run says in one line that its groups
+    carry no signal and which keys to change, once, and again where it ends."""
+    (tmp_path / "flat.py").write_text(FLAT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+         f"recipes.training_config.training_args.method_args.rewards=[{tmp_path / 'flat.py'}:same_for_all]",
+         "recipes.training_config.training_args.max_steps=4", f"local.run_dir={tmp_path / 'run'}",
+         f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if "no learning signal" in line]
+    assert [line.split(":")[0] for line in lines] == ["warning (step 3)", "warning (step 4)"], done.stdout[-3000:]
+    assert "100% of the groups scored all their completions alike" in lines[0] and "this run: no learning" in lines[1]
+
+
 FAILING = '''
 def flaky(prompts, completions, **columns):
     return [1.0 if i != 3 else float("nan") for i in range(len(completions))]

@@ -409,6 +409,28 @@ def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_worl
     assert line(recipe=["recipes=llama/llama3_1_8b_sft"]) is None
 
 
+def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
+    """Flat groups (no advantage), completions cut at max_new_tokens and a runaway KL, each once it
+    has held for three steps in a row, each once, each naming what to change."""
+    from training.rl.learning_signals import SignalWatch
+
+    watch = SignalWatch()
+    fine = {"flat_groups": 0.2, "cut_fraction": 0.1, "kl": 0.01}
+    assert [watch({**fine, "flat_groups": 1.0}) for _ in range(2)] == [[], []]
+    assert watch(fine) == []  # not three in a row
+    said = [watch({**fine, "flat_groups": 0.95, "cut_fraction": 1.0}) for _ in range(4)]
+    assert said[:2] == [[], []] and said[3] == [] and len(said[2]) == 2
+    assert said[2][0].startswith("no learning signal: 95% of the groups scored all their completions alike") and \
+        "training_config.training_args.method_args.num_generations" in said[2][0]
+    assert "100% of the completions were cut at max_new_tokens" in said[2][1] and \
+        "training_config.training_args.method_args.max_new_tokens" in said[2][1]
+    assert [watch({**fine, "kl": 0.9}) for _ in range(3)][2] == [
+        "the policy's KL to the reference is 0.90 per token for 3 steps: it is drifting far from where it started (a "
+        "reward being gamed?); raise training_config.training_args.method_args.kl_coef or lower "
+        "training_config.training_args.learning_rate"]
+    assert len(watch.said) == 3
+
+
 # --- memory: the rollout's phase and the updates' -----------------------------------------------------
 
 GRPO_8B = ["recipes=llama/llama3_1_8b_sft", "recipes.training_config.training_args.trainer_type=grpo",

@@ -45,6 +45,8 @@ def committed(run_dir: Path, name: str, key: str) -> dict[int, object]:
 
 
 def human(record: dict) -> str:
-    """A record as a person reads it in a terminal: `step=12 loss=2.301 ...`."""
+    """A record as a person reads it in a terminal: `step=12 loss=2.301 ...`; a warning as one."""
+    if record.get("event") == "warning":
+        return f"warning (step {record.get('step')}): {record.get('message')}"
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()
                     if k not in ("time", "launch"))

@@ -83,6 +83,15 @@ class TrainingMethod:
         step_metrics reads them after the updates' sums."""
         return torch.zeros(0, device=self.device)
 
+    def watch(self, record: dict) -> list[str]:
+        """Warnings that this step's metrics record makes true (each said once a run): where a run
+        cannot learn as configured (GRPO: training.rl.learning_signals)."""
+        return []
+
+    def warnings(self) -> list[str]:
+        """Every warning `watch` has given in this process."""
+        return []
+
     def audited(self) -> dict[str, list]:
         """What samples.jsonl records of this rank's step beyond its sample ids (logging.audit_samples),
         as lists the trainer joins over ranks: GRPO's completions."""

@@ -34,6 +34,7 @@ from training.model.lora import adapter_layers, adapters_disabled
 from training.model.structure import layer_kinds
 from training.rl.algorithms import (clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights,
                                      token_sum)
+from training.rl.learning_signals import SignalWatch
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
@@ -151,6 +152,7 @@ class GRPO(TrainingMethod):
         self._longest = 0.0  # the step's longest completion over every rank
         self._logprob_s = 0.0  # the step's scoring of its completions before the updates
         self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
+        self.signals = SignalWatch()
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -366,6 +368,12 @@ class GRPO(TrainingMethod):
             loss_sum += total.detach()
             sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy, correction)]).double()
         return loss_sum, sums
+
+    def watch(self, record: dict) -> list[str]:
+        return self.signals(record)
+
+    def warnings(self) -> list[str]:
+        return list(self.signals.said.values())
 
     def audited(self):
         return {"completions": [[c.sample_id, c.index, list(c.token_ids)]

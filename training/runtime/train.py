@@ -514,6 +514,8 @@ class Trainer:
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
                 self.log.log(record)
                 reset_peak_memory(self.device)  # the next record's peak is its logging window's
+            for warning in self.method.watch(record):
+                self.log.event(event="warning", step=self.state.step, message=warning)
             if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
                 self.log.log(self.evaluate())
             if self.checkpointer.pending and not writing:  # every rank's background write is done
@@ -535,6 +537,8 @@ class Trainer:
             written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0)
             self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
                            seconds=round(time.perf_counter() - started, 3))
+        for warning in self.method.warnings():  # said as they came, and again where the run ends
+            self.log.event(event="warning", step=self.state.step, message=f"this run: {warning}")
         self.log.event(event="exit", step=self.state.step)
         self.log.close("FINISHED" if self.state.step == ta.max_steps else "KILLED")  # --stop-at-step: more to come
         return 0
