@@ -117,6 +117,10 @@ def run_action(job: Job) -> int:
         from elastic_launcher.simulate import simulator
 
         return simulator.run(job)
+    if action == "samples":
+        from elastic_launcher.local import samples
+
+        return samples.run(job)
     print(checked_data(job), flush=True)  # before any process starts
     if action == "rehearse":
         from elastic_launcher.local import rehearse

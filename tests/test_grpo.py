@@ -139,6 +139,33 @@ def test_a_rollout_draws_the_same_completions_at_1_2_and_3_ranks(one_step):
     assert completions[1] == completions[2] == completions[3]
 
 
+def test_a_steps_completions_are_kept_readable_and_shown_best_and_worst(one_step, capsys):
+    """samples.jsonl holds each completion decoded beside its prompt, with its reward and each
+    function's score (the same at any size); `action=samples` prints the step's best and worst."""
+    from transformers import AutoTokenizer
+
+    from elastic_launcher.cli import main
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizer")
+    record = records(one_step[2], "samples.jsonl")[0]
+    readable = {(r["sample_id"], r["index"]): r for r in record["readable"]}
+    assert len(readable) == 8 * 4 and set(readable) == {(sid, i) for sid, i, _ in record["completions"]}
+    for sid, i, ids in record["completions"]:
+        row = readable[(sid, i)]
+        assert row["completion"] == tokenizer.decode(ids, skip_special_tokens=True) and "plus" in row["prompt"]
+        assert set(row["rewards"]) == {"math_verify", "digits"}
+        assert row["reward"] == pytest.approx(sum(row["rewards"].values()))
+    assert sorted(map(json.dumps, records(one_step[1], "samples.jsonl")[0]["readable"])) == \
+        sorted(map(json.dumps, record["readable"]))
+    capsys.readouterr()
+    assert main([f"recipes={RECIPE}", "action=samples", f"local.run_dir={one_step[2]}", "local.show=2"]) == 0
+    out = capsys.readouterr().out
+    best = max(record["readable"], key=lambda r: r["reward"])
+    assert out.startswith(f"step 1 of {one_step[2]}: 32 completions, mean reward ")
+    assert out.index("best:") < out.index(f"reward {best['reward']:.3f}") < out.index("worst:")
+    assert out.count("    completion: ") == 4
+
+
 def test_evaluation_completes_each_validation_prompt_greedily_the_same_at_every_size(one_step):
     evals = {n: [r for r in records(run) if "eval_reward" in r] for n, run in one_step.items()}
     assert all(len(e) == 1 for e in evals.values())

@@ -9,7 +9,7 @@ from typing import Any
 from training.contract.typed import ranged
 
 ACTIONS = ("dry_run", "submit", "server_dry_run", "status", "logs", "list", "delete", "local", "rehearse",
-           "simulate")
+           "samples", "simulate")
 TARGETS = ("hyperpod", "kubeflow", "trainjob")
 
 
@@ -65,6 +65,8 @@ class LocalSettings:
     # environment of this python (one with hyperpod-elastic-agent: `python scripts/image_venv.py` prints one)
     agent_python: str | None = None
     timeout: float = ranged(900.0, gt=0)  # hard wall-clock limit of a local run or rehearsal
+    step: int | None = ranged(None, ge=1)  # samples: the step whose completions to show (default: the last)
+    show: int = ranged(3, ge=1)  # samples: how many of the best and of the worst
 
 
 @dataclass

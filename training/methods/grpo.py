@@ -376,8 +376,20 @@ class GRPO(TrainingMethod):
         return list(self.signals.said.values())
 
     def audited(self):
-        return {"completions": [[c.sample_id, c.index, list(c.token_ids)]
-                                for group in self._step_rollout.completions for c in group]}
+        """Each completion's token ids (what a resized run must reproduce), and as a person reads it:
+        its prompt and text, decoded, with its reward and each reward function's score."""
+        rollout, decode = self._step_rollout, self.run.tokenizer.decode
+        readable = []
+        for g, (group, completions) in enumerate(zip(rollout.groups, rollout.completions)):
+            prompt = decode(group.prompt_ids, skip_special_tokens=True)
+            for c in completions:
+                k = g * self.options.num_generations + c.index
+                readable.append({"sample_id": c.sample_id, "index": c.index, "prompt": prompt,
+                                 "completion": decode(c.token_ids, skip_special_tokens=True), "reward": rollout.rewards[k],
+                                 "rewards": {name: rollout.per_function[spec][k]
+                                             for name, spec in zip(self.reward_names, self.reward_specs)}})
+        return {"completions": [[c.sample_id, c.index, list(c.token_ids)] for group in rollout.completions for c in group],
+                "readable": readable}
 
     # --- metrics ---
     def step_stats(self) -> torch.Tensor:

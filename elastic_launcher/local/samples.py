@@ -1,0 +1,34 @@
+"""`action=samples`: a GRPO run's completions as a person reads them: a step's best and worst, each
+with its prompt, its text, its reward and each reward function's score (from samples.jsonl, which
+`training_config.logging.audit_samples` writes)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from elastic_launcher.errors import LauncherError
+from elastic_launcher.job import Job
+from elastic_launcher.local.run import run_dir_of
+from training.contract.records import read_records
+
+
+def run(job: Job) -> int:
+    run_dir, settings = run_dir_of(job), job.settings.local
+    by_step = {r["step"]: r for r in read_records(run_dir, "samples.jsonl") if "readable" in r}  # a redone step: its last
+    if not by_step:
+        raise LauncherError(f"{run_dir} has no readable completions: run GRPO with "
+                            f"recipes.training_config.logging.audit_samples=true (and local.run_dir=<its run dir>)")
+    step = settings.step or max(by_step)
+    if step not in by_step:
+        raise LauncherError(f"local.step={step} is not a step of {run_dir}: it has steps {min(by_step)}..{max(by_step)}")
+    rows = sorted(by_step[step]["readable"], key=lambda r: r["reward"], reverse=True)
+    mean = sum(r["reward"] for r in rows) / len(rows)
+    print(f"step {step} of {run_dir}: {len(rows)} completions, mean reward {mean:.3f}")
+    shown = min(settings.show, len(rows) // 2 or 1)
+    for title, part in (("best", rows[:shown]), ("worst", rows[::-1][:shown])):
+        print(f"\n{title}:")
+        for r in part:
+            scores = ", ".join(f"{name} {'-' if v is None else f'{v:.3g}'}" for name, v in r["rewards"].items())
+            print(f"  reward {r['reward']:.3f} ({scores}), sample {r['sample_id']}, completion {r['index']}")
+            print(textwrap.indent(f"prompt: {r['prompt'].strip()}\ncompletion: {r['completion'].strip()}", "    "))
+    return 0
