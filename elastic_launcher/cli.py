@@ -57,12 +57,13 @@ def checked_data(job: Job) -> str:
     does not exist is one line), and for a method that samples, each reward function imported and its
     signature checked against the data's columns. Returns the line on the data."""
     from elastic_launcher import ROOT
+    from elastic_launcher.local.run import localized
     from elastic_launcher.planning.data_preview import preview
     from training.contract.data_files import is_local
     from training.contract.methods import method_facts
     from training.contract.rewards import DEFAULT_REWARDS, check_rewards, located
 
-    tc = job.plan.base.training_config
+    tc = localized(job.plan.base).training_config  # relative paths from here, else from the project (as run)
     ds, method = tc.datasets, method_facts(tc.training_args.trainer_type)
     options = method.build_args(tc.training_args.method_args)
     limit = getattr(options, "max_prompt_length", ds.max_len)

@@ -72,7 +72,9 @@ def test_local_run_from_another_directory_with_a_closing_line(tmp_path):
                     f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert f"done: 3 steps; checkpoints and metrics.jsonl in {tmp_path / 'run'}" in out
+    assert re.search(rf"^step 2/3  \d:\d\d, ~\d:\d\d left  loss \d\.\d{{4}}$", out, re.MULTILINE), out
+    assert re.search(rf"^done: 3 steps in \d:\d\d; loss [\d.]+ over the first 1 steps, [\d.]+ over the last 1; in "
+                     rf"{re.escape(str(tmp_path / 'run'))}: metrics.jsonl, curves.png$", out, re.MULTILINE), out
     assert (tmp_path / "run" / "launch" / "configs" / "config-n2.yaml").exists()  # its own copy of the configs
     assert sorted(losses(tmp_path / "run")) == [1, 2, 3]
     assert [r["step"] for r in records(tmp_path / "run") if r.get("event") == "checkpoint"] == [3]

@@ -28,11 +28,12 @@ from pathlib import Path
 from elastic_launcher import ROOT
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
+from elastic_launcher.local.progress import Progress, summary
 from elastic_launcher.render.configs import config_files, write_files
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 from training.contract.config import JobConfig
 from training.contract.config_files import NODE_LOCAL_DIR_ENV, NUM_NODES_ENV
-from training.contract.records import human, parse_line, read_records
+from training.contract.records import parse_line, read_records
 
 
 def _die_with_launcher() -> None:  # runs in the child between fork and exec
@@ -239,7 +240,7 @@ def run_dir_of(job: Job) -> Path:
 _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_or_path", "datasets.train_data")
 
 
-def _localized(config: JobConfig) -> JobConfig:
+def localized(config: JobConfig) -> JobConfig:
     """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
     project root, where the shipped recipes' paths live), so a local run works from any directory."""
     config = copy.deepcopy(config)
@@ -280,9 +281,9 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
                             f"local.run_dir=<new dir>")
     plan = plan or job.plan
     nproc = job.settings.local.nproc_per_node
-    sizes = tuple(dataclasses.replace(s, config=_on_this_machine(_localized(s.config), s.nodes * nproc))
+    sizes = tuple(dataclasses.replace(s, config=_on_this_machine(localized(s.config), s.nodes * nproc))
                   for s in plan.sizes)
-    local_plan = dataclasses.replace(plan, base=_localized(plan.base), sizes=sizes)
+    local_plan = dataclasses.replace(plan, base=localized(plan.base), sizes=sizes)
     configs = write_files(run_dir / "launch" / "configs", config_files(local_plan), "local.run_dir")
     return LocalJob(configs.resolve(), run_dir, nproc)
 
@@ -298,6 +299,7 @@ class OutputRelay:
 
     def __init__(self, proc: subprocess.Popen, log_path: Path):
         self.error: str | None = None
+        self.progress = Progress(log_path.parent)
         self._thread = threading.Thread(target=self._copy, args=(proc.stdout, log_path), daemon=True)
         self._thread.start()
 
@@ -314,7 +316,7 @@ class OutputRelay:
                     if record is None:
                         say(line)
                     elif record.get("event") != "node":  # which pod is which node: for cluster logs only
-                        say(human(record))
+                        say(self.progress.line(record))
 
     def join(self) -> None:
         self._thread.join(timeout=10)
@@ -370,5 +372,5 @@ def run(job: Job) -> int:
             f"recipes.training_config.training_args.max_steps to train on, or set local.run_dir=<new dir> to start "
             f"afresh")
     else:
-        say(f"done: {max_steps} steps; checkpoints and metrics.jsonl in {local.run_dir}")
+        say(f"done: {summary(local.run_dir)}")
     return 0
