@@ -1,7 +1,7 @@
 """A virtualenv with vLLM's CPU build beside the project's own pins: GRPO's vLLM rollouts run for real
 on a machine without GPUs (`action=local`, and the suite's vLLM tier).
 
-vLLM's CPU build (training.rl.vllm_builds.CPU_TIER) is made for the CPU torch that requirements.txt
+vLLM's CPU build (training.contract.vllm_builds.CPU_TIER) is made for the CPU torch that requirements.txt
 pins; it is installed first, then the project's pins over it (its metadata caps transformers below the
 project's 5.23, which it runs beside), and the package index's torchvision, torchaudio and torchcodec
 it pulls in are removed: they are CUDA builds that fail to load beside the CPU torch, and vLLM needs
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from image_venv import cached_venv, run_main  # noqa: E402
-from training.rl.vllm_builds import CPU_TIER  # noqa: E402
+from training.contract.vllm_builds import CPU_TIER  # noqa: E402
 
 # The CUDA builds that the package index gives for vLLM's media dependencies.
 MEDIA_PACKAGES = ["torchvision", "torchaudio", "torchcodec"]

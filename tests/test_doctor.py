@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from training.contract.errors import ConfigError
 from training.doctor import c_compiler, driver_supports, network, vllm_report
-from training.rl.vllm_builds import IMAGE
+from training.contract.vllm_builds import IMAGE
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -107,7 +107,7 @@ def test_the_cpu_tiers_vllm_is_built_for_the_projects_torch_and_installed_before
     sys.path.insert(0, str(ROOT / "scripts"))
     from vllm_cpu_venv import MEDIA_PACKAGES, project_pins, steps
 
-    from training.rl.vllm_builds import CPU_TIER
+    from training.contract.vllm_builds import CPU_TIER
 
     assert f"torch=={CPU_TIER.torch}" in project_pins() and "transformers==5.23.0" in project_pins()
     assert steps() == [["install", f"torch=={CPU_TIER.torch}", CPU_TIER.pin], ["install", *project_pins()],

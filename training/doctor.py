@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.contract.errors import ConfigError
-from training.rl.vllm_builds import IMAGE, installed
+from training.contract.vllm_builds import IMAGE, installed
 
 OFI_PLUGINS = ("libnccl-net-ofi.so", "libnccl-net.so")  # aws-ofi-nccl's names, newest first
 IMAGE_FIX = "build the image from the repository's Dockerfile (a CUDA devel base with the EFA installer) or FROM an " \

@@ -22,7 +22,7 @@ from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
 from training.contract.methods import method_facts, sampling_options
 from training.contract.typed import build, ranged
-from training.rl.vllm_builds import NOT_BATCH_INVARIANT
+from training.contract.vllm_builds import NOT_BATCH_INVARIANT
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -176,7 +176,7 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
 
     def _vllm(self, model, run):
-        from training.rl.vllm_builds import NOT_BATCH_INVARIANT, installed
+        from training.contract.vllm_builds import NOT_BATCH_INVARIANT, installed
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
         key = "training_config.training_args.method_args"

@@ -7,7 +7,8 @@
 - `rollout`: completions from the trainer's own sharded model, group by group with a KV cache;
 - `reward_pool`: the reward functions called in a process of their own, each call with a timeout;
 - `vllm_rollout`: completions from vLLM engines inside the trainer's processes, fed the policy's
-  weights at every rollout; `vllm_builds`: the two vLLM builds it runs on (the image's, CPU's).
+  weights at every rollout (the two vLLM builds it runs on: training.contract.vllm_builds);
+- `learning_signals`: when a run cannot learn, said while it runs.
 
 The reward functions themselves (built-in and the user's: loaded and checked) are in
 training.contract.rewards: the launcher's dry run checks them too.

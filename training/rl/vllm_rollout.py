@@ -1,7 +1,7 @@
 """GRPO's rollouts on vLLM (`method_args.rollout_engine: vllm`): one engine per training process
 (vLLM's `external_launcher`: the engine lives in the trainer's process and joins its torch.distributed
 world; `rollout_tensor_parallel_size` consecutive ranks of a node form one engine). On GPUs the engine
-sleeps while the policy trains; on CPU (vLLM's CPU build, training.rl.vllm_builds) it stays awake.
+sleeps while the policy trains; on CPU (vLLM's CPU build, training.contract.vllm_builds) it stays awake.
 
 The engine starts from the model's config with dummy weights (its files are never read twice). Each
 rollout streams the policy's weights into it through vLLM's own reload (`reload_weights`, which reruns
@@ -36,7 +36,7 @@ from training.model.lora import merged_elements
 from training.model.stored_layout import file_tensors
 from training.rl.rollout import Completion, PromptGroup, never
 from training.rl.sampling import SamplingParams, completion_seed
-from training.rl.vllm_builds import engine_arguments, sleeps
+from training.contract.vllm_builds import engine_arguments, sleeps
 from training.runtime.elastic import signal_mask_kept
 
 
