@@ -189,10 +189,12 @@ def check_reward(spec: str, columns: set[str] | None, key: str = "method_args.re
     known = VERL_KEYWORDS if verl else (*TRL_KEYWORDS, *(columns or ()))
     for p in params:
         required = p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY)
-        if required and (verl or columns is not None) and p.name not in known:
-            what = "verl's compute_score arguments" if verl else "column of the data"
-            raise ConfigError(f"{key}: {spec} needs the parameter {p.name!r}, which is no {what} (columns: "
-                              f"{', '.join(sorted(columns or ())) or 'none'}): give it a default or add the column")
+        if required and verl and p.name not in known:
+            raise ConfigError(f"{key}: {spec} needs the parameter {p.name!r}, which verl's compute_score is never "
+                              f"given ({', '.join(VERL_KEYWORDS)}): give it a default")
+        if required and columns is not None and p.name not in known:
+            raise ConfigError(f"{key}: {spec} needs the parameter {p.name!r}, which is no column of the data "
+                              f"(columns: {', '.join(sorted(columns)) or 'none'}): give it a default or add the column")
     return fn
 
 
