@@ -56,12 +56,11 @@ def checked_data(job: Job) -> str:
     rehearsal's): the training data read and checked where it is on this machine (a local path that
     does not exist is one line), and for a method that samples, each reward function imported and its
     signature checked against the data's columns. Returns the line on the data."""
-    from elastic_launcher import ROOT
     from elastic_launcher.local.run import localized
     from elastic_launcher.planning.data_preview import preview
     from training.contract.data_files import is_local
     from training.contract.methods import method_facts
-    from training.contract.rewards import DEFAULT_REWARDS, check_rewards, located
+    from training.contract.rewards import DEFAULT_REWARDS, check_rewards
 
     tc = localized(job.plan.base).training_config  # relative paths from here, else from the project (as run)
     ds, method = tc.datasets, method_facts(tc.training_args.trainer_type)
@@ -74,9 +73,8 @@ def checked_data(job: Job) -> str:
             raise
         here = False
     data = preview(ds, tc.model_config, method.data_format, limit) if here else None
-    if method.data_format == "prompts":
-        specs = [located(spec, (Path.cwd(), ROOT)) for spec in options.rewards or DEFAULT_REWARDS]
-        check_rewards(specs, options.reward_weights, set(data.columns) if data else None)
+    if method.data_format == "prompts":  # their files found as the run finds them (localized)
+        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None)
     if data:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"
