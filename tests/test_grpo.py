@@ -57,6 +57,7 @@ def test_a_rehearsal_through_the_demo_trace_matches_the_fixed_size_run(rehearsal
     report = json.loads((run_dir / "rehearsal_report.json").read_text())
     assert report["matched"] is True and report["compared_metric"] == "entropy" and report["max_rel_diff"] <= 1e-5
     assert {r["world_size"] for r in step_records(run_dir).values()} == {1, 2, 3}
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the run's curves, as a local run draws them
     fixed = completions_by_step(fixed_dir)
     assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
     audit = records(run_dir, "samples.jsonl")

@@ -1,5 +1,6 @@
 """What a rehearsal cost and whether it was invisible: per-transition downtime, capacity
-utilization, the comparison with a fixed-size run, and a chart (rehearsal.png)."""
+utilization, the comparison with a fixed-size run, and charts: the timeline (rehearsal.png) and the
+run's curves against the step, resizes marked (curves.png, a local run's drawing)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from elastic_launcher.local.progress import draw
 from elastic_launcher.local.timeline import Timeline
 from training.contract.records import committed, read_records
 
@@ -108,6 +110,7 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compare
         report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
+    draw(run_dir)  # the run's curves against the step, as a local run draws them (curves.png)
     return report
 
 
