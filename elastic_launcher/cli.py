@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from elastic_launcher.config.compose import compose, options
 from elastic_launcher.config.settings import ACTIONS, TARGETS
-from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, user_dirs, user_options
+from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, recipe_facts, user_dirs, user_options
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from training.contract.errors import ConfigError
@@ -41,13 +41,15 @@ recipes (recipes/<family>/<name>.yaml; your own: $LAUNCHER_RECIPES, docs/your-mo
 
 
 def by_family(recipes: list[str]) -> str:
-    """One recipe per line under its family, e.g. `  llama/` then `    llama/llama3_1_8b_sft`."""
-    lines, family = [], None
+    """One recipe per line under its family with its method, LoRA or full, and elastic range, e.g.
+    `  llama/` then `    llama/llama3_1_8b_sft               sft, full, 1-16 nodes`."""
+    lines, family, files = [], None, {}
+    width = max(map(len, recipes), default=0)
     for recipe in recipes:
         if recipe.split("/")[0] != family:
             family = recipe.split("/")[0]
             lines.append(f"  {family}/")
-        lines.append(f"    {recipe}")
+        lines.append(f"    {recipe:<{width}}  {recipe_facts(recipe, files)}")
     return "\n".join(lines)
 
 

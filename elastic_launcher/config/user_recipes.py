@@ -68,3 +68,38 @@ def trace_files() -> list[Path]:
 
 def read_traces(path: Path) -> dict:
     return json.loads(path.read_text())["traces"] if path.exists() else {}
+
+
+def recipe_facts(recipe: str, files: dict | None = None) -> str:
+    """What --help says of a recipe beside its name: its method, LoRA or full parameters, and its
+    elastic range, read from its file and the recipes it builds on (`defaults: - /recipes/...@_here_`)
+    without composing it: --help lists every recipe at once. `files`: the recipes read so far."""
+    import yaml
+
+    files = {} if files is None else files
+
+    def merged(name: str) -> dict:
+        if name not in files:
+            path = next((root / "recipes" / f"{name}.yaml" for root in config_roots()
+                         if (root / "recipes" / f"{name}.yaml").is_file()), None)
+            data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if path else {}
+            out: dict = {}
+            for entry in data.get("defaults") or []:
+                if isinstance(entry, str) and entry.startswith("/recipes/") and entry.endswith("@_here_"):
+                    out = _deep_merge(out, merged(entry[len("/recipes/"):-len("@_here_")]))
+            files[name] = _deep_merge(out, {k: v for k, v in data.items() if k != "defaults"})
+        return files[name]
+
+    recipe_data = merged(recipe)
+    training = recipe_data.get("training_config") or {}
+    method = (training.get("training_args") or {}).get("trainer_type", "sft")
+    lora = bool((training.get("model_config") or {}).get("peft_config"))
+    policy = recipe_data.get("elastic_policy") or {}
+    return f"{method}, {'LoRA' if lora else 'full'}, {policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
