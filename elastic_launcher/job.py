@@ -45,5 +45,5 @@ def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Jo
     # Kubeflow's torchrun rendezvous admits any node count in [min, max]: plan them all.
     typed = TypedKeys.from_overrides(list(overrides))
     plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed,
-                     write_gb_per_s=settings.simulate.write_gb_per_s, local=settings.action in ("local", "rehearse"))
+                     write_gb_per_s=settings.simulate.write_gb_per_s)
     return Job(settings, recipe_name, recipe, plan, typed)

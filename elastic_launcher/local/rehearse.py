@@ -61,7 +61,7 @@ def run(job: Job) -> int:
     # Sample lineage is what proves a resize invisible: the rehearsal always records it.
     recipe = copy.deepcopy(job.recipe)
     recipe["training_config"]["logging"]["audit_samples"] = True
-    plan = make_plan(recipe, job.plan.job_name, typed=job.typed, local=True)  # the dry run's plan, with the audit on
+    plan = make_plan(recipe, job.plan.job_name, typed=job.typed)  # the dry run's plan, with the audit on
     if not plan.policy.is_elastic:
         raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local

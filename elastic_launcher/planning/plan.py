@@ -171,18 +171,14 @@ def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc
                           + (f", lower {key}.rollout_gpu_memory_utilization" if vllm else "") + ", or raise min_nodes")
 
 
-def _check_rollout_engine(tc, instance: InstanceType, nproc: int, local: bool, model_shape: dict | None) -> None:
-    """GRPO's vLLM rollouts need GPUs on a cluster (the image's vLLM is its CUDA build; on this
-    machine, `local`, vLLM's CPU build runs them), engines that fit within a node, and batch
-    invariance only where vLLM has kernels for it."""
+def _check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
+    """GRPO's vLLM rollouts: engines that fit within a node, and batch invariance only where vLLM has
+    kernels for it (GPUs on a cluster: render.manifests checks them, as a local run takes vLLM's
+    CPU build)."""
     options = sampling_options(tc)
     if options is None or options.rollout_engine != "vllm":
         return
     key = "training_config.training_args.method_args"
-    if not instance.gpus and not local:
-        raise ConfigError(f"{key}.rollout_engine=vllm needs GPUs, and {instance.name} has none (the image's vLLM is "
-                          f"its CUDA build; action=local runs vLLM's CPU build): set rollout_engine=trainer or a GPU "
-                          f"instance type")
     if nproc % options.rollout_tensor_parallel_size:
         raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
                           f"the {nproc} processes of a node: an engine's GPUs are within one node")
@@ -190,6 +186,16 @@ def _check_rollout_engine(tc, instance: InstanceType, nproc: int, local: bool, m
     if options.rollout_batch_invariant and hybrid:
         raise ConfigError(f"{key}.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this model's "
                           f"{' and '.join(hybrid)} layers (it refuses to start): set it false")
+
+
+def check_cluster_rollouts(plan: Plan) -> None:
+    """A cluster job's vLLM rollouts need GPUs: the image's vLLM is its CUDA build (a local run takes
+    vLLM's CPU build)."""
+    options = sampling_options(plan.base.training_config)
+    if options is not None and options.rollout_engine == "vllm" and not plan.instance.gpus:
+        raise ConfigError(f"training_config.training_args.method_args.rollout_engine=vllm needs GPUs, and "
+                          f"{plan.instance.name} has none (the image's vLLM is its CUDA build; action=local runs vLLM's "
+                          f"CPU build): set rollout_engine=trainer or a GPU instance type")
 
 
 def rollout_reproducibility(plan: Plan) -> str | None:
@@ -342,10 +348,10 @@ def validate_job_name(name: str, key: str = "cluster.job_name") -> None:
 
 
 def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = False,
-              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None, local: bool = False) -> Plan:
+              typed: TypedKeys = TypedKeys(), write_gb_per_s: float | None = None) -> Plan:
     """Validate a resolved recipe and plan every node count its elastic policy allows (with
     `every_size`, every count in [min_nodes, max_nodes]); with the checkpoint `write_gb_per_s`, warn
-    where a stop's save outlasts the graceful timeout. `local`: for a run on this machine."""
+    where a stop's save outlasts the graceful timeout."""
     recipe = dict(recipe)
     policy = build(ElasticPolicy, recipe.pop("elastic_policy", None), "recipes.elastic_policy")
     hardware = build(Hardware, {key: recipe.pop(key, None) for key in ("instance_types", "model_shape")}, "recipes")
@@ -379,7 +385,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         if refusal:
             raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
-        _check_rollout_engine(cfg.training_config, instance, nproc, local, hardware.model_shape or mc.architecture)
+        _check_rollout_engine(cfg.training_config, nproc, hardware.model_shape or mc.architecture)
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")

@@ -13,7 +13,7 @@ import yaml
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
-from elastic_launcher.planning.plan import Plan, node_local_gib
+from elastic_launcher.planning.plan import Plan, check_cluster_rollouts, node_local_gib
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob
 from training.contract.config_files import IN_PLACE_ENV, NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
@@ -124,6 +124,7 @@ def _volumes(cluster: ClusterSettings, job_name: str, node_local: float | None) 
 
 
 def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, recipe: str) -> Rendered:
+    check_cluster_rollouts(plan)
     if target not in TEMPLATES:
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
     if target == "trainjob":
