@@ -205,11 +205,16 @@ class GRPO(TrainingMethod):
     @staticmethod
     def _engine_files(model, run) -> Path:
         """What vLLM builds its engine from beside the weights it is streamed: the run's tokenizer
-        and, for an inline architecture, the model's config."""
+        and, for an inline architecture, the model's config; written on every node (the run's
+        directory may be a pod's own), by its first process."""
+        import hashlib
+        import tempfile
+
         from training.export import write_model_config
 
-        directory = run.run_dir / "rollout_model"
-        if dist.get_rank() == 0:
+        name = hashlib.sha1(str(run.run_dir).encode()).hexdigest()[:12]
+        directory = Path(tempfile.gettempdir()) / f"rollout-model-{name}"
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
             run.tokenizer.save_pretrained(directory)
             if not run.model_path:
                 write_model_config(model, directory, run.compute_dtype)
