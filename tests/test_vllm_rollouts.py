@@ -8,14 +8,16 @@ the step, which the restart redoes alike."""
 
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, local_job, records
+from conftest import ROOT, local_job, records, tracked_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.xdist_group("test_vllm_rollouts")]  # on one worker: its tests share the rehearsal
@@ -309,3 +311,30 @@ def test_a_stop_between_two_generate_calls_abandons_the_step_and_the_restart_red
     restarted = job.start(1, stop_at_step=2, log=open(tmp_path / "restart.log", "wb"))
     assert restarted.wait(timeout=300) == 0, (tmp_path / "restart.log").read_text()[-3000:]
     assert completions_by_step(tmp_path / "run")[2] == completions_by_step(fixed_dir)[2]
+
+
+def fenced_commands(page: Path) -> list[str]:
+    """The shell commands of a page's ```bash blocks, in order, comments dropped."""
+    text = page.read_text()
+    return [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+            for line in block.splitlines() if line.split("#")[0].strip()]
+
+
+def test_docs_grpo_commands_run_as_written_on_cpu(tmp_path, vllm_python):
+    """Every fenced command of docs/grpo.md, pasted as written (in order, in a copy of the checkout, with
+    `python` this interpreter): the tiny twin trains, its completions are shown, and the vLLM tier's
+    environment and the vLLM twin's run work. The cached venv is the one the tier built."""
+    commands = fenced_commands(ROOT / "docs" / "grpo.md")
+    assert len(commands) == 4 and sum("launcher.py" in c for c in commands) == 3, commands
+    copy = tracked_copy(tmp_path / "checkout")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        if "action=samples" in command:
+            assert done.stdout.startswith("step 30 of ") and "best:" in done.stdout and "worst:" in done.stdout
+        elif "launcher.py" in command:
+            assert "\ndone: 30 steps in " in done.stdout, done.stdout[-2000:]
