@@ -48,25 +48,32 @@ class Progress:
         return f"step {step}/{total}  {elapsed}{headline(record)}"
 
 
-def draw(run_dir: Path) -> Path | None:
+def step_rows(records: list[dict]) -> list[dict]:
+    """Each step's record in step order; a step redone after a restart counts with its last one."""
+    steps = {r["step"]: r for r in records if "step_time" in r}
+    return [steps[s] for s in sorted(steps)]
+
+
+def draw(run_dir: Path, rows: list[dict] | None = None) -> Path | None:
     """The run's curves (GRPO: its reward and each reward function, KL, completion length, loss; else
-    the loss and the learning rate) against the step, a dashed line where the world size changed."""
+    the loss and the learning rate) against the step, a dashed line where the world size changed.
+    `rows`: its step_rows where the caller has read them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = {r["step"]: r for r in read_records(run_dir) if "step_time" in r}  # a redone step: its last record
-    if not steps:
+    rows = step_rows(read_records(run_dir)) if rows is None else rows
+    if not rows:
         return None
-    xs, rows = sorted(steps), [steps[s] for s in sorted(steps)]
+    xs = [r["step"] for r in rows]
     grpo = "reward" in rows[0]
     panels = ([("reward", [k for k in rows[0] if k == "reward" or k.startswith("reward_") and k != "reward_std"
                            and not k.endswith("_s")]), ("KL to the reference", ["kl"]),
                ("completion tokens (mean)", ["completion_tokens_mean"]), ("loss", ["loss"])]
               if grpo else [("loss", ["loss"]), ("learning rate", ["lr"])])
     fig, axes = plt.subplots(len(panels), 1, sharex=True, figsize=(9, 2.2 * len(panels)))
-    resizes = [s for prev, s in zip(xs, xs[1:]) if steps[prev]["world_size"] != steps[s]["world_size"]]
+    resizes = [b["step"] for a, b in zip(rows, rows[1:]) if a["world_size"] != b["world_size"]]
     for ax, (title, keys) in zip(axes, panels):
         for key in keys:
             ax.plot(xs, [r.get(key) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows],
@@ -88,16 +95,15 @@ def summary(run_dir: Path) -> str:
     """Where a finished run ended: its steps and wall time, the method's figure over the first and the
     last steps, and where its outputs are."""
     records = read_records(run_dir)
-    steps = {r["step"]: r for r in records if "step_time" in r}
-    if not steps:
+    rows = step_rows(records)
+    if not rows:
         return f"no steps in {run_dir}"
-    rows = [steps[s] for s in sorted(steps)]
     key = "reward" if "reward" in rows[0] else "loss"
     values = [r[key] for r in rows if isinstance(r.get(key), float)]
     n = min(WINDOW, max(len(values) // 2, 1))
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     wall = rows[-1]["time"] - min(r["process_start"] for r in records if r.get("event") == "start")
-    draw(run_dir)
+    draw(run_dir, rows)
     outputs = [name for name in ("metrics.jsonl", "samples.jsonl", "hf", CHART) if (run_dir / name).exists()]
     return (f"{len(rows)} steps in {clock(wall)}; {key} {mean(values[:n]):.4g} over the first {n} steps, "
             f"{mean(values[-n:]):.4g} over the last {n}; in {run_dir}: {', '.join(outputs)}")

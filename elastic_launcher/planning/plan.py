@@ -22,7 +22,7 @@ from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
 from training.contract.methods import method_facts, sampling_options
 from training.contract.typed import build, ranged
-from training.contract.vllm_builds import NOT_BATCH_INVARIANT
+from training.contract.vllm_builds import batch_invariance_refusal
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -182,10 +182,9 @@ def _check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
     if nproc % options.rollout_tensor_parallel_size:
         raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
                           f"the {nproc} processes of a node: an engine's GPUs are within one node")
-    hybrid = sorted(set(ModelShape.from_config(model_shape).mixers) & set(NOT_BATCH_INVARIANT)) if model_shape else []
-    if options.rollout_batch_invariant and hybrid:
-        raise ConfigError(f"{key}.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this model's "
-                          f"{' and '.join(hybrid)} layers (it refuses to start): set it false")
+    refusal = batch_invariance_refusal(ModelShape.from_config(model_shape).mixers) if model_shape else None
+    if options.rollout_batch_invariant and refusal:
+        raise ConfigError(refusal)
 
 
 def check_cluster_rollouts(plan: Plan) -> None:

@@ -37,6 +37,7 @@ BUILDS = (IMAGE, CPU_TIER)
 # Layer kinds (training.model.structure.layer_kinds, planning.memory.ModelShape.mixers) that no vLLM
 # attention backend has batch-invariant kernels for: VLLM_BATCH_INVARIANT=1 makes vLLM refuse to start.
 NOT_BATCH_INVARIANT = ("linear_attention", "mamba")
+BATCH_INVARIANT_KEY = "training_config.training_args.method_args.rollout_batch_invariant"
 
 # The CPU build's KV cache per engine: enough for the small models CPU runs train (a tiny twin's
 # token takes ~1 KiB, a 0.5B model's ~24 KiB); vLLM's own default takes most of the host's memory.
@@ -55,14 +56,20 @@ def installed() -> tuple[VLLMBuild, str] | None:
     return None
 
 
+def batch_invariance_refusal(layer_kinds) -> str | None:
+    """Why vLLM cannot be batch invariant for a model of these layer kinds (the dry run's and the
+    trainer's one line), or None."""
+    hybrid = sorted(set(layer_kinds) & set(NOT_BATCH_INVARIANT))
+    if not hybrid:
+        return None
+    return (f"{BATCH_INVARIANT_KEY}=true: vLLM has no batch-invariant kernels for this model's {' and '.join(hybrid)} "
+            f"layers (it refuses to start): set it false")
+
+
 def engine_arguments(device_type: str, gpu_memory_utilization: float) -> dict:
-    """`vllm.LLM` keywords that depend on the platform."""
+    """`vllm.LLM` keywords that depend on the platform; `enable_sleep_mode` says whether the engine
+    sleeps between rollouts."""
     if device_type == "cpu":
         return {"enable_sleep_mode": False, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES, "enforce_eager": True,
                 "compilation_config": {"mode": 0}}  # CompilationMode.NONE: no warm-up compile
     return {"enable_sleep_mode": True, "gpu_memory_utilization": gpu_memory_utilization}
-
-
-def sleeps(device_type: str) -> bool:
-    """Whether the engine sleeps between rollouts (frees its weights and KV cache for the updates)."""
-    return device_type != "cpu"

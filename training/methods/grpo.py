@@ -176,7 +176,7 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
 
     def _vllm(self, model, run):
-        from training.contract.vllm_builds import NOT_BATCH_INVARIANT, installed
+        from training.contract.vllm_builds import batch_invariance_refusal, installed
         from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
         key = "training_config.training_args.method_args"
@@ -189,11 +189,8 @@ class GRPO(TrainingMethod):
                               f"and this environment has {have}: {how}, or set rollout_engine=trainer")
         o = self.options
         if o.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
-            hybrid = sorted({kind for kind in layer_kinds(model.config) if kind in NOT_BATCH_INVARIANT})
-            if hybrid:
-                raise ConfigError(f"{key}.rollout_batch_invariant=true: vLLM has no batch-invariant kernels for this "
-                                  f"model's {' and '.join(hybrid)} layers (it refuses to start): set it false and "
-                                  f"unset VLLM_BATCH_INVARIANT")
+            if refusal := batch_invariance_refusal(layer_kinds(model.config)):
+                raise ConfigError(f"{refusal} and unset VLLM_BATCH_INVARIANT")
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
         os.environ.setdefault("VLLM_CACHE_ROOT", str(run.run_dir / "vllm_cache"))  # its compile cache, kept across restarts
         files = self._engine_files(model, run)

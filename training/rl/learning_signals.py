@@ -11,6 +11,7 @@ a run burns compute without learning, each said once, naming the key to change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 KEY = "training_config.training_args"
@@ -20,8 +21,8 @@ STEPS = 3  # consecutive steps a condition holds before it is said
 @dataclass(frozen=True)
 class Signal:
     name: str
-    holds: object  # record -> bool
-    message: object  # record -> str
+    holds: Callable[[dict], bool]  # of a step's record
+    message: Callable[[dict], str]
 
 
 SIGNALS = (

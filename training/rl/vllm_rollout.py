@@ -36,7 +36,7 @@ from training.model.lora import merged_elements
 from training.model.stored_layout import file_tensors
 from training.rl.rollout import Completion, PromptGroup, never
 from training.rl.sampling import SamplingParams, completion_seed
-from training.contract.vllm_builds import engine_arguments, sleeps
+from training.contract.vllm_builds import engine_arguments
 from training.runtime.elastic import signal_mask_kept
 
 
@@ -98,7 +98,6 @@ class VLLMRollout:
     def __init__(self, model, engine_model: str, tokenizer: str, options: VLLMOptions, seed: int, max_model_len: int,
                  lora: bool, device: torch.device, dtype: torch.dtype):
         self.model, self.options, self.seed, self.lora, self.device = model, options, seed, lora, device
-        self.sleeps = sleeps(device.type)
         self.elements = merged_elements(model)  # what every weight stream must carry
         tp = options.tensor_parallel_size
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -111,10 +110,11 @@ class VLLMRollout:
             from vllm import LLM
 
             logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(not_rotary)
+            platform = engine_arguments(device.type, options.gpu_memory_utilization)
+            self.sleeps = platform["enable_sleep_mode"]  # asleep between rollouts, where the platform can sleep
             self.llm = LLM(model=engine_model, tokenizer=tokenizer, load_format="dummy", tensor_parallel_size=tp,
                            distributed_executor_backend="external_launcher", max_num_seqs=options.max_num_seqs,
-                           max_model_len=max_model_len, seed=rank // tp, dtype=dtype,
-                           **engine_arguments(device.type, options.gpu_memory_utilization))
+                           max_model_len=max_model_len, seed=rank // tp, dtype=dtype, **platform)
         if self.sleeps:
             self.llm.sleep(level=2)  # weights dropped: each rollout streams them in anew
         self.sync_s = 0.0
