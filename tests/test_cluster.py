@@ -278,6 +278,26 @@ def test_status_says_where_training_is_through_a_resize(launch, running):
     assert "resizes: 1, failures: 0" in out and "resize at step 12: 16 -> 24 processes" in out
 
 
+def test_status_of_a_grpo_job_shows_its_reward_names_its_run_directory_and_draws_its_curves(launch, running,
+                                                                                            tmp_path):
+    from training.contract.curves import CHART
+
+    start = time.time() - 30
+    running.logs["watched-pods-a"].clear()
+    running.log("watched-pods-a", trainer({"time": start, "launch": "g1", "event": "start", "world_size": 16,
+                                           "nodes": 2, "max_steps": 50, "run_dir": "/fsx/runs/watched"}),
+                *(trainer({"time": start + s, "launch": "g1", "step": s, "loss": 0.01, "reward": 0.05 * s,
+                           "reward_std": 0.2, "reward_math_verify": 0.05 * s, "kl": 0.002 * s,
+                           "completion_tokens_mean": 40.0, "world_size": 16, "step_time": 1.0})
+                  for s in range(1, 13)))
+    out = status(launch)
+    assert "reward 0.600 ±0.200, kl 0.024" in out
+    assert "run directory, on the job's volume: /fsx/runs/watched (metrics.jsonl; curves.png, the whole run's" in out
+    chart = tmp_path / "out" / "watched" / CHART
+    assert f"curves of steps 1-12 (rank 0's log) drawn here: {chart}" in out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_status_before_any_progress_line_says_so(launch, running):
     running.logs["watched-pods-a"].clear()
     assert "training: no progress line in the rank-0 log yet" in status(launch)

@@ -39,3 +39,55 @@ def test_the_summary_says_how_long_and_the_figure_at_both_ends_and_draws_the_cur
     assert line == (f"20 steps in 1:00; reward 0.55 over the first 10 steps, 1.55 over the last 10; in {tmp_path}: "
                     f"metrics.jsonl, samples.jsonl, {CHART}")
     assert (tmp_path / CHART).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_chart_shows_the_methods_curves_and_marks_each_resize(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from training.contract.curves import draw, panels
+
+    assert panels(grpo_record(1, 0.0)) == [("reward", ["reward", "reward_math_verify", "reward_digits"]),
+                                           ("KL to the reference", ["kl"]),
+                                           ("completion tokens (mean)", ["completion_tokens_mean"]),
+                                           ("loss", ["loss"])]
+    assert panels({"step": 1, "loss": 2.0, "lr": 1e-4}) == [("loss", ["loss"]), ("learning rate", ["lr"])]
+    marks = []
+    monkeypatch.setattr(Axes, "axvline", lambda self, x, **kw: marks.append(x))
+    sizes = [2] * 5 + [1] * 5 + [2] * 5
+    # step 4 redone after a restart: its last record counts
+    records = [grpo_record(s, float(s), world_size=sizes[s - 1]) for s in range(1, 16)] + [grpo_record(4, 20.0)]
+    assert draw(records, tmp_path / "c.png") == tmp_path / "c.png"
+    assert sorted(set(marks)) == [5.5, 10.5] and len(marks) == 2 * 4  # each resize on each of the 4 panels
+    assert [p.name for p in tmp_path.iterdir()] == ["c.png"]  # written whole, nothing partial beside it
+    assert draw([{"event": "start", "time": 0.0}], tmp_path / "none.png") is None
+
+
+def test_the_trainer_draws_its_chart_at_the_end_and_at_a_checkpoint_once_it_is_old(tmp_path, monkeypatch, capsys):
+    from training.contract.curves import CHART
+    from training.runtime.metrics import MetricsLogger
+
+    def logger():
+        log = MetricsLogger(tmp_path, enabled=True, tensorboard=False, audit_samples=False, launch_id="1")
+        for s in (1, 2):
+            log.log(grpo_record(s, float(s)))
+        return log
+
+    log = logger()
+    log.event(event="checkpoint", step=2)  # the first minutes: no step waits for a drawing
+    log.close("KILLED")  # a stop: the restart goes on drawing
+    assert not (tmp_path / CHART).exists()
+    log = logger()
+    log._next_drawing = 0.0  # REDRAW_S has passed
+    log.event(event="checkpoint", step=2)
+    assert (tmp_path / CHART).exists()
+    (tmp_path / CHART).unlink()
+    logger().close("FINISHED")
+    assert (tmp_path / CHART).exists()
+    # No matplotlib in the image: said once, and the run goes on.
+    (tmp_path / CHART).unlink()
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)
+    log = logger()
+    log.draw_curves()
+    log.close("FINISHED")
+    err = capsys.readouterr().err
+    assert err.count("warning: curves.png not drawn (ModuleNotFoundError") == 1 and not (tmp_path / CHART).exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from pathlib import Path
 
 from elastic_launcher.cluster import observe
 from elastic_launcher.cluster.kube import KINDS, Cluster, JobKind, get_job, job_phase, submitted_name, unique_name
@@ -18,6 +19,7 @@ from elastic_launcher.cluster.training_progress import duration
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.render.manifests import configmap_name, render
+from training.contract.curves import CHART
 
 CONTENT_HASH = "elastic-launcher/config-hash"
 
@@ -98,13 +100,14 @@ def status(job: Job, cluster: Cluster) -> int:
     until the job ends."""
     kind = KINDS[job.settings.target]
     name = submitted_name(job, cluster, kind)
+    chart = Path(job.settings.output_dir) / name / CHART
     if not job.settings.cluster.watch:
-        return _status_once(cluster, kind, name)
-    return observe.watch(lambda: _status_once(cluster, kind, name), lambda: observe._finished(cluster, kind, name),
-                         job.settings.cluster.watch_interval)
+        return _status_once(cluster, kind, name, chart)
+    return observe.watch(lambda: _status_once(cluster, kind, name, chart),
+                         lambda: observe._finished(cluster, kind, name), job.settings.cluster.watch_interval)
 
 
-def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
+def _status_once(cluster: Cluster, kind: JobKind, name: str, chart: Path) -> int:
     obj = get_job(cluster, kind, name)
     if obj is None:
         raise LauncherError(f"no {kind.kind} named {name!r} in namespace {cluster.namespace}: check cluster.job_name "
@@ -131,7 +134,7 @@ def _status_once(cluster: Cluster, kind: JobKind, name: str) -> int:
     if st.get("trainerStatus"):
         print(trainer_status(st["trainerStatus"]))
     if pods.items:
-        observe.print_progress(cluster, kind, name, None if target == "-" else target)
+        observe.print_progress(cluster, kind, name, None if target == "-" else target, chart)
     elif phase not in observe.DONE_PHASES:
         print("training: between sizes: no pod of the job exists now (the operator is restarting or resizing it)")
     return 1 if phase == "Failed" else 0

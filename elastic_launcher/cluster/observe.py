@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from pathlib import Path
 
 from elastic_launcher.cluster.kube import KINDS, get_job, job_phase, submitted_name
 from elastic_launcher.cluster.training_progress import describe, progress
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.render.manifests import MANAGED_BY_SELECTOR
+from training.contract.curves import draw, step_rows
 from training.contract.records import parse_line
 
 STATUS_TAIL_LINES = 5000  # a status reads the end of the rank-0 log: the newest step and its launch
@@ -69,9 +71,15 @@ def rank0_records(cluster, kind, name: str, tail_lines: int = STATUS_TAIL_LINES)
 
 
 # --- status ----------------------------------------------------------------------------------------
-def print_progress(cluster, kind, name: str, target: str | None) -> None:
-    for line in describe(progress(rank0_records(cluster, kind, name)), time.time(), target):
+def print_progress(cluster, kind, name: str, target: str | None, chart: Path) -> None:
+    """Where training is, then its curves drawn here (`chart`) from the steps the rank-0 log holds."""
+    records = rank0_records(cluster, kind, name)
+    for line in describe(progress(records), time.time(), target):
         print(line, flush=True)
+    steps = step_rows(records)
+    if steps and draw(records, chart):
+        print(f"  curves of steps {steps[0]['step']}-{steps[-1]['step']} (rank 0's log) drawn here: {chart}",
+              flush=True)
 
 
 def watch(show, finished, interval: float) -> int:

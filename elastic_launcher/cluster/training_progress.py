@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from training.contract.curves import CHART, REDRAW_S
+
 RECENT_STEPS = 20  # the speed and the ETA come from the last steps of the current launch
 
 
@@ -19,6 +21,9 @@ class Progress:
     loss: float | None = None
     eval_loss: float | None = None
     reward_accuracy: float | None = None
+    reward: float | None = None  # GRPO: the step's mean reward, its spread and the KL to the reference
+    reward_std: float | None = None
+    kl: float | None = None
     tokens_per_s: float | None = None
     tokens_per_s_per_device: float | None = None
     world_size: int | None = None
@@ -28,6 +33,7 @@ class Progress:
     eta_s: float | None = None
     history: list[dict] = field(default_factory=list)  # {time, step, from, to, cause} per restart
     since: float | None = None  # when the current state began
+    run_dir: str | None = None  # the trainer's, on the job's volume
 
 
 def progress(records: list[dict]) -> Progress:
@@ -72,7 +78,8 @@ def progress(records: list[dict]) -> Progress:
         world_size=start.get("world_size"), nodes=start.get("nodes"),
         checkpoint_step=checkpoints[-1]["step"] if checkpoints else None,
         checkpoint_time=checkpoints[-1]["time"] if checkpoints else None,
-        eta_s=eta, history=list((resume or {}).get("history") or start.get("history") or []), since=since)
+        reward=last.get("reward"), reward_std=last.get("reward_std"), kl=last.get("kl"),
+        eta_s=eta, run_dir=start.get("run_dir"), history=list((resume or {}).get("history") or start.get("history") or []), since=since)
 
 
 def duration(seconds: float | None) -> str:
@@ -101,6 +108,8 @@ def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[s
         numbers.append(f"loss {p.loss:.4g}")
     if p.eval_loss is not None:
         numbers.append(f"eval loss {p.eval_loss:.4g}")
+    if p.reward is not None:
+        numbers.append(f"reward {p.reward:.3f} ±{p.reward_std or 0:.3f}, kl {p.kl or 0:.3f}")
     if p.reward_accuracy is not None:
         numbers.append(f"reward accuracy {p.reward_accuracy:.2f}")
     if p.tokens_per_s is not None:
@@ -116,4 +125,7 @@ def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[s
     lines.append(f"  resizes: {len(resizes)}, failures: {len(failures)}" +
                  "".join(f"\n    {h['cause']} at step {h['step']}: {h['from']} -> {h['to']} processes, "
                          f"{duration(now - h['time'])} ago" for h in p.history[-5:]))
+    if p.run_dir:
+        lines.append(f"  run directory, on the job's volume: {p.run_dir} (metrics.jsonl; {CHART}, the whole run's "
+                     f"curves, redrawn at a checkpoint every {REDRAW_S / 60:.0f} min and at the end)")
     return lines

@@ -8,8 +8,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from elastic_launcher.local.progress import draw
 from elastic_launcher.local.timeline import Timeline
+from training.contract.curves import CHART, draw
 from training.contract.records import committed, read_records
 
 
@@ -110,7 +110,7 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compare
         report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
-    draw(run_dir)  # the run's curves against the step, as a local run draws them (curves.png)
+    draw(records, run_dir / CHART)  # the run's curves against the step, as a local run draws them
     return report
 
 

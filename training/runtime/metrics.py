@@ -1,10 +1,12 @@
 """Per-step metrics on rank 0: <run_dir>/metrics.jsonl and stdout (the stream of training.contract.records),
-optionally TensorBoard and MLflow (training.tracking)."""
+the run's curves (<run_dir>/curves.png, redrawn at every checkpoint and at the end), optionally TensorBoard
+and MLflow (training.tracking)."""
 
 from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -12,12 +14,12 @@ import torch
 
 from training.contract.config import LoggingConfig
 from training.contract.errors import ConfigError
-from training.contract.records import METRICS, SAMPLES
+from training.contract.curves import CHART, REDRAW_S, draw
+from training.contract.records import METRICS, SAMPLES, read_records
 
 # Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "B200": 2250e12, "A100": 312e12,
                    "A10G": 125e12, "L40S": 362e12, "L4": 121e12}
-
 
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
@@ -58,7 +60,8 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, audit_samples: bool, launch_id: str,
                  tracker=None):
-        self.enabled, self.launch_id, self.tracker = enabled, launch_id, tracker
+        self.enabled, self.launch_id, self.tracker, self.run_dir = enabled, launch_id, tracker, run_dir
+        self._chart, self._next_drawing = True, time.time() + REDRAW_S
         self._metrics = open(run_dir / METRICS, "a") if enabled else None
         self._samples = open(run_dir / SAMPLES, "a") if enabled and audit_samples else None
         self._tb = None
@@ -98,9 +101,26 @@ class MetricsLogger:
         """Lifecycle events (start, resume, checkpoint, stop) in the same file, marked by `event`."""
         if self.enabled:
             self._write(fields)
+            if fields.get("event") == "checkpoint" and time.time() >= self._next_drawing:
+                self.draw_curves()
+
+    def draw_curves(self) -> None:
+        """The chart `action=status` names: drawn at a checkpoint (where the step already waits) at most
+        every REDRAW_S, and at the end of the run; 0.2 s for 2,000 steps, plus matplotlib's import the
+        first time. A chart that cannot be drawn is said once and never stops training."""
+        self._next_drawing = time.time() + REDRAW_S
+        if self.enabled and self._chart:
+            try:
+                draw(read_records(self.run_dir), self.run_dir / CHART)
+            except Exception as e:  # noqa: BLE001 (an image without matplotlib, a full disk: the run goes on)
+                print(f"warning: {CHART} not drawn ({type(e).__name__}: {e}); metrics.jsonl has every figure",
+                      file=sys.stderr, flush=True)
+                self._chart = False
 
     def close(self, status: str = "FINISHED") -> None:
         """Close the files; the tracker sets the run's `status` (FINISHED, KILLED after a stop, FAILED)."""
+        if status == "FINISHED":
+            self.draw_curves()
         if self.tracker is not None:
             self.tracker.close(status)
         for f in (self._metrics, self._samples):

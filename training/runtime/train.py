@@ -229,7 +229,7 @@ class Trainer:
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
                        per_rank_batch=list(self.plan.local_batches), micro_batch=self.plan.micro_batch,
                        grad_accum=self.plan.grad_accum_steps, max_steps=ta.max_steps, warmup_steps=ta.warmup_steps,
-                       max_epochs=ta.max_epochs)
+                       max_epochs=ta.max_epochs, run_dir=str(self.run_dir))
         if self.topo.local_rank == 0:  # which pod runs which node rank: `action=logs` reads this line
             print(json.dumps({"event": "node", "node_rank": self.topo.node_rank, "nodes": self.topo.nodes,
                               "time": time.time()}), flush=True)
