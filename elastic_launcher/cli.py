@@ -62,7 +62,7 @@ def checked_data(job: Job) -> str:
     from elastic_launcher.planning.data_preview import preview
     from training.contract.data_files import is_local
     from training.contract.methods import method_facts
-    from training.contract.rewards import DEFAULT_REWARDS, check_rewards
+    from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, check_rewards
 
     tc = localized(job.plan.base).training_config  # relative paths from here, else from the project (as run)
     ds, method = tc.datasets, method_facts(tc.training_args.trainer_type)
@@ -76,7 +76,8 @@ def checked_data(job: Job) -> str:
         here = False
     data = preview(ds, tc.model_config, method.data_format, limit) if here else None
     if method.data_format == "prompts":  # their files found as the run finds them (localized)
-        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None)
+        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None,
+                      options.judge, data.examples if data else (), RewardOptions(options.answer_key))
     if data:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"

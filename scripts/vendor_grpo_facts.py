@@ -1,8 +1,9 @@
-"""Read the facts of the vendor's GRPO-RLVR recipes (aws/sagemaker-hyperpod-recipes,
-`hyperpod_recipes/recipes_src/fine-tuning/*/verl-grpo-rlvr-*.yaml`) into the fixture the GRPO
+"""Read the facts of the vendor's GRPO recipes (aws/sagemaker-hyperpod-recipes,
+`hyperpod_recipes/recipes_src/fine-tuning/*/verl-grpo-{rlvr,rlaif}-*.yaml`) into the fixtures the GRPO
 catalogue is held to:
 
     python scripts/vendor_grpo_facts.py <a checkout of sagemaker-hyperpod-recipes> > tests/fixtures/vendor_grpo_recipes.json
+    python scripts/vendor_grpo_facts.py <checkout> rlaif > tests/fixtures/vendor_grpo_rlaif_recipes.json
 
 Each recipe is composed with Hydra as the vendor's launcher composes it (verl's defaults under
 `hydra_config/verl*/`, then the recipe's own overrides), and the keys a user of our twin would copy
@@ -20,6 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 ACTOR, ROLLOUT, MODEL = ("training_config.actor_rollout_ref." + k for k in ("actor", "rollout", "model"))
+REWARD = "training_config.reward_model.reward_kwargs"
 
 
 def composed(root: Path, name: str):
@@ -69,16 +71,25 @@ def facts(root: Path, path: Path) -> dict:
         "tensor_parallel_size": get(f"{ROLLOUT}.tensor_model_parallel_size"),
         "gpu_memory_utilization": get(f"{ROLLOUT}.gpu_memory_utilization"),
         "total_epochs": get("training_config.trainer.total_epochs"),
+        **({"judge": judge(get)} if get(f"{REWARD}.reward_fn_name") == "llmj" else {}),
     }
 
 
-def main(checkout: str) -> None:
+def judge(get) -> dict:
+    """An RLAIF recipe's LLM judge (its reward_kwargs), the template by its file's name."""
+    kwargs = OmegaConf.to_container(get(f"{REWARD}.kwargs"))
+    kwargs["prompt_template"] = Path(kwargs.pop("llmj_prompt_template_path")).name
+    return kwargs
+
+
+def main(checkout: str, kind: str = "rlvr") -> None:
     root = Path(checkout) / "hyperpod_recipes" / "recipes_src" / "fine-tuning"
-    recipes = sorted(root.glob("*/verl-grpo-rlvr-*.yaml"))
+    recipes = sorted(root.glob(f"*/verl-grpo-{kind}-*.yaml"))
     if not recipes:
-        sys.exit(f"error: no verl-grpo-rlvr-*.yaml under {root}: pass a checkout of aws/sagemaker-hyperpod-recipes")
+        sys.exit(f"error: no verl-grpo-{kind}-*.yaml under {root}: pass a checkout of aws/sagemaker-hyperpod-recipes "
+                 f"(and rlvr or rlaif)")
     print(json.dumps([facts(root, path) for path in recipes], indent=1))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2] or sys.exit(__doc__))
+    main(*sys.argv[1:3] or sys.exit(__doc__))

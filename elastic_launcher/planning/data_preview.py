@@ -29,6 +29,7 @@ class DataPreview:
     over_max_len: int  # prompts (GRPO): over method_args.max_prompt_length, which the trainer leaves out
     columns: tuple[str, ...] = ()  # what a row gives its reward functions (prompts)
     limit_key: str = "datasets.max_len"
+    examples: tuple = ()  # (where, prompt, columns) of the sampled prompt rows: what a judge's template must render
 
     def describe(self, max_len: int) -> str:
         line = f"data: {self.path} read as {self.format} rows ({self.sampled} sampled"
@@ -158,7 +159,7 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
              limit: int) -> DataPreview:
     """GRPO's prompt rows: their format, the columns their reward functions get, their lengths."""
     fmt = prompt_format(ds.format, columns, ds.train_data)
-    texts, given = [], set()
+    texts, given, examples = [], set(), []
     for where, row in rows:
         try:
             prompt, extra = prompt_and_columns(row, fmt)
@@ -166,6 +167,7 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
             raise ConfigError(f"bad training row at {where}: {e}: fix or remove the row") from None
         texts.append(prompt)
         given |= set(extra)
+        examples.append((where, prompt, extra))
     tokenizer, has_template = _tokenizer(model)
     if not has_template and not ds.chat_template and any(not isinstance(t, str) for t in texts):
         raise no_chat_template(model.tokenizer_name_or_path or model.model_name_or_path)
@@ -177,4 +179,5 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
     lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config),
                                     add_special_tokens=isinstance(t, str)).ids) for t in texts] if tokenizer else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
-                       sum(n > limit for n in lengths), tuple(sorted(given)), "method_args.max_prompt_length")
+                       sum(n > limit for n in lengths), tuple(sorted(given)), "method_args.max_prompt_length",
+                       tuple(examples))

@@ -198,15 +198,34 @@ def check_reward(spec: str, columns: set[str] | None, key: str = "method_args.re
     return fn
 
 
-def check_rewards(specs: list[str], weights: list[float] | None, columns: set[str] | None) -> None:
-    """The dry run's check of `method_args.rewards` and `reward_weights`, before anything is written."""
+def check_rewards(specs: list[str], weights: list[float] | None, columns: set[str] | None, judge: dict | None = None,
+                  examples: list[tuple[str, object, dict]] = (), options: RewardOptions = RewardOptions()) -> None:
+    """The dry run's check of `method_args.rewards`, `reward_weights` and `judge`, before anything is
+    written. `examples`: sampled rows (where, prompt, columns) the judge's template must render with."""
+    from training.contract import judge as llm_judge
+
     if not specs:
         raise ConfigError("method_args.rewards is empty: name at least one reward function, e.g. [math_verify]")
     if weights is not None and len(weights) != len(specs):
         raise ConfigError(f"method_args.reward_weights has {len(weights)} weights for {len(specs)} rewards "
                           f"({', '.join(specs)}): give one weight per reward function")
     for i, spec in enumerate(specs):
-        check_reward(spec, columns, f"method_args.rewards[{i}]")
+        if spec != llm_judge.NAME:
+            check_reward(spec, columns, f"method_args.rewards[{i}]")
+    if llm_judge.NAME not in specs:
+        if judge:
+            raise ConfigError(f"{llm_judge.KEY} is set but method_args.rewards does not name it: add "
+                              f"{llm_judge.NAME} to the rewards, e.g. rewards: [{llm_judge.NAME}]")
+        return
+    settings = llm_judge.judge_settings(judge)
+
+    def reference(row_columns):
+        try:
+            return reference_answer({k: [v] for k, v in row_columns.items()}, 0, options)
+        except RewardError:
+            return None
+
+    llm_judge.check_judge(settings, list(examples), reference)
 
 
 # --- running ------------------------------------------------------------------------------------------

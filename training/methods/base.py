@@ -68,6 +68,10 @@ class TrainingMethod:
     def close(self) -> None:
         """Release what the method holds outside the model (processes, files) when its size ends."""
 
+    def checkpointed(self, step: int) -> None:
+        """The checkpoint of `step` is complete: what only a resume from an earlier one needed may go
+        (GRPO: its judge's verdicts of the steps it holds)."""
+
     def collate(self, rows: list[dict]) -> dict:
         """A padded micro-batch (of `self.shape`) with host-side `label_tokens`, `tokens` and `sample_ids`."""
         raise NotImplementedError

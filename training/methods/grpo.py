@@ -18,6 +18,7 @@ import json
 import math
 import os
 import time
+import uuid
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ import torch
 import torch.distributed as dist
 
 from training.contract.errors import ConfigError
+from training.contract.judge import NAME as JUDGE
+from training.contract.judge import judge_settings
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, TrainerState, metric_names
 from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
@@ -69,7 +72,8 @@ class Args:  # training_args.method_args, with verl's defaults
     # loss weighed by pi_old / the sampler's probability, per token or per completion, at most the threshold
     rollout_correction: str = one_of("none", "token", "sequence")
     rollout_correction_threshold: float = ranged(2.0, gt=0)
-    rewards: list | None = None  # reward functions (training.contract.rewards); None: [math_verify]
+    rewards: list | None = None  # reward functions (training.contract.rewards) and `judge`; None: [math_verify]
+    judge: dict | None = None  # the LLM judge that `judge` in rewards names (training.contract.judge)
     reward_weights: list | None = None  # one per reward function; None: 1 each
     reward_timeout: float = ranged(60.0, gt=0)  # seconds per call of a reward function
     answer_key: str | None = None  # the reference answer's column for the built-ins (None: ground_truth/answer/solution)
@@ -87,7 +91,7 @@ class Args:  # training_args.method_args, with verl's defaults
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
 ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
-                "rollout_s", "reward_s", "weight_sync_s", "logprob_s")
+                "rollout_s", "reward_s", "weight_sync_s", "logprob_s", "dropped")
 UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy", "correction")
 
 
@@ -145,6 +149,7 @@ class GRPO(TrainingMethod):
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
                                      log_probs=options.rollout_correction != "none")
         specs = options.rewards or DEFAULT_REWARDS
+        self.judge_settings = judge_settings(options.judge) if JUDGE in specs else None
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
         self.reward_specs, self.reward_names = list(specs), metric_names(specs)
@@ -168,6 +173,17 @@ class GRPO(TrainingMethod):
         self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
         self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
             ShardedModelRollout(model, self.device, self.args.seed)
+        if self.judge_settings is not None:
+            from training.rl.judge import Judge
+
+            size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
+            dist.broadcast_object_list(size, src=0)
+            self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir / "judge_ledger",
+                                       size[0], f"rank{run.rank}")
+
+    def checkpointed(self, step: int) -> None:
+        if self.rewards.judge is not None:
+            self.rewards.judge.checkpointed(step, first=self.run.rank == 0)
 
     @property
     def row_shape(self) -> BatchShape:
@@ -387,8 +403,9 @@ class GRPO(TrainingMethod):
             for c in completions:
                 k = g * self.options.num_generations + c.index
                 readable.append({"sample_id": c.sample_id, "index": c.index, "prompt": prompt,
-                                 "completion": decode(c.token_ids, skip_special_tokens=True), "reward": rollout.rewards[k],
-                                 "rewards": {name: rollout.per_function[spec][k]
+                                 "completion": decode(c.token_ids, skip_special_tokens=True),
+                                 "reward": _or_none(rollout.rewards[k]),  # None: the judge's verdict was dropped
+                                 "rewards": {name: _or_none(rollout.per_function[spec][k])
                                              for name, spec in zip(self.reward_names, self.reward_specs)}})
         return {"completions": [[c.sample_id, c.index, list(c.token_ids)] for group in rollout.completions for c in group],
                 "readable": readable}
@@ -398,31 +415,34 @@ class GRPO(TrainingMethod):
         """This rank's rollout sums of the step just taken (ROLLOUT_SUMS, then each reward function's
         sum and the completions it scored; summed over ranks by the trainer); the longest completion over every rank, to `_longest`."""
         rollout, n = self._step_rollout, self.options.num_generations
-        rewards = rollout.rewards
-        flat = sum(len(set(rewards[g * n:(g + 1) * n])) == 1 for g in range(len(rollout.groups)))
+        scored = [r for r in rollout.rewards if not math.isnan(r)]  # a dropped verdict scores nothing
+        flat = sum(len({r for r in rollout.rewards[g * n:(g + 1) * n] if not math.isnan(r)}) <= 1
+                   for g in range(len(rollout.groups)))
         lengths = [len(c.token_ids) for group in rollout.completions for c in group]
         cut = sum(not c.stopped for group in rollout.completions for c in group)
         longest = torch.tensor([float(max(lengths, default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
-        values = [len(rewards), sum(rewards), sum(r * r for r in rewards), len(rollout.groups), flat, sum(lengths), cut,
-                  *rollout.seconds, self._logprob_s,
-                  *(sum(x for x in scores if x is not None) for scores in rollout.per_function.values()),
-                  *(sum(x is not None for x in scores) for scores in rollout.per_function.values())]
+        values = [len(rollout.rewards), sum(scored), sum(r * r for r in scored), len(rollout.groups), flat, sum(lengths),
+                  cut, *rollout.seconds, self._logprob_s, len(rollout.rewards) - len(scored),
+                  *(sum(x for x in scores if _scored(x)) for scores in rollout.per_function.values()),
+                  *(sum(_scored(x) for x in scores) for scores in rollout.per_function.values()),
+                  *(self.rewards.judge.costs().values() if self.rewards.judge is not None else [])]
         return torch.tensor(values, dtype=torch.float64, device=self.device)
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
         update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
         rollout = dict(zip(ROLLOUT_SUMS, stats[len(UPDATE_SUMS):len(UPDATE_SUMS) + len(ROLLOUT_SUMS)]))
-        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]  # each function's sum, then how many it scored
-        sums, scored = functions[:len(self.reward_names)], functions[len(self.reward_names):]
+        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]  # each function's sum, how many it scored, the judge's
+        k = len(self.reward_names)
+        sums, scored, judged = functions[:k], functions[k:2 * k], functions[2 * k:]
         count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
-        mean = rollout["reward"] / count
+        mean = rollout["reward"] / max(count - rollout["dropped"], 1)
         ranks = self.run.plan.dp_size
         rollout_s, reward_s, sync_s, logprob_s = (rollout[k] / ranks for k in ("rollout_s", "reward_s", "weight_sync_s",
                                                                                 "logprob_s"))  # the ranks' mean
         return {"loss": loss_sum / tokens, "reward": mean,
-                "reward_std": math.sqrt(max(rollout["reward_sq"] / count - mean * mean, 0.0)),
+                "reward_std": math.sqrt(max(rollout["reward_sq"] / max(count - rollout["dropped"], 1) - mean * mean, 0.0)),
                 **{f"reward_{name}": total / max(n, 1) for name, total, n in zip(self.reward_names, sums, scored)},
                 "flat_groups": rollout["flat_groups"] / max(rollout["groups"], 1),
                 "completion_tokens_mean": rollout["completion_tokens"] / count,
@@ -432,7 +452,17 @@ class GRPO(TrainingMethod):
                 **({"rollout_correction_weight": update["correction"] / tokens}
                    if self.options.rollout_correction != "none" else {}),
                 "reward_s": reward_s, "logprob_s": logprob_s,
-                "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9)}
+                "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9),
+                **(self._judge_metrics(judged, rollout["dropped"]) if len(judged) else {})}
+
+    def _judge_metrics(self, sums, dropped: float) -> dict:
+        """The judge's account of the step (training.rl.judge.Costs): counts summed over ranks, its
+        seconds the ranks' mean; and the completions left out of their group's advantage."""
+        from training.rl.judge import Costs
+
+        ranks = self.run.plan.dp_size
+        return {**{name: value / ranks if name.endswith("_s") else value for name, value in zip(Costs.names(), sums)},
+                "judge_dropped": dropped}
 
     # --- evaluation: greedy, one completion per validation prompt, the mean reward ---
     def eval_sums(self, model, batch):
@@ -442,11 +472,20 @@ class GRPO(TrainingMethod):
         if not prompts:
             return torch.zeros(2, dtype=torch.float64, device=self.device)
         totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
-        return torch.tensor([sum(totals), len(totals)], dtype=torch.float64, device=self.device)
+        scored = [t for t in totals if not math.isnan(t)]
+        return torch.tensor([sum(scored), len(scored)], dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):
         total, count = sums
         return {"eval_reward": total / max(count, 1)}
+
+
+def _scored(value) -> bool:
+    return value is not None and not math.isnan(value)
+
+
+def _or_none(value):
+    return value if _scored(value) else None
 
 
 METHOD = GRPO

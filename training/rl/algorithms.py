@@ -19,12 +19,28 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: bool
     """Each completion's reward minus its group's mean, divided by the group's (unbiased) standard
     deviation unless `scale_rewards` is off (verl's norm_adv_by_std_in_grpo). `rewards` holds the
     groups one after another, `group_size` completions each. A group whose completions all scored
-    the same has advantage 0: it carries no signal."""
+    the same has advantage 0: it carries no signal. A NaN reward (a judge's verdict that failed and
+    is dropped) is left out of its group's mean and deviation, and its completion's advantage is 0."""
     grouped = rewards.reshape(-1, group_size)
+    dropped = grouped.isnan()
+    if dropped.any():
+        return _advantages_without(grouped, dropped, scale_rewards).reshape(-1)
     centered = grouped - grouped.mean(dim=1, keepdim=True)
     if scale_rewards:
         centered = centered / (grouped.std(dim=1, keepdim=True) + ADVANTAGE_EPS)
     return centered.reshape(-1)
+
+
+def _advantages_without(grouped: torch.Tensor, dropped: torch.Tensor, scale_rewards: bool) -> torch.Tensor:
+    kept = (~dropped).to(grouped.dtype)
+    count = kept.sum(dim=1, keepdim=True)
+    values = grouped.nan_to_num(0.0)
+    mean = values.sum(dim=1, keepdim=True) / count.clamp(min=1)
+    centered = (values - mean) * kept
+    if scale_rewards:  # unbiased over the kept; a group with one kept completion has no spread: advantage 0
+        std = ((centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+        centered = torch.where(count > 1, centered / (std + ADVANTAGE_EPS), torch.zeros_like(centered))
+    return centered
 
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,

@@ -1,9 +1,12 @@
 """The trainer's reward functions (training.contract.rewards) in a process of their own: a slow or
-hanging function never blocks the training process's signal handling, and its timeout can end it."""
+hanging function never blocks the training process's signal handling, and its timeout can end it.
+An LLM judge among them (`judge`, training.rl.judge) runs in this process's own threads instead: its
+calls wait on the network, and its verdicts are kept with the checkpoint."""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -11,7 +14,9 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 
 from training.contract.errors import ConfigError
-from training.contract.rewards import RewardError, RewardOptions, absolute, call_reward
+from training.contract.judge import NAME as JUDGE
+from training.contract.rewards import (RewardError, RewardOptions, absolute, call_reward, completion_text,
+                                       reference_answer)
 from training.runtime.elastic import signal_mask_kept
 
 
@@ -23,10 +28,10 @@ def _bad_score(value) -> str | None:
     return None
 
 
-def _worker_start() -> None:
+def _worker_start(parent: int) -> None:
     from training.runtime.elastic import die_with_parent
 
-    die_with_parent()  # a trainer that is killed takes its reward process with it
+    die_with_parent(parent)  # a rank that is killed, however, takes its reward process with it
 
 
 @dataclass
@@ -43,14 +48,20 @@ class RewardPool:
     naming it and the row's sample id. A None score (TRL's "not applicable") is left out of the
     weighted sum; a completion no function scores ends the run too."""
 
-    def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float):
+    def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float,
+                 judge=None):
         self.specs, self.options, self.timeout_s = list(specs), options, timeout_s
         self.weights = list(weights) if weights is not None else [1.0] * len(specs)
+        self.judge = judge  # training.rl.judge.Judge where `judge` is one of the specs
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:  # forkserver: never a fork of a process that holds threads and a process group
-            self._pool = ProcessPoolExecutor(1, mp_context=get_context("forkserver"), initializer=_worker_start)
+        if self._pool is None:
+            # spawn: never a fork of a process that holds threads and a process group; and the worker is the
+            # rank's own child, so the kernel's parent-death signal reaches it (a forkserver's child would be
+            # the forkserver's, which outlives a killed rank, as do its children)
+            self._pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_start,
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def score(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int],
@@ -70,23 +81,51 @@ class RewardPool:
         calls in flight are dropped with the pool's process)."""
         per_function = {}
         for spec, future in scoring.futures.items():
-            deadline = time.monotonic() + self.timeout_s
+            started = time.monotonic()  # a judge's calls are bounded by their own timeouts and retries
+            deadline = started + (math.inf if spec == JUDGE else self.timeout_s)
             while not future.done() and time.monotonic() < deadline:
                 if interrupted is not None and interrupted():
                     self.close(kill=True)
                     return None
                 wait([future], timeout=min(0.05, max(deadline - time.monotonic(), 0)))
-            per_function[spec] = self._checked(spec, future, *scoring.call)
+            if spec == JUDGE:
+                self.judge.waited(time.monotonic() - started)
+                per_function[spec] = self._judged(future.result(), scoring.call[3])
+            else:
+                per_function[spec] = self._checked(spec, future, *scoring.call)
         totals = []
         for i, sample_id in enumerate(scoring.call[3]):
             scored = [w * scores[i] for w, scores in zip(self.weights, per_function.values()) if scores[i] is not None]
             if not scored:
                 raise RewardError(f"no reward function scored sample {sample_id} (completion {i} of the call): "
                                   f"{', '.join(self.specs)} each returned None for it; one of them must score it")
-            totals.append(sum(scored))
+            totals.append(sum(scored))  # NaN where the judge's verdict failed and is dropped
         return totals, per_function
 
+    def _judged(self, verdicts: list, sample_ids: list[int]) -> list[float]:
+        """The judge's scores: a failed verdict as `on_failure` says (drop: NaN, which leaves the
+        completion out of its group's advantage; zero: 0.0; stop: the run ends). Refused credentials
+        end the run whatever it says."""
+        settings, scores = self.judge.settings, []
+        for verdict, sample_id in zip(verdicts, sample_ids):
+            if verdict.failure and (verdict.failure.startswith("refused") or settings.on_failure == "stop"):
+                why = ("check method_args.judge.api_key_env and its Secret, or the pods' AWS role" if
+                       verdict.failure.startswith("refused") else "method_args.judge.on_failure=stop")
+                raise RewardError(f"judge {settings.model_id}: {verdict.failure} on sample {sample_id} after "
+                                  f"{settings.num_retries} retries ({why}); the last checkpoint is kept")
+            scores.append(verdict.score if not verdict.failure else math.nan if settings.on_failure == "drop" else 0.0)
+        return scores
+
     def _submit(self, spec, prompts, completions, columns, extras):
+        if spec == JUDGE:
+            def reference(row):
+                try:
+                    return reference_answer(columns, row, self.options)
+                except RewardError:  # a row without one: a template that needs it says so
+                    return None
+
+            step = extras["trainer_state"].global_step + 1 if extras else 0  # the step they are drawn for
+            return self.judge.submit(prompts, [completion_text(c) for c in completions], columns, reference, step)
         with signal_mask_kept():  # a submit may start the pool's process
             return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns,
                                            extras)
@@ -130,6 +169,8 @@ class RewardPool:
 
     def close(self, kill: bool = False) -> None:
         """End the pool's process (at once with `kill`: a call that hangs is not waited for)."""
+        if self.judge is not None and not kill:
+            self.judge.close()
         if self._pool is None:
             return
         if kill:

@@ -284,12 +284,14 @@ class ElasticStop:
         return NO_OWN_STOP_EXIT
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """If the launcher agent dies (even SIGKILLed), take this worker down too instead of training on
-    as an orphan: torchrun starts workers in their own sessions, so nothing else reaches them."""
+    as an orphan: torchrun starts workers in their own sessions, so nothing else reaches them.
+    `parent`: the pid this process must be the child of (default: whichever it has now)."""
     if not sys.platform.startswith("linux"):
         return
+    expected = parent or os.getppid()
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent died before the line above ran
+    if os.getppid() != expected or os.getppid() == 1:  # the parent died before the line above ran
         os._exit(1)

@@ -481,6 +481,7 @@ class Trainer:
             path, seconds = self.checkpointer.last_saved
             self.checkpointer.last_saved, self.save_s = None, seconds
             self.agent.report(step_of(path), path)
+            self.method.checkpointed(step_of(path))
             self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
                            bytes=bytes_on_disk(path) if self.rank0 else 0)
 

@@ -1,0 +1,394 @@
+"""An LLM judge scoring completions (training.contract.judge has its settings, templates and replies).
+
+Calls run in this rank's own threads, up to its share of `max_workers` at once and of the requests
+and tokens per minute (the shares of all ranks sum to the recipe's limits), while the rollout goes
+on generating. Each call is retried on timeouts, lost connections, 408, 409, 429 and 5xx, backing off
+exponentially with jitter or as long as `Retry-After` asks; another 4xx is not retried, and 401/403
+(credentials refused) ends the run at the first call. One policy for both clients: the OpenAI SDK and
+boto3 are built with their own retries off, so every retry is counted.
+
+Every verdict, failed ones too, is written to the ledger as it arrives (<run dir>/judge_ledger/, a
+file per process), keyed by its content (training.contract.judge.verdict_key): a step redone after a
+stop, a resize or a lost node takes the verdicts it had without asking the judge again, at any world
+size. A checkpoint prunes what no resume from it can need (verdicts of the steps it holds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from training.contract.judge import (JudgeRequest, JudgeSettings, UnreadableReply, api_key, parse_score, render,
+                                     template, verdict_key)
+from training.contract.rewards import RewardError
+
+MAX_BACKOFF_S = 30.0
+RETRIED_STATUSES = (408, 409, 429)  # and every 5xx
+REFUSED_STATUSES = (401, 403)
+
+
+class CallFailed(Exception):
+    """One attempt failed: its kind (timeout, connection, status, unreadable), the HTTP status, and
+    how long the server asked to wait."""
+
+    def __init__(self, kind: str, detail: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(detail)
+        self.kind, self.status, self.retry_after = kind, status, retry_after
+
+    @property
+    def retried(self) -> bool:
+        if self.kind in ("timeout", "connection"):
+            return True
+        return self.kind == "status" and (self.status in RETRIED_STATUSES or (self.status or 0) >= 500)
+
+
+def _retry_after(headers) -> float | None:
+    try:
+        value = float((headers or {}).get("retry-after"))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+class OpenAIJudge:
+    """openai/<model> through the OpenAI SDK's chat completions, at `base_url`."""
+
+    def __init__(self, settings: JudgeSettings, workers: int):
+        import openai
+
+        self.openai, self.settings = openai, settings  # its connection pool (1,000) is more than the workers
+        self.client = openai.OpenAI(base_url=settings.base_url, api_key=api_key(settings), max_retries=0,
+                                    timeout=settings.timeout)
+
+    def ask(self, text: str) -> tuple[str, int, int]:
+        s, openai = self.settings.sampling_params, self.openai
+        extra = {k: v for k, v in (("top_p", s.top_p), ("reasoning_effort", s.reasoning_effort)) if v is not None}
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.settings.model, messages=[{"role": "user", "content": text}], temperature=s.temperature,
+                max_completion_tokens=s.max_completion_tokens, **extra)
+        except openai.APITimeoutError as e:
+            raise CallFailed("timeout", str(e)) from None
+        except openai.APIConnectionError as e:
+            raise CallFailed("connection", str(e)) from None
+        except openai.APIStatusError as e:
+            raise CallFailed("status", f"{e.status_code} {e.message}"[:200], e.status_code,
+                             _retry_after(e.response.headers)) from None
+        usage = reply.usage
+        return (reply.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
+                getattr(usage, "completion_tokens", 0) or 0)
+
+
+class ConverseJudge:
+    """bedrock/<model id> through boto3's bedrock-runtime Converse, with the pod's AWS credentials."""
+
+    def __init__(self, settings: JudgeSettings, workers: int):
+        try:
+            import boto3
+            from botocore.config import Config
+            from botocore import exceptions
+        except ImportError:
+            raise RewardError(f"judge {settings.model_id}: boto3 is not installed here (the training image has it): "
+                              f"pip install boto3 in the trainer's environment") from None
+        self.settings, self.exceptions = settings, exceptions
+        config = Config(retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=settings.timeout,
+                        connect_timeout=min(settings.timeout, 10.0), max_pool_connections=workers)
+        self.client = boto3.client("bedrock-runtime", region_name=settings.aws_region_name,
+                                   endpoint_url=settings.base_url, config=config)
+
+    def ask(self, text: str) -> tuple[str, int, int]:
+        s, exceptions = self.settings.sampling_params, self.exceptions
+        inference = {"maxTokens": s.max_completion_tokens, "temperature": s.temperature,
+                     **({"topP": s.top_p} if s.top_p is not None else {})}
+        extra = {"serviceTier": {"type": self.settings.service_tier}} if self.settings.service_tier else {}
+        try:
+            reply = self.client.converse(modelId=self.settings.model, inferenceConfig=inference,
+                                         messages=[{"role": "user", "content": [{"text": text}]}], **extra)
+        except exceptions.ClientError as e:
+            meta = e.response.get("ResponseMetadata", {})
+            error = e.response.get("Error", {})
+            raise CallFailed("status", f"{meta.get('HTTPStatusCode')} {error.get('Code')}: {error.get('Message')}"[:200],
+                             meta.get("HTTPStatusCode"), _retry_after(meta.get("HTTPHeaders"))) from None
+        except (exceptions.ReadTimeoutError, exceptions.ConnectTimeoutError) as e:
+            raise CallFailed("timeout", str(e)) from None
+        except exceptions.EndpointConnectionError as e:
+            raise CallFailed("connection", str(e)) from None
+        texts = [block["text"] for block in reply["output"]["message"]["content"] if "text" in block]
+        usage = reply.get("usage", {})
+        return "".join(texts), usage.get("inputTokens", 0), usage.get("outputTokens", 0)
+
+
+class Bucket:
+    """A per-minute limit as a token bucket (a minute's worth at most): `take(n)` waits until n fit.
+    What a call really used is settled afterwards (`settle`)."""
+
+    def __init__(self, per_minute: float):
+        self.rate, self.level, self.last = per_minute / 60.0, per_minute, time.monotonic()
+        self.capacity, self.lock = per_minute, threading.Condition()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self.level, self.last = min(self.capacity, self.level + (now - self.last) * self.rate), now
+
+    def take(self, n: float) -> None:
+        with self.lock:
+            self._refill()
+            while self.level < min(n, self.capacity):
+                self.lock.wait((min(n, self.capacity) - self.level) / self.rate)
+                self._refill()
+            self.level -= n
+
+    def settle(self, estimated: float, used: float) -> None:
+        with self.lock:
+            self.level += estimated - used
+
+
+@dataclass
+class Costs:
+    """What the judge did for a step on this rank (summed over ranks into the step's record)."""
+
+    judge_calls: float = 0  # verdicts asked of the judge
+    judge_cached: float = 0  # verdicts taken from the ledger (or from a call for the same text in flight)
+    judge_retries: float = 0
+    judge_failed_timeout: float = 0
+    judge_failed_connection: float = 0
+    judge_failed_status: float = 0
+    judge_failed_unreadable: float = 0
+    judge_input_tokens: float = 0
+    judge_output_tokens: float = 0
+    judge_s: float = 0  # from the step's first request to its last verdict
+    judge_wait_s: float = 0  # how long the step waited for verdicts once its completions were drawn
+    judge_ledger: float = 0  # verdicts this process holds in the ledger now
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def values(self) -> list[float]:
+        return [getattr(self, name) for name in self.names()]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    score: float | None  # None: failed after its retries
+    failure: str | None = None  # timeout | connection | status <code> | unreadable, with the detail
+    step: int = 0
+
+
+class Ledger:
+    """Verdicts by key: read from every file of <dir> at the start, each new one appended to this
+    process's own file as it arrives."""
+
+    def __init__(self, directory: Path, size: str, name: str):
+        self.directory, self.size, self.lock = directory, size, threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.verdicts: dict[str, Verdict] = {}
+        for path in sorted(directory.glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:  # the last line of a process that was killed while writing it
+                    continue
+                self.verdicts[entry["key"]] = Verdict(entry["score"], entry["failure"], entry["step"])
+        self.path = directory / f"{size}-{name}.jsonl"
+        self.own = sum(1 for _ in open(self.path)) if self.path.exists() else 0
+        self._file = open(self.path, "a")
+
+    def get(self, key: str) -> Verdict | None:
+        with self.lock:
+            return self.verdicts.get(key)
+
+    def add(self, key: str, verdict: Verdict) -> None:
+        with self.lock:
+            self.verdicts[key] = verdict
+            if not self._file.closed:  # a call that outlived its method's size: kept in memory only
+                self._file.write(json.dumps({"key": key, **verdict.__dict__}) + "\n")
+                self._file.flush()
+                self.own += 1
+
+    def prune(self, step: int, others_too: bool) -> None:
+        """Keep what a resume from the checkpoint of `step` can need: the verdicts of later steps.
+        `others_too` (one process of the size): fold the files of earlier sizes into this one."""
+        with self.lock:
+            self.verdicts = {k: v for k, v in self.verdicts.items() if v.step > step}
+            mine = self.verdicts if others_too else None
+            kept = [line for line in self.path.read_text().splitlines() if _later(line, step)] if mine is None else \
+                [json.dumps({"key": k, **v.__dict__}) for k, v in mine.items()]
+            self._file.close()
+            partial = self.path.with_suffix(".partial")
+            partial.write_text("".join(line + "\n" for line in kept))
+            os.replace(partial, self.path)
+            if others_too:
+                for path in self.directory.glob("*.jsonl"):
+                    if not path.name.startswith(f"{self.size}-"):
+                        path.unlink(missing_ok=True)
+            self.own = len(kept)
+            self._file = open(self.path, "a")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _later(line: str, step: int) -> bool:
+    try:
+        return json.loads(line)["step"] > step
+    except (json.JSONDecodeError, KeyError):
+        return False
+
+
+class Judge:
+    """The judge of one rank: `submit` a group's completions, get a Future of their scores (None
+    where a verdict failed); `costs()` what the step took."""
+
+    def __init__(self, settings: JudgeSettings, rank: int, world_size: int, ledger_dir: Path, size: str, name: str):
+        """`size`: an id the processes of this world size share; `name` this process's among them."""
+        self.settings, self.template = settings, template(settings.prompt_template)
+        workers, rpm, tpm = settings.share(rank, world_size)
+        self.client = (ConverseJudge if settings.scheme == "bedrock" else OpenAIJudge)(settings, workers)
+        self.requests = Bucket(rpm) if rpm else None
+        self.tokens = Bucket(tpm) if tpm else None
+        self.ledger = Ledger(ledger_dir, size, name)
+        self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
+        self.first_request: float | None = None
+        self.refused: str | None = None  # 401/403: every later call is refused too
+        self.queue: queue.Queue = queue.Queue()
+        self.workers = workers
+        for _ in range(workers):  # daemon threads: a rank that ends takes its calls with it
+            threading.Thread(target=self._work, daemon=True, name="judge").start()
+
+    # --- asking ---
+    def submit(self, prompts: list, completions: list[str], columns: dict[str, list], reference, step: int) -> Future:
+        """The verdicts of `completions` (each beside its prompt and its row's columns), as one Future
+        of a list; `reference(row)` the row's reference answer or None; `step` the step they are for."""
+        futures = []
+        for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+            row_columns = {k: v[row] for k, v in columns.items()}
+            request = render(self.template, self.settings, prompt, completion, row_columns, reference(row))
+            futures.append(self._verdict(verdict_key(self.settings, request), request, step))
+        return _all(futures)
+
+    def _verdict(self, key: str, request: JudgeRequest, step: int) -> Future:
+        with self.lock:
+            if self.first_request is None:
+                self.first_request = time.monotonic()
+            if (known := self.ledger.get(key)) is not None:
+                self.step_costs.judge_cached += 1
+                if known.step < step:  # needed again by a later step: kept as long as that one needs it
+                    known = Verdict(known.score, known.failure, step)
+                    self.ledger.add(key, known)
+                done: Future = Future()
+                done.set_result(known)
+                return done
+            if key in self.in_flight:
+                self.step_costs.judge_cached += 1
+                return self.in_flight[key]
+            future = self.in_flight[key] = Future()
+            self.step_costs.judge_calls += 1
+        self.queue.put((key, request, step, future))
+        return future
+
+    def _work(self) -> None:
+        while (job := self.queue.get()) is not None:
+            key, request, step, future = job
+            try:
+                verdict = self._ask(request, step)
+            except BaseException as e:  # noqa: BLE001 - surfaces where the step collects it
+                future.set_exception(e)
+                continue
+            if not (verdict.failure or "").startswith("refused"):  # fixed credentials ask again
+                self.ledger.add(key, verdict)
+            with self.lock:
+                self.in_flight.pop(key, None)
+            future.set_result(verdict)
+
+    def _ask(self, request: JudgeRequest, step: int) -> Verdict:
+        estimated = len(request.text) / 4 + self.settings.sampling_params.max_completion_tokens
+        for attempt in range(self.settings.num_retries + 1):
+            if self.refused:
+                return Verdict(None, self.refused, step)
+            if self.requests:
+                self.requests.take(1)
+            if self.tokens:
+                self.tokens.take(estimated)
+            used = 0.0
+            try:
+                text, tokens_in, tokens_out = self.client.ask(request.text)
+                used = tokens_in + tokens_out
+                with self.lock:
+                    self.step_costs.judge_input_tokens += tokens_in
+                    self.step_costs.judge_output_tokens += tokens_out
+                return Verdict(parse_score(text, request.reply, self.settings.range), None, step)
+            except UnreadableReply as e:
+                failed = CallFailed("unreadable", str(e))
+            except CallFailed as e:
+                failed = e
+            finally:
+                if self.tokens:
+                    self.tokens.settle(estimated, used)
+            if failed.kind == "status" and failed.status in REFUSED_STATUSES:
+                self.refused = f"refused: {failed}"
+                return Verdict(None, self.refused, step)
+            if not failed.retried or attempt == self.settings.num_retries:
+                break
+            with self.lock:
+                self.step_costs.judge_retries += 1
+            backoff = min(MAX_BACKOFF_S, 0.5 * 2 ** attempt) * random.uniform(0.5, 1.0)
+            time.sleep(failed.retry_after if failed.retry_after is not None else backoff)
+        with self.lock:
+            name = f"judge_failed_{failed.kind}"
+            setattr(self.step_costs, name, getattr(self.step_costs, name) + 1)
+        return Verdict(None, f"{failed.kind}: {failed}", step)
+
+    # --- the step's account ---
+    def waited(self, seconds: float) -> None:
+        with self.lock:
+            self.step_costs.judge_wait_s += seconds
+
+    def costs(self) -> Costs:
+        """The step's costs, and a fresh account for the next."""
+        with self.lock:
+            costs, self.step_costs = self.step_costs, Costs()
+            if self.first_request is not None:
+                costs.judge_s = time.monotonic() - self.first_request
+            self.first_request = None
+            costs.judge_ledger = self.ledger.own
+        return costs
+
+    def checkpointed(self, step: int, first: bool) -> None:
+        self.ledger.prune(step, first)
+
+    def close(self) -> None:
+        for _ in range(self.workers):  # each worker ends after the calls queued before it
+            self.queue.put(None)
+        self.ledger.close()
+
+
+def _all(futures: list[Future]) -> Future:
+    """One Future of every verdict of `futures`, in order."""
+    combined: Future = Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_):
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            combined.set_exception(errors[0])
+        else:
+            combined.set_result([f.result() for f in futures])
+
+    if not futures:
+        combined.set_result([])
+    for f in futures:
+        f.add_done_callback(one_done)
+    return combined
