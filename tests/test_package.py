@@ -32,6 +32,7 @@ def test_pyproject_lists_every_package():
     packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     code = {".".join(p.parent.relative_to(ROOT).parts) for top in ("elastic_launcher", "training")
             for p in (ROOT / top).rglob("__init__.py")}
+    code.add("training.judge_templates")  # the judge's prompt templates: data the trainer reads
     # setuptools wants every folder that holds package data listed as a package, or it warns
     data = {".".join(("elastic_launcher", "project", *PurePosixPath(path).parent.parts))
             for path in data_files() if "/" in path}
@@ -52,6 +53,8 @@ def test_the_wheel_builds_quietly_and_carries_every_data_file(tmp_path):
     missing = {path for path in data_files()} - {name.removeprefix("elastic_launcher/project/")
                                                  for name in wheel.namelist()}
     assert not missing
+    templates = {f"training/judge_templates/{p.name}" for p in (ROOT / "training" / "judge_templates").glob("*.jinja")}
+    assert templates and templates <= set(wheel.namelist())  # the LLM judge's shipped prompts
 
 
 def fresh_venv(path):

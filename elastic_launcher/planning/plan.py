@@ -215,6 +215,20 @@ def rollout_reproducibility(plan: Plan) -> str | None:
             "makes them the same)")
 
 
+def judge_lines(plan: Plan) -> list[str]:
+    """GRPO with an LLM judge among its rewards: the dry run's lines on it (training.contract.judge)."""
+    from training.contract.judge import NAME, describe, judge_settings
+
+    options = sampling_options(plan.base.training_config)
+    if options is None or NAME not in (options.rewards or ()):
+        return []
+    args = plan.base.training_config.training_args
+    call_tokens = options.max_prompt_length + options.max_new_tokens + 300 + \
+        judge_settings(options.judge).sampling_params.max_completion_tokens  # 300: a template's own words
+    return describe(judge_settings(options.judge), args.train_batch_size, options.num_generations,
+                    max(s.devices for s in plan.sizes), call_tokens)
+
+
 def scale_config_key(key) -> int:
     """`n4` (the command-line friendly form), `4` or '4' (upstream's integer keys) -> 4."""
     text = str(key)

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
-from elastic_launcher.planning.plan import Plan, rollout_reproducibility
+from elastic_launcher.planning.plan import Plan, judge_lines, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
 from training.contract.methods import method_facts, sampling_options
@@ -116,6 +116,7 @@ def summary(plan: Plan, target: str) -> str:
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
     if reproducibility := rollout_reproducibility(plan):
         lines.append(f"rollouts: {reproducibility}")
+    lines += judge_lines(plan)
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):

@@ -14,6 +14,7 @@ import yaml
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
 from elastic_launcher.planning.plan import Plan, check_cluster_rollouts, node_local_gib
+from training.contract.methods import sampling_options
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob
 from training.contract.config_files import IN_PLACE_ENV, NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
@@ -123,8 +124,22 @@ def _volumes(cluster: ClusterSettings, job_name: str, node_local: float | None) 
     return volumes, mounts
 
 
+def check_judge_key(plan: Plan, cluster: ClusterSettings) -> None:
+    """An OpenAI-compatible judge's key reaches the pods from a Secret (never the manifest's text)."""
+    from training.contract.judge import KEY, NAME
+
+    options = sampling_options(plan.base.training_config)
+    if options is None or NAME not in (options.rewards or ()) or not (options.judge or {}).get("api_key_env"):
+        return
+    name = options.judge["api_key_env"]
+    if name not in cluster.secret_env:
+        raise ConfigError(f"{KEY}.api_key_env={name}: no cluster.secret_env.{name} gives the pods the key: set "
+                          f"cluster.secret_env.{name}={{secret: <Secret name>, key: <key in it>}}")
+
+
 def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, recipe: str) -> Rendered:
     check_cluster_rollouts(plan)
+    check_judge_key(plan, cluster)
     if target not in TEMPLATES:
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
     if target == "trainjob":

@@ -12,6 +12,7 @@ checkpoint are training.rl.judge's. Torch-free: the launcher imports this module
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -114,9 +115,10 @@ def template_path(name: str) -> Path:
     path = Path(name)
     if path.suffix == ".jinja" and path.is_file():
         return path.resolve()
+    near = difflib.get_close_matches(name, shipped_templates(), n=1)
     raise ConfigError(f"{KEY}.prompt_template={name!r} is neither a template the project ships "
                       f"({', '.join(shipped_templates())}) nor a .jinja file that exists (paths are relative to the "
-                      f"directory the job runs in)")
+                      f"directory the job runs in)" + (f": did you mean {near[0]!r}?" if near else ""))
 
 
 def template(name: str):
@@ -232,3 +234,30 @@ def check_judge(settings: JudgeSettings, examples: list[tuple[str, object, dict]
             render(tmpl, settings, prompt, "an example completion", columns, reference(columns))
         except ConfigError as e:
             raise ConfigError(f"{e} (the row at {where})") from None
+
+
+def describe(settings: JudgeSettings, prompts: int, generations: int, largest_world: int, call_tokens: int) -> list[str]:
+    """The dry run's lines on the judge: what it is asked per step (the same at every size), its
+    concurrency across the ranks, and the least a step waits for its rate limits (a warning where a
+    step waits a minute or more). `call_tokens`: a call's tokens at most (prompt, completion, the
+    template and the verdict)."""
+    calls = prompts * generations
+    low, high = _range(settings.range)
+    lines = [f"judge: {settings.model_id} with the {Path(settings.prompt_template).stem} template (range [{low:g}, "
+             f"{high:g}], on_failure={settings.on_failure}): {calls} calls per step at every size ({prompts} prompts x "
+             f"{generations} completions; a completion judged before, also before a restart, is not asked again), at "
+             f"most {settings.max_workers} at once across the ranks"]
+    if settings.max_workers < largest_world:
+        lines.append(f"warning: {KEY}.max_workers={settings.max_workers} is below the {largest_world} ranks of the "
+                     f"largest size: each rank keeps one call in flight, {largest_world} in all")
+    waits = []
+    if settings.requests_per_minute:
+        waits.append((calls / settings.requests_per_minute * 60, f"requests_per_minute={settings.requests_per_minute:g}"))
+    if settings.tokens_per_minute:
+        waits.append((calls * call_tokens / settings.tokens_per_minute * 60,
+                      f"tokens_per_minute={settings.tokens_per_minute:g} (up to {call_tokens} tokens a call)"))
+    for seconds, limit in waits:
+        line = f"{limit} holds a step at least {seconds:.0f} s for the judge"
+        lines.append(f"warning: {line}: raise the limit or lower train_batch_size x num_generations" if seconds >= 60
+                     else f"judge: {line}")
+    return lines

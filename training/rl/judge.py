@@ -258,6 +258,8 @@ class Judge:
         self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
         self.first_request: float | None = None
         self.refused: str | None = None  # 401/403: every later call is refused too
+        # The first call goes alone: credentials that are refused cost one call, not a step's worth.
+        self.first_call, self.first_answered = True, threading.Event()
         self.queue: queue.Queue = queue.Queue()
         self.workers = workers
         for _ in range(workers):  # daemon threads: a rank that ends takes its calls with it
@@ -309,6 +311,16 @@ class Judge:
             future.set_result(verdict)
 
     def _ask(self, request: JudgeRequest, step: int) -> Verdict:
+        with self.lock:
+            first, self.first_call = self.first_call, False
+        if not first:
+            self.first_answered.wait()
+        try:
+            return self._attempts(request, step)
+        finally:
+            self.first_answered.set()
+
+    def _attempts(self, request: JudgeRequest, step: int) -> Verdict:
         estimated = len(request.text) / 4 + self.settings.sampling_params.max_completion_tokens
         for attempt in range(self.settings.num_retries + 1):
             if self.refused:

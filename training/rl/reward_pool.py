@@ -108,11 +108,14 @@ class RewardPool:
         end the run whatever it says."""
         settings, scores = self.judge.settings, []
         for verdict, sample_id in zip(verdicts, sample_ids):
-            if verdict.failure and (verdict.failure.startswith("refused") or settings.on_failure == "stop"):
-                why = ("check method_args.judge.api_key_env and its Secret, or the pods' AWS role" if
-                       verdict.failure.startswith("refused") else "method_args.judge.on_failure=stop")
-                raise RewardError(f"judge {settings.model_id}: {verdict.failure} on sample {sample_id} after "
-                                  f"{settings.num_retries} retries ({why}); the last checkpoint is kept")
+            if verdict.failure and verdict.failure.startswith("refused"):
+                raise RewardError(f"judge {settings.model_id} {verdict.failure.replace(':', ' the credentials:', 1)} "
+                                  f"(sample {sample_id}): check method_args.judge.api_key_env and its Secret, or the "
+                                  f"pods' AWS role; the last checkpoint is kept")
+            if verdict.failure and settings.on_failure == "stop":
+                raise RewardError(f"judge {settings.model_id}: {verdict.failure} on sample {sample_id}, after "
+                                  f"{settings.num_retries} retries (method_args.judge.on_failure=stop); the last "
+                                  f"checkpoint is kept")
             scores.append(verdict.score if not verdict.failure else math.nan if settings.on_failure == "drop" else 0.0)
         return scores
 

@@ -1,0 +1,273 @@
+"""An LLM judge as a reward (RLAIF): the settings and templates checked before anything runs, and
+the judge's calls against a real OpenAI-compatible server on loopback (scripts/judge_server.py)
+through the real `openai` client: verdicts parsed and clamped, retries as the policy says, rate
+limits, failures as `on_failure` says, refused credentials, and the verdict ledger."""
+
+import json
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from training.contract.errors import ConfigError
+from training.contract.judge import (JudgeSettings, UnreadableReply, judge_settings, parse_score, render, template,
+                                     verdict_key)
+from training.contract.rewards import RewardError, RewardOptions, TrainerState, check_rewards
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from judge_server import Fault, JudgeServer  # noqa: E402
+
+
+@pytest.fixture
+def server():
+    with JudgeServer() as s:
+        yield s
+
+
+def settings(server, **overrides) -> JudgeSettings:
+    return judge_settings({"model_id": "openai/tiny-judge", "base_url": f"{server.url}/v1", "timeout": 5,
+                           "num_retries": 3, **overrides})
+
+
+def judge(server, tmp_path, rank=0, world_size=1, size="s1", **overrides):
+    from training.rl.judge import Judge
+
+    return Judge(settings(server, **overrides), rank, world_size, tmp_path / "ledger", size, f"rank{rank}")
+
+
+def ask(j, completions, step=1, prompts=None):
+    prompts = prompts or [f"What is {i} plus 1?" for i in range(len(completions))]
+    return j.submit(prompts, completions, {"answer": ["1"] * len(completions)}, lambda row: None, step).result(60)
+
+
+# --- settings and templates, before anything runs -----------------------------------------------------
+
+@pytest.mark.parametrize("values, says", [
+    (None, "method_args.judge is not set"),
+    ({"model_id": "anthropic/claude"}, "model_id='anthropic/claude' names no judge: write bedrock/<model id>"),
+    ({"model_id": "openai/x"}, "needs training_config.training_args.method_args.judge.base_url"),
+    ({"model_id": "bedrock/x", "range": [1, 0]}, "range=[1, 0] is upside down"),
+    ({"model_id": "bedrock/x", "range": [0]}, "range=[0] must be [low, high]"),
+    ({"model_id": "bedrock/x", "prompt_template": "rubrik"}, "prompt_template='rubrik' is neither a template the "
+                                                              "project ships (faithfulness, pairwise, rubric, summary)"),
+    ({"model_id": "bedrock/x", "api_key_env": "sk-123"}, "api_key_env='sk-123' is not an environment variable's name"),
+    ({"model_id": "bedrock/x", "on_failure": "ignore"}, "on_failure='ignore' is not one of drop, zero, stop"),
+    ({"model_id": "bedrock/x", "max_workers": 0}, "max_workers=0 is out of range"),
+    ({"model_id": "bedrock/x", "sampling_params": {"temprature": 0}}, "did you mean 'temperature'?"),
+])
+def test_a_judge_that_cannot_run_is_one_line_naming_its_key(values, says):
+    with pytest.raises(ConfigError, match="judge") as e:
+        judge_settings(values)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_template_that_does_not_render_with_the_rows_is_refused_with_the_row(tmp_path):
+    own = tmp_path / "mine.jinja"
+    own.write_text("Rate {{ completion }} against {{ source_text }}.")
+    rows = [("data.jsonl line 1", "Summarize: the cat sat.", {"answer": "x"})]
+    with pytest.raises(ConfigError, match=r"does not render with the row: 'source_text' is undefined .*"
+                                          r"\(the row at data.jsonl line 1\)"):
+        check_rewards(["judge"], None, {"answer"}, {"model_id": "bedrock/x", "prompt_template": str(own)}, rows)
+    with pytest.raises(ConfigError, match="'reference' is undefined"):  # faithfulness needs a reference answer
+        check_rewards(["judge"], None, {"topic"}, {"model_id": "bedrock/x", "prompt_template": "faithfulness"},
+                      [("line 1", "Why?", {"topic": "sky"})])
+    check_rewards(["judge", "format"], [1.0, 0.5], {"answer"}, {"model_id": "bedrock/x", "prompt_template": "pairwise"},
+                  [("line 1", [{"role": "user", "content": "Why?"}], {"answer": "Because."})])
+    with pytest.raises(ConfigError, match="judge is set but method_args.rewards does not name it"):
+        check_rewards(["format"], None, set(), {"model_id": "bedrock/x"})
+
+
+def test_every_shipped_template_renders_and_says_how_its_reply_is_read():
+    s = judge_settings({"model_id": "bedrock/x", "range": [0, 10]})
+    for name, reply in (("rubric", "json"), ("summary", "number"), ("faithfulness", "json"), ("pairwise", "json")):
+        request = render(template(name), JudgeSettings(**{**s.__dict__, "prompt_template": name}),
+                         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+                         "It is 4.", {}, "4")
+        assert request.reply == reply and "What is 2+2?" in request.text and "It is 4." in request.text
+        assert "10" in request.text and "Be brief." not in request.text  # the range; the last user turn is the prompt
+
+
+def test_a_verdict_is_read_as_the_template_declares_and_clamped_to_the_range():
+    assert parse_score("0.75", "number", [0, 1]) == 0.75
+    assert parse_score("Score: 7", "number", [0, 1]) == 1.0  # clamped
+    assert parse_score('```json\n{"score": -2, "reason": "bad"}\n```', "json", [-1, 1]) == -1.0
+    for text, reply in (("no idea", "number"), ('{"grade": 1}', "json"), ('{"score": "high"}', "json"),
+                        ("7", "json")):
+        with pytest.raises(UnreadableReply):
+            parse_score(text, reply, [0, 1])
+
+
+def test_rank_shares_sum_to_the_recipes_limits():
+    s = judge_settings({"model_id": "bedrock/x", "max_workers": 10, "requests_per_minute": 600,
+                        "tokens_per_minute": 90000})
+    shares = [s.share(rank, 3) for rank in range(3)]
+    assert [w for w, _, _ in shares] == [4, 3, 3]
+    assert sum(r for _, r, _ in shares) == 600 and sum(t for _, _, t in shares) == 90000
+
+
+# --- the calls, against a real server -----------------------------------------------------------------
+
+def test_verdicts_come_back_in_order_concurrently_up_to_the_workers(server, tmp_path):
+    server.faults.extend(Fault(delay=0.3) for _ in range(8))
+    j = judge(server, tmp_path, max_workers=4)
+    started = time.monotonic()
+    verdicts = ask(j, ["12ab", "abcd", "1234", "1a", "x1", "11", "a", "b"])
+    took = time.monotonic() - started
+    assert [v.score for v in verdicts] == [0.5, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.0]
+    assert 0.55 < took < 1.2  # 8 calls of 0.3 s, 4 at a time: two rounds
+    costs = j.costs()
+    assert (costs.judge_calls, costs.judge_cached, costs.judge_retries) == (8, 0, 0)
+    assert costs.judge_input_tokens > 0 and costs.judge_output_tokens > 0 and costs.judge_s >= 0.55
+    body = server.requests[0]["body"]
+    assert body["model"] == "tiny-judge" and body["temperature"] == 0.0 and body["max_completion_tokens"] == 1024
+
+
+def test_retries_honour_retry_after_and_a_client_error_is_not_retried(server, tmp_path):
+    j = judge(server, tmp_path)
+    server.faults.extend([Fault(status=429, retry_after=1.0), Fault(status=503)])
+    (verdict,) = ask(j, ["12"])
+    assert verdict.score == 1.0 and j.costs().judge_retries == 2
+    times = [r["time"] for r in server.requests]
+    assert times[1] - times[0] >= 1.0  # as long as the server asked
+    server.requests.clear()
+    server.faults.append(Fault(status=400))
+    (verdict,) = ask(j, ["1a2b"])
+    assert verdict.score is None and verdict.failure.startswith("status: 400") and len(server.requests) == 1
+    costs = j.costs()
+    assert (costs.judge_failed_status, costs.judge_retries) == (1, 0)
+
+
+def test_a_slow_or_unreadable_reply_fails_after_its_retries(server, tmp_path):
+    j = judge(server, tmp_path, timeout=0.5, num_retries=1)
+    server.faults.extend([Fault(delay=1.5), Fault(delay=1.5)])
+    (verdict,) = ask(j, ["12"])
+    assert verdict.failure.startswith("timeout") and len(server.requests) == 2
+    server.faults.append(Fault(text="I cannot judge this."))
+    (verdict,) = ask(j, ["34"])
+    assert verdict.failure == "unreadable: no JSON object with a numeric score in 'I cannot judge this.'"
+    costs = j.costs()
+    assert (costs.judge_failed_timeout, costs.judge_failed_unreadable, costs.judge_retries) == (1, 1, 1)
+
+
+def test_a_refused_key_ends_at_the_first_call_without_retries(server, tmp_path, monkeypatch):
+    server.api_key = "right"
+    monkeypatch.setenv("JUDGE_KEY", "wrong")
+    j = judge(server, tmp_path, api_key_env="JUDGE_KEY")
+    verdicts = ask(j, ["1", "2", "3"])
+    assert len(server.requests) == 1 and all(v.failure.startswith("refused: 401") for v in verdicts)
+    monkeypatch.setenv("JUDGE_KEY", "right")
+    assert [v.score for v in ask(judge(server, tmp_path, size="s2", api_key_env="JUDGE_KEY"), ["1", "2"])] == [1.0, 1.0]
+    monkeypatch.delenv("JUDGE_KEY")
+    with pytest.raises(ConfigError, match="api_key_env=JUDGE_KEY: the environment variable is not set: export it"):
+        judge(server, tmp_path, size="s3", api_key_env="JUDGE_KEY")
+
+
+def test_requests_per_minute_hold_the_calls_back(server, tmp_path):
+    j = judge(server, tmp_path, max_workers=8, requests_per_minute=60)  # a minute's worth at once, then 1 a second
+    started = time.monotonic()
+    ask(j, [f"{i}" * 2 + "x" for i in range(62)], prompts=[f"q{i}" for i in range(62)])
+    assert time.monotonic() - started >= 1.5 and len(server.requests) == 62
+
+
+# --- failures as the recipe says, and the ledger ---------------------------------------------------------
+
+def pool_with_judge(server, tmp_path, **overrides):
+    from training.rl.reward_pool import RewardPool
+
+    pool = RewardPool(["judge", "format"], [1.0, 0.5], RewardOptions(format_pattern=r"\d"), 60.0)
+    pool.judge = judge(server, tmp_path, num_retries=0, **overrides)
+    return pool
+
+
+def score(pool, completions, step=3):
+    prompts = [f"p{i}" for i in range(len(completions))]
+    return pool.score(prompts, completions, {"answer": ["1"] * len(completions)}, list(range(10, 10 + len(completions))),
+                      {"completion_ids": [[1]] * len(completions), "trainer_state": TrainerState(step - 1, 0.0)})
+
+
+@pytest.mark.parametrize("on_failure", ["drop", "zero", "stop"])
+def test_a_failed_verdict_costs_what_on_failure_says(server, tmp_path, on_failure):
+    pool = pool_with_judge(server, tmp_path, on_failure=on_failure)
+    server.faults.extend([Fault(), Fault(status=500)])
+    try:
+        if on_failure == "stop":
+            with pytest.raises(RewardError, match=r"judge openai/tiny-judge: status: 500 .* on sample 11, after 0 "
+                                                  r"retries \(method_args.judge.on_failure=stop\); the last checkpoint"):
+                score(pool, ["12", "1a"])
+            return
+        totals, per_function = score(pool, ["12", "1a"])
+        assert per_function["format"] == [1.0, 1.0]
+        if on_failure == "drop":
+            assert totals[0] == 1.5 and math.isnan(totals[1]) and math.isnan(per_function["judge"][1])
+        else:
+            assert totals == [1.5, 0.5]
+    finally:
+        pool.close()
+
+
+def test_dropped_completions_are_left_out_of_their_groups_advantage():
+    import torch
+
+    from training.rl.algorithms import group_advantages
+
+    rewards = torch.tensor([1.0, 0.0, math.nan, 0.5, math.nan, 0.3, 0.3, 0.3], dtype=torch.float64)
+    got = group_advantages(rewards, 4)
+    kept = torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64)
+    expected = (kept - kept.mean()) / (kept.std() + 1e-6)
+    assert torch.equal(got[:4], torch.stack([expected[0], expected[1], torch.tensor(0.0, dtype=torch.float64),
+                                             expected[2]]))
+    assert torch.equal(got[4:], torch.zeros(4, dtype=torch.float64))  # one dropped, the rest alike: no signal
+
+
+def test_refused_credentials_end_the_run_whatever_on_failure_says(server, tmp_path):
+    pool = pool_with_judge(server, tmp_path, on_failure="zero")
+    server.faults.append(Fault(status=403))
+    with pytest.raises(RewardError, match=r"^judge openai/tiny-judge refused the credentials: 403 .* \(sample 10\): "
+                                          r"check method_args.judge.api_key_env and its Secret"):
+        score(pool, ["1"])
+    pool.close()
+
+
+def test_the_ledger_answers_a_redone_step_at_another_size_and_keeps_only_what_a_resume_needs(server, tmp_path):
+    first = [judge(server, tmp_path, rank=r, world_size=2, size="a") for r in range(2)]
+    ask(first[0], ["1", "2"], step=5)
+    ask(first[1], ["3x", "4x"], step=5, prompts=["What is 2 plus 1?", "What is 3 plus 1?"])
+    ask(first[0], ["5"], step=6)
+    asked = len(server.requests)
+    # A resize: one process of a new size finds every verdict, whichever rank asked for it.
+    again = judge(server, tmp_path, size="b")
+    assert [v.score for v in ask(again, ["1", "2", "3x", "4x"], step=5)] == [1.0, 1.0, 0.5, 0.5]
+    assert len(server.requests) == asked and again.costs().judge_cached == 4
+    # A checkpoint of step 5: only step 6's verdict can be needed; the earlier size's files folded in.
+    again.checkpointed(5, first=True)
+    files = sorted(p.name for p in (tmp_path / "ledger").glob("*.jsonl"))
+    assert files == ["b-rank0.jsonl"]
+    kept = [json.loads(line) for line in (tmp_path / "ledger" / "b-rank0.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in kept] == [6] and again.costs().judge_ledger == 1
+    assert ask(judge(server, tmp_path, size="c"), ["5"], step=6)[0].score == 1.0 and len(server.requests) == asked
+
+
+def test_a_line_cut_by_a_killed_process_is_skipped(server, tmp_path):
+    j = judge(server, tmp_path)
+    ask(j, ["12"])
+    with open(tmp_path / "ledger" / "s1-rank0.jsonl", "a") as f:
+        f.write('{"key": "abc", "sco')
+    assert judge(server, tmp_path, size="s2").ledger.get("abc") is None
+    request = render(j.template, j.settings, "What is 0 plus 1?", "12", {"answer": "1"}, None)
+    assert judge(server, tmp_path, size="s3").ledger.get(verdict_key(j.settings, request)).score == 1.0
+
+
+def test_a_judge_of_many_threads_is_thread_safe(server, tmp_path):
+    j = judge(server, tmp_path, max_workers=16)
+    results = []
+    threads = [threading.Thread(target=lambda k=k: results.append(ask(j, [f"{k}a"], prompts=[f"q{k}"])))
+               for k in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 20 and j.costs().judge_calls == 20

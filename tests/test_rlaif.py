@@ -1,0 +1,131 @@
+"""GRPO with an LLM judge (the tiny RLAIF twin, judged by scripts/judge_server.py on loopback through
+the real `openai` client): it learns; rehearsed through the demo trace it matches its fixed-size run
+with the same rewards at every step, and asks the judge once per distinct completion; a rank killed
+outright takes its reward process with it; the Converse path through the real `boto3` (the image's)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import ROOT, killed_if_left, local_job, records, render_configs, running, wait_for
+from elastic_launcher.local.run import child_pids
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from judge_server import JudgeServer  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_rlaif")]
+RECIPE = "llama/tiny_llama_grpo_rlaif"
+
+
+def rewards_by_step(run_dir) -> dict[int, float]:
+    return {r["step"]: r["reward"] for r in records(run_dir) if "reward" in r}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The twin rehearsed through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes, a node killed), then its
+    fixed-size run at 2 nodes, both judged by one server: what it was asked, in order."""
+    tmp = tmp_path_factory.mktemp("rlaif_rehearsal")
+    with JudgeServer() as server:
+        done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                               "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                               f"recipes.training_config.training_args.method_args.judge.base_url={server.url}/v1",
+                               f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
+                               "local.timeout=500", f"output_dir={tmp / 'out'}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        asked = [r["text"] for r in server.requests]
+    return done, tmp / "run", tmp / "run" / "fixed", asked
+
+
+def test_a_rehearsal_with_a_judge_matches_its_fixed_size_run_and_asks_each_verdict_once(rehearsal):
+    """Every resize and the lost node: the same completions and the same rewards at every step as the
+    fixed-size run, and the judge asked once per distinct completion in each run (every text twice
+    in all): the steps redone after the stops and the failure took their verdicts from the ledger."""
+    done, run_dir, fixed_dir, asked = rehearsal
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "vs fixed-size run: MATCHED" in done.stdout and "completions identical" in done.stdout
+    assert rewards_by_step(run_dir) == rewards_by_step(fixed_dir) and len(rewards_by_step(run_dir)) == 30
+    redone = [r["step"] for r in records(run_dir) if r.get("event") == "resume"]
+    assert len(redone) == 5  # four resizes and the failure
+    assert set(Counter(asked).values()) == {2}, Counter(Counter(asked).values())
+    steps = [r for r in records(run_dir) if "reward" in r]
+    assert sum(r["judge_calls"] for r in steps) + sum(r["judge_cached"] for r in steps) >= 30 * 32
+    assert all(r["judge_failed_status"] == r["judge_dropped"] == 0 for r in steps)
+    # The ledger holds no more than the steps after the last checkpoint need: nothing, at the end.
+    assert all(not path.read_text() for path in (run_dir / "judge_ledger").glob("*.jsonl"))
+
+
+def test_the_tiny_rlaif_twin_learns_what_its_judge_rewards(rehearsal):
+    _, _, fixed_dir, _ = rehearsal
+    rewards = [rewards_by_step(fixed_dir)[s] for s in range(1, 31)]
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > 2 * first, (first, last)
+    step = next(r for r in records(fixed_dir) if r.get("step") == 30 and "reward" in r)
+    assert step["judge_calls"] + step["judge_cached"] == 32 and step["judge_input_tokens"] > 0
+    assert step["reward"] == step["reward_judge"]
+
+
+def test_a_rank_killed_outright_takes_its_reward_process_with_it(tmp_path):
+    """SIGKILL (an OOM kill, a lost node) to a rank whose reward process runs: within seconds nothing
+    the rank started is left (the pool's worker and multiprocessing's resource tracker)."""
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=30",
+                             recipe="llama/tiny_llama_grpo")
+    run_dir = tmp_path / "run"
+    proc = local_job(configs, run_dir).start(nodes=2, log=open(tmp_path / "log", "wb"))
+    with killed_if_left(proc):
+        wait_for(lambda: any("reward" in r for r in records(run_dir)), timeout=120, interval=0.1)
+        rank = child_pids(proc.pid, running=True)[0]
+        started = descendants(rank)
+        assert started, "the rank's reward process is running"
+        os.kill(rank, signal.SIGKILL)
+        wait_for(lambda: not any(running(p) for p in started), timeout=10, interval=0.1)
+
+
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        children = [c for p in frontier for c in child_pids(p, running=True)]
+        found += children
+        frontier = children
+    return found
+
+
+@pytest.mark.parametrize("status", [None, 403])
+def test_a_bedrock_judge_is_asked_through_boto3s_converse(tmp_path, image_python, status):
+    """The image's boto3 against a Converse-speaking server: the verdict, the model id and inference
+    settings as sent; a refused role (403) fails at once, without retries."""
+    script = f"""
+import json, os, sys
+from pathlib import Path
+from training.contract.judge import judge_settings
+from training.rl.judge import Judge
+s = judge_settings({{"model_id": "bedrock/deepseek.v3-v1:0", "base_url": sys.argv[1], "aws_region_name": "us-west-2",
+                    "service_tier": "flex", "sampling_params": {{"temperature": 0.0, "top_p": 0.9,
+                    "max_completion_tokens": 64}}, "prompt_template": "summary", "num_retries": 2}})
+j = Judge(s, 0, 1, Path(sys.argv[2]), "a", "rank0")
+v = j.submit(["Summarize: 12 cats."], ["12ab"], {{}}, lambda row: None, 1).result(30)[0]
+print(json.dumps({{"score": v.score, "failure": v.failure, "retries": j.costs().judge_retries}}))
+"""
+    with JudgeServer() as server:
+        if status:
+            from judge_server import Fault
+            server.faults.append(Fault(status=status))
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([image_python, "-c", script, server.url, str(tmp_path / "ledger")], capture_output=True,
+                             text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        (request,) = server.requests
+    assert request["path"] == "/model/deepseek.v3-v1%3A0/converse" or request["path"] == "/model/deepseek.v3-v1:0/converse"
+    assert request["body"]["inferenceConfig"] == {"maxTokens": 64, "temperature": 0.0, "topP": 0.9}
+    assert request["body"]["serviceTier"] == {"type": "flex"}
+    if status:
+        assert got["failure"].startswith("refused: 403 AccessDeniedException") and got["retries"] == 0
+    else:
+        assert got == {"score": 0.5, "failure": None, "retries": 0}
