@@ -3,7 +3,7 @@ OpenAI's chat completions (POST /v1/chat/completions, for `openai/<model>` with 
 Bedrock's Converse (POST /model/<id>/converse, for `bedrock/<id>` with `base_url` as its endpoint).
 
 It judges by a rule a tiny model can learn: the share of digits in the response (the text after the
-template's `[Response]`, `[Summary]` or `[Response B]` line), times the range's high end, in the
+template's `[Response]`, `[Summary]` or `[Response B]` line, to the next blank line), times the range's high end, in the
 reply format the template asks for (a JSON object when the text asks for one, else a bare number).
 
     python scripts/judge_server.py --port 8011      # then method_args.judge.base_url=http://127.0.0.1:8011/v1
@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SECTION = re.compile(r"^\[(Response|Summary|Response B)\]\n(.*?)(?=\n\n\[|\n\n[A-Z][a-z]+ |\Z)", re.DOTALL | re.MULTILINE)
+SECTION = re.compile(r"^\[(Response|Summary|Response B)\]\n(.*?)(?=\n\n|\Z)", re.DOTALL | re.MULTILINE)
 HIGH = re.compile(r"to (\d+(?:\.\d+)?) \(")  # the templates' "from <low> (...) to <high> (...)"
 
 

@@ -27,6 +27,12 @@ def rewards_by_step(run_dir) -> dict[int, float]:
     return {r["step"]: r["reward"] for r in records(run_dir) if "reward" in r}
 
 
+def completion_rewards(run_dir) -> dict[int, list]:
+    """Each step's completions with their rewards (samples.jsonl; a step redone counts with its last)."""
+    return {r["step"]: sorted((c["sample_id"], c["index"], c["completion"], c["reward"]) for c in r["readable"])
+            for r in records(run_dir, "samples.jsonl")}
+
+
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     """The twin rehearsed through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes, a node killed), then its
@@ -50,7 +56,9 @@ def test_a_rehearsal_with_a_judge_matches_its_fixed_size_run_and_asks_each_verdi
     done, run_dir, fixed_dir, asked = rehearsal
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "vs fixed-size run: MATCHED" in done.stdout and "completions identical" in done.stdout
-    assert rewards_by_step(run_dir) == rewards_by_step(fixed_dir) and len(rewards_by_step(run_dir)) == 30
+    assert completion_rewards(run_dir) == completion_rewards(fixed_dir) and len(completion_rewards(run_dir)) == 30
+    fixed = rewards_by_step(fixed_dir)  # each step's mean: summed over the ranks in another order at another size
+    assert all(abs(mean - fixed[step]) <= 1e-12 for step, mean in rewards_by_step(run_dir).items())
     redone = [r["step"] for r in records(run_dir) if r.get("event") == "resume"]
     assert len(redone) == 5  # four resizes and the failure
     assert set(Counter(asked).values()) == {2}, Counter(Counter(asked).values())
