@@ -20,7 +20,9 @@ HEADER = "| recipe | model | method | parameters | nodes | instance types |"
 
 
 def method(tc) -> str:
-    return f"{tc.training_args.trainer_type.upper()} ({'LoRA' if tc.model_config.lora else 'full'})"
+    judged = "judge" in ((tc.training_args.method_args or {}).get("rewards") or ())  # RLAIF
+    return f"{tc.training_args.trainer_type.upper()}{', LLM judge' if judged else ''} " \
+           f"({'LoRA' if tc.model_config.lora else 'full'})"
 
 
 def elastic_plan(recipe: str):

@@ -1,6 +1,7 @@
 """The recipe catalogue: every vendor elastic recipe (sagemaker-hyperpod-recipes, read into
 tests/fixtures/vendor_elastic_recipes.json) has a twin here that agrees on the facts a user copies, and
-so does every vendor GRPO-RLVR recipe of a catalogue model (tests/fixtures/vendor_grpo_recipes.json);
+so does every vendor GRPO-RLVR and GRPO-RLAIF recipe of a catalogue model (tests/fixtures/
+vendor_grpo_recipes.json, vendor_grpo_rlaif_recipes.json);
 every recipe at every allowed size has a kept memory trace, fits within 90% of its GPU and lists
 only instance types where it fits; the analytic fallback counts what transformers builds; the dry
 run warns outside a recipe's instance types and where a size would not fit; the table in docs/recipes.md is
@@ -242,6 +243,58 @@ def test_every_grpo_twin_agrees_with_the_vendors_rlvr_recipe(vendor):
     per_update = vendor["train_batch_size"] // vendor["mini_batches"]
     gpus = plan.instance.gpus
     assert plan.policy.max_nodes * gpus <= per_update or plan.sizes[0].nodes * gpus > per_update, plan.policy
+    assert len(plan.sizes) >= 2  # elastic
+
+
+# --- the twins of the vendor's verl-grpo-rlaif recipes (tests/fixtures/vendor_grpo_rlaif_recipes.json) ----
+
+VENDOR_RLAIF = json.loads((ROOT / "tests" / "fixtures" / "vendor_grpo_rlaif_recipes.json").read_text())
+TEMPLATE_TWINS = {"summarize.jinja": "summary", "grader.jinja": "rubric"}  # the vendor's judge prompts: ours
+
+
+def rlaif_twin_of(vendor: dict) -> str | None:
+    return grpo_twin_of({**vendor, "method": vendor["method"].replace("grpo", "grpo_rlaif")})
+
+
+def test_every_catalogue_model_with_a_vendor_rlaif_recipe_has_its_twin():
+    missing = {v["model"] for v in VENDOR_RLAIF if rlaif_twin_of(v) is None}
+    assert missing == {"nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"}  # no recipe of the model here
+    assert len(VENDOR_RLAIF) - len(missing) == 53
+
+
+@pytest.mark.parametrize("vendor", VENDOR_RLAIF, ids=[v["vendor_file"] for v in VENDOR_RLAIF])
+def test_every_rlaif_twin_agrees_with_the_vendors_recipe_and_its_judge(vendor):
+    from training.contract.judge import judge_settings
+
+    twin = rlaif_twin_of(vendor)
+    if twin is None:
+        pytest.skip(f"{vendor['model']}: no recipe of the model in the catalogue")
+    plan = plan_of(twin)
+    tc = plan.base.training_config
+    args, sampling = tc.training_args, sampling_options(tc)
+    assert {key: getattr(sampling, key) for key in VENDOR_GRPO_KEYS} == {key: vendor[key] for key in VENDOR_GRPO_KEYS}
+    assert (sampling.rollout_engine, sampling.rollout_tensor_parallel_size, sampling.rollout_gpu_memory_utilization) \
+        == ("vllm", vendor["tensor_parallel_size"], vendor["gpu_memory_utilization"])
+    assert (sampling.rewards, tc.datasets.train_data) == (["judge"], "trl-lib/tldr")
+    assert (args.trainer_type, args.max_epochs, tc.model_config.lora) == ("grpo", vendor["total_epochs"],
+                                                                         vendor["lora"] is not None)
+    if vendor["lora"]:
+        peft = tc.model_config.peft_config
+        assert (peft.r, peft.lora_alpha) == (vendor["lora"]["r"], vendor["lora"]["lora_alpha"])
+    for size in plan.sizes:
+        size_args = size.config.training_config.training_args
+        assert (size_args.train_batch_size, size_args.learning_rate) == (vendor["train_batch_size"],
+                                                                         vendor["learning_rate"]), size.nodes
+    assert set(plan.hardware.instance_types) <= set(vendor["instance_types"]), plan.hardware.instance_types
+    judge, theirs = judge_settings(sampling.judge), vendor["judge"]
+    assert (judge.model_id, judge.prompt_template, judge.range, judge.num_retries, judge.max_workers) == \
+        (theirs["model_id"], TEMPLATE_TWINS[theirs["prompt_template"]], theirs["range"], theirs["num_retries"],
+         theirs["max_workers"])
+    assert (judge.aws_region_name, judge.service_tier) == (theirs["aws_region_name"], theirs.get("service_tier"))
+    assert {k: v for k, v in judge.sampling_params.__dict__.items() if v is not None} == \
+        {k: v for k, v in theirs["sampling_params"].items() if v is not None}
+    per_update = vendor["train_batch_size"] // vendor["mini_batches"]
+    assert plan.policy.max_nodes * plan.instance.gpus <= per_update or plan.sizes[0].nodes * plan.instance.gpus > per_update
     assert len(plan.sizes) >= 2  # elastic
 
 

@@ -278,8 +278,8 @@ def test_status_says_where_training_is_through_a_resize(launch, running):
     assert "resizes: 1, failures: 0" in out and "resize at step 12: 16 -> 24 processes" in out
 
 
-def test_status_of_a_grpo_job_shows_its_reward_names_its_run_directory_and_draws_its_curves(launch, running,
-                                                                                            tmp_path):
+def test_status_of_a_grpo_job_shows_its_reward_and_judge_names_its_run_directory_and_draws_its_curves(
+        launch, running, tmp_path):
     from training.contract.curves import CHART
 
     start = time.time() - 30
@@ -287,11 +287,17 @@ def test_status_of_a_grpo_job_shows_its_reward_names_its_run_directory_and_draws
     running.log("watched-pods-a", trainer({"time": start, "launch": "g1", "event": "start", "world_size": 16,
                                            "nodes": 2, "max_steps": 50, "run_dir": "/fsx/runs/watched"}),
                 *(trainer({"time": start + s, "launch": "g1", "step": s, "loss": 0.01, "reward": 0.05 * s,
-                           "reward_std": 0.2, "reward_math_verify": 0.05 * s, "kl": 0.002 * s,
-                           "completion_tokens_mean": 40.0, "world_size": 16, "step_time": 1.0})
+                           "reward_std": 0.2, "reward_judge": 0.05 * s, "kl": 0.002 * s,
+                           "completion_tokens_mean": 40.0, "world_size": 16, "step_time": 1.0,
+                           "judge_calls": 1000.0, "judge_cached": 24.0, "judge_retries": 7.0,
+                           "judge_failed_timeout": 2.0, "judge_failed_status": 0.0, "judge_dropped": 2.0,
+                           "judge_input_tokens": 812000.0, "judge_output_tokens": 9000.0, "judge_s": 41.5,
+                           "judge_wait_s": 3.25})
                   for s in range(1, 13)))
     out = status(launch)
     assert "reward 0.600 ±0.200, kl 0.024" in out
+    assert ("judge, last step: 1000 calls, 24 from the ledger, 7 retries, failed 2 timeout, 2 dropped; 812,000 tokens "
+            "in, 9,000 out; 41.5 s of judging, 3.2 s waited by the step") in out
     assert "run directory, on the job's volume: /fsx/runs/watched (metrics.jsonl; curves.png, the whole run's" in out
     chart = tmp_path / "out" / "watched" / CHART
     assert f"curves of steps 1-12 (rank 0's log) drawn here: {chart}" in out

@@ -239,6 +239,37 @@ def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tm
     assert made.micro_batch > 1  # the largest micro-batch whose updates fit, not the first try
 
 
+def test_a_new_rlaif_recipe_has_the_vendors_judge_and_fits_its_long_completions(tmp_path, monkeypatch):
+    """scripts/new_recipe.py --method grpo_rlaif_lora: the vendor's RLAIF judge (a Bedrock model, the
+    summary template, 5 retries, 100 calls in flight), 4k-token prompts and completions, both phases
+    fitting at every allowed size."""
+    import json
+
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.new_recipe import write_recipe
+    from elastic_launcher.planning.memory import FIT_SHARE
+    from elastic_launcher.planning.plan import make_plan
+
+    model = tmp_path / "qwen_4b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    made = write_recipe(str(model), "grpo_rlaif_lora", "byo/qwen_4b_grpo_rlaif_lora")
+    plan = make_plan(to_plain(compose(["recipes=byo/qwen_4b_grpo_rlaif_lora"])[0])["recipes"])
+    o = plan.base.training_config.training_args.method_args
+    assert (o["rewards"], o["max_prompt_length"], o["max_new_tokens"]) == (["judge"], 4000, 4096)
+    judge = o["judge"]
+    assert (judge["model_id"], judge["prompt_template"], judge["num_retries"], judge["max_workers"]) == \
+        ("bedrock/openai.gpt-oss-120b-1:0", "summary", 5, 100)
+    assert plan.base.training_config.model_config.lora and "docs/grpo.md" in made.path.read_text()
+    limit = FIT_SHARE * plan.instance.gpu_memory_gib
+    assert all(s.memory.rollout_gib and s.memory.peak_gib <= limit for s in plan.sizes)
+
+
 def test_a_new_recipe_for_a_config_the_planner_cannot_size_is_one_line(tmp_path, monkeypatch):
     """A config.json without a key the planner reads is refused naming the key, and no recipe is written."""
     import json

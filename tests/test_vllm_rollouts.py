@@ -322,10 +322,11 @@ def fenced_commands(page: Path) -> list[str]:
 
 def test_docs_grpo_commands_run_as_written_on_cpu(tmp_path, vllm_python):
     """Every fenced command of docs/grpo.md, pasted as written (in order, in a copy of the checkout, with
-    `python` this interpreter): the tiny twin trains, its completions are shown, and the vLLM tier's
-    environment and the vLLM twin's run work. The cached venv is the one the tier built."""
+    `python` this interpreter): the tiny twin trains, its completions are shown, the RLAIF twin trains
+    against the loopback judge, and the vLLM tier's environment and the vLLM twin's run work. The
+    cached venv is the one the tier built."""
     commands = fenced_commands(ROOT / "docs" / "grpo.md")
-    assert len(commands) == 4 and sum("launcher.py" in c for c in commands) == 3, commands
+    assert len(commands) == 5 and sum("launcher.py" in c for c in commands) == 4, commands
     copy = tracked_copy(tmp_path / "checkout")
     shim = tmp_path / "bin"
     shim.mkdir()

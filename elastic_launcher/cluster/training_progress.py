@@ -34,6 +34,7 @@ class Progress:
     history: list[dict] = field(default_factory=list)  # {time, step, from, to, cause} per restart
     since: float | None = None  # when the current state began
     run_dir: str | None = None  # the trainer's, on the job's volume
+    judge: dict = field(default_factory=dict)  # GRPO with an LLM judge: its account of the last step (judge_*)
 
 
 def progress(records: list[dict]) -> Progress:
@@ -79,7 +80,8 @@ def progress(records: list[dict]) -> Progress:
         checkpoint_step=checkpoints[-1]["step"] if checkpoints else None,
         checkpoint_time=checkpoints[-1]["time"] if checkpoints else None,
         reward=last.get("reward"), reward_std=last.get("reward_std"), kl=last.get("kl"),
-        eta_s=eta, run_dir=start.get("run_dir"), history=list((resume or {}).get("history") or start.get("history") or []), since=since)
+        eta_s=eta, run_dir=start.get("run_dir"), judge={k: v for k, v in last.items() if k.startswith("judge_")},
+        history=list((resume or {}).get("history") or start.get("history") or []), since=since)
 
 
 def duration(seconds: float | None) -> str:
@@ -91,6 +93,16 @@ def duration(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def judge_line(j: dict) -> str:
+    """A step's account of its LLM judge (training.rl.judge.Costs) in a line."""
+    failed = {k.removeprefix("judge_failed_"): int(v) for k, v in j.items() if k.startswith("judge_failed_") and v}
+    return (f"judge, last step: {j.get('judge_calls', 0):.0f} calls, {j.get('judge_cached', 0):.0f} from the ledger, "
+            f"{j.get('judge_retries', 0):.0f} retries, failed {', '.join(f'{n} {k}' for k, n in failed.items()) or 0}, "
+            f"{j.get('judge_dropped', 0):.0f} dropped; {j.get('judge_input_tokens', 0):,.0f} tokens in, "
+            f"{j.get('judge_output_tokens', 0):,.0f} out; {j.get('judge_s', 0):.1f} s of judging, "
+            f"{j.get('judge_wait_s', 0):.1f} s waited by the step")
 
 
 def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[str]:
@@ -116,6 +128,8 @@ def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[s
         numbers.append(f"{p.tokens_per_s:,.0f} tokens/s ({p.tokens_per_s_per_device:,.0f} per device)")
     if numbers:
         lines.append("  " + ", ".join(numbers))
+    if p.judge:
+        lines.append("  " + judge_line(p.judge))
     checkpoint = (f"step {p.checkpoint_step}, {duration(now - p.checkpoint_time)} ago" if p.checkpoint_step is not None
                   else "none yet")
     eta = f"; ETA {duration(p.eta_s)} at the current speed" if p.eta_s is not None else ""
