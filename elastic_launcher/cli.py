@@ -78,6 +78,10 @@ def checked_data(job: Job) -> str:
     if method.data_format == "prompts":  # their files found as the run finds them (localized)
         check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None,
                       options.judge, data.examples if data else (), RewardOptions(options.answer_key))
+        if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
+            from training.contract.judge import api_key, judge_settings
+
+            api_key(judge_settings(options.judge))
     if data:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"

@@ -271,3 +271,23 @@ def test_a_judge_of_many_threads_is_thread_safe(server, tmp_path):
     for t in threads:
         t.join()
     assert len(results) == 20 and j.costs().judge_calls == 20
+
+
+def test_a_local_run_whose_judge_key_is_not_set_stops_before_anything_starts(launch, tmp_path, monkeypatch):
+    monkeypatch.delenv("TINY_JUDGE_KEY", raising=False)
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif", "action=local", f"local.run_dir={tmp_path / 'run'}",
+                            "+recipes.training_config.training_args.method_args.judge.api_key_env=TINY_JUDGE_KEY")
+    assert code != 0 and err.strip() == ("error: training_config.training_args.method_args.judge.api_key_env="
+                                         "TINY_JUDGE_KEY: the environment variable is not set: export it (a local run), "
+                                         "or reference its Secret with cluster.secret_env.TINY_JUDGE_KEY={secret: "
+                                         "<name>, key: <key>} (a cluster job)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_dry_run_says_what_the_judge_is_asked_and_warns_where_a_rate_limit_holds_a_step(launch):
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif",
+                            "+recipes.training_config.training_args.method_args.judge.requests_per_minute=16")
+    assert code == 0, err
+    assert ("judge: openai/tiny-judge with the rubric template (range [0, 1], on_failure=drop): 32 calls per step at "
+            "every size (8 prompts x 4 completions;") in out
+    assert "warning: requests_per_minute=16 holds a step at least 120 s for the judge" in out
