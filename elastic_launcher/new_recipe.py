@@ -18,6 +18,7 @@ from elastic_launcher.planning.model_config import read_config, readable_shape, 
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
 from training.contract.families import NO_FLEX_FAMILIES, recurrent
+from training.contract.methods import method_facts
 
 # method -> the common recipes it builds on, as the catalogue's recipes do
 METHODS = {
@@ -63,7 +64,9 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
             "model_config": {"model_name_or_path": model,  # sdpa where transformers has no flex attention
                              **({"attn_implementation": "sdpa"} if shape.get("model_type") in NO_FLEX_FAMILIES else {})},
             "datasets": {"max_len": max_len,
-                         **({"packing": False} if recurrent(shape) and method in ("sft", "sft_lora") else {})},
+                         # a recurrent model cannot pack (training.contract.families), where the method would
+                         **({"packing": False} if recurrent(shape) and method_facts(method.split("_")[0]).packing
+                            else {})},
             "training_args": {"micro_train_batch_size": micro},
         },
         "elastic_policy": {"is_elastic": True, "min_nodes": min_nodes, "max_nodes": max_nodes},

@@ -22,7 +22,8 @@ from training.contract.errors import ConfigError
 from training.contract.methods import method_facts
 from training.contract.rewards import RewardError, RewardOptions, check_rewards, metric_names
 from training.model.loss import token_log_probs
-from training.rl.algorithms import clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights
+from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
+                                     low_var_kl, rollout_correction_weights)
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams, completion_seed, filtered_logits
@@ -72,6 +73,62 @@ def test_the_clipped_policy_loss_is_ppos_with_the_dual_clip():
     logp.requires_grad_(True)
     clipped_policy_loss(logp, logp.detach(), adv, 0.2, 0.2, 3.0)[0].sum().backward()
     assert torch.equal(logp.grad, -adv.unsqueeze(1).expand(6, 5))
+
+
+def loss_inputs(seed):
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(6, 5, generator=gen, dtype=torch.float64) * 3
+    old = logp + (torch.rand(6, 5, generator=gen, dtype=torch.float64) - 0.5) * 3
+    return logp.requires_grad_(True), old, torch.tensor([1.5, -2.0, 0.3, -0.1, 0.0, -4.0], dtype=torch.float64)
+
+
+def test_the_importance_sampling_loss_is_reinforce_weighed_by_the_unclipped_ratio():
+    """Tinker's importance_sampling: loss -(p/q) A per token, so its gradient is -(p/q) A per log p."""
+    logp, old, adv = loss_inputs(3)
+    loss, clipped = importance_sampling_loss(logp, old, adv)
+    loss.sum().backward()
+    for i in range(6):
+        for t in range(5):
+            ratio = math.exp(logp[i, t].item() - old[i, t].item())
+            assert loss[i, t].item() == pytest.approx(-ratio * adv[i].item(), rel=1e-12, abs=1e-15)
+            assert logp.grad[i, t].item() == pytest.approx(-ratio * adv[i].item(), rel=1e-12, abs=1e-15)
+    assert not clipped.any()
+
+
+def test_cispo_keeps_every_tokens_gradient_weighed_by_the_clipped_ratio():
+    """MiniMax-M1's CISPO: loss -sg(clip(p/q, 1 - low, 1 + high)) A log p; the gradient of a token is
+    -clip(ratio) A, never 0 (PPO's clip drops a clipped token's gradient)."""
+    logp, old, adv = loss_inputs(4)
+    loss, clipped = cispo_loss(logp, old, adv, clip_low=0.2, clip_high=0.28)
+    loss.sum().backward()
+    for i in range(6):
+        for t in range(5):
+            ratio = math.exp(logp[i, t].item() - old[i, t].item())
+            weight = min(max(ratio, 0.8), 1.28)
+            assert loss[i, t].item() == pytest.approx(-weight * adv[i].item() * logp[i, t].item(), rel=1e-12, abs=1e-15)
+            assert logp.grad[i, t].item() == pytest.approx(-weight * adv[i].item(), rel=1e-12, abs=1e-15)
+            assert clipped[i, t].item() == float(weight != ratio)
+    assert 0 < clipped.mean() < 1
+    ppo_logp = logp.detach().clone().requires_grad_(True)
+    clipped_policy_loss(ppo_logp, old, adv, 0.2, 0.28, 3.0)[0].sum().backward()
+    assert (ppo_logp.grad == 0).sum() > (logp.grad == 0).sum()  # tokens PPO's clip silences, CISPO does not
+
+
+@pytest.mark.parametrize("loss_fn, fn", [("ppo", lambda l, o, a: clipped_policy_loss(l, o, a, 0.2, 0.28, 3.0)),
+                                          ("importance_sampling", importance_sampling_loss),
+                                          ("cispo", lambda l, o, a: cispo_loss(l, o, a, 0.2, 0.28))])
+def test_loss_fn_chooses_the_policy_loss(loss_fn, fn):
+    from types import SimpleNamespace
+
+    from training.contract.methods import method_facts
+    from training.methods.grpo import GRPO
+
+    options = method_facts("grpo").build_args({"loss_fn": loss_fn, "clip_ratio_high": 0.28})
+    logp, old, adv = loss_inputs(5)
+    got = GRPO._policy_loss(SimpleNamespace(options=options), logp, old, adv)
+    assert all(torch.equal(a, b) for a, b in zip(got, fn(logp, old, adv)))
+    with pytest.raises(ConfigError, match="loss_fn='grpo' is not one of ppo, importance_sampling, cispo"):
+        method_facts("grpo").build_args({"loss_fn": "grpo"})
 
 
 def test_low_var_kl_is_the_k3_estimator_and_zero_at_the_reference():
@@ -782,3 +839,51 @@ def test_the_dry_run_shows_both_phases_of_every_size_marking_the_untraced(launch
     assert all(s.memory.traced for s in plan.sizes)
     estimated = phases(f"{METHOD_ARG}micro_completions=3")
     assert len(estimated) == len(plan.sizes) and all(p.count("~") == 2 for p in estimated)
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    """1 - C(n-c, k)/C(n, k): the chance that k of the n completions, drawn without replacement,
+    hold at least one that passed; checked against enumerating every k-subset."""
+    from itertools import combinations
+
+    from training.methods.grpo import pass_at_k
+
+    for n, c, k in [(4, 0, 1), (4, 1, 1), (4, 1, 2), (8, 3, 4), (8, 8, 2), (5, 2, 5), (6, 1, 3)]:
+        passed = [True] * c + [False] * (n - c)
+        subsets = list(combinations(range(n), k))
+        want = sum(any(passed[i] for i in s) for s in subsets) / len(subsets)
+        assert pass_at_k(n, c, k) == pytest.approx(want, rel=1e-12, abs=1e-15), (n, c, k)
+
+
+def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
+    """eval_group_size completions of each validation prompt (sampled; 1: greedy), the mean reward
+    over them and pass@k per k of eval_pass_k, from the sums every rank adds up."""
+    from types import SimpleNamespace
+
+    from training.contract.methods import method_facts
+    from training.methods.grpo import GRPO, pass_at_k
+
+    options = method_facts("grpo").build_args({"eval_group_size": 4, "eval_pass_k": [1, 2, 4],
+                                               "eval_success_threshold": 1.0, "temperature": 0.7})
+    drawn = []
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0]  # prompt 0: 1 of 4 pass; prompt 1: 2 of 4
+
+    def generate(groups, n, params, step):
+        drawn.append((len(groups), n, params.temperature))
+        return [[None] * n for _ in groups]
+
+    method = SimpleNamespace(options=options, params=SimpleNamespace(temperature=0.7), _steps_taken=3,
+                             engine=SimpleNamespace(generate=generate), device=torch.device("cpu"),
+                             rewards=SimpleNamespace(score=lambda *call: (rewards, {})),
+                             _reward_call=lambda prompts, completions, step: ())
+    prompts = [{"sample_ids": [0], "prompt_ids": [5]}, {"sample_ids": [1], "prompt_ids": [6]}]
+    sums = GRPO.eval_sums(method, None, {"prompts": prompts})
+    assert drawn == [(2, 4, 0.7)]
+    metrics = GRPO.eval_metrics(method, sums.tolist())
+    assert metrics["eval_reward"] == pytest.approx(3.5 / 8)
+    for k in (1, 2, 4):
+        assert metrics[f"eval_pass@{k}"] == pytest.approx((pass_at_k(4, 1, k) + pass_at_k(4, 2, k)) / 2)
+    assert metrics["eval_pass@1"] < metrics["eval_pass@2"] < metrics["eval_pass@4"] == 1.0
+    with pytest.raises(ConfigError, match=r"eval_pass_k=\[1, 8\] needs k from 1 to eval_group_size=4"):
+        GRPO(SimpleNamespace(train_batch_size=8), method_facts("grpo").build_args({"eval_group_size": 4,
+                                                                                  "eval_pass_k": [1, 8]}), None)

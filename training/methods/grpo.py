@@ -35,8 +35,8 @@ from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, adapters_disabled
 from training.model.structure import layer_kinds
-from training.rl.algorithms import (clipped_policy_loss, group_advantages, low_var_kl, rollout_correction_weights,
-                                     token_sum)
+from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
+                                     low_var_kl, rollout_correction_weights, token_sum)
 from training.rl.learning_signals import SignalWatch
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
@@ -65,7 +65,10 @@ class Args:  # training_args.method_args, with verl's defaults
     micro_completions: int | None = ranged(None, ge=1)
     clip_ratio_low: float = ranged(0.2, ge=0, lt=1)
     clip_ratio_high: float = ranged(0.2, ge=0)
-    clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages
+    clip_ratio_c: float = ranged(3.0, gt=1)  # the dual clip's bound for negative advantages (ppo)
+    # the policy loss (training.rl.algorithms): PPO's clipped surrogate, REINFORCE with unclipped importance
+    # weights, or CISPO's clipped and constant weights (clip_ratio_low/high bound them)
+    loss_fn: str = one_of("ppo", "importance_sampling", "cispo")
     kl_coef: float = ranged(0.001, ge=0)  # low_var_kl to the reference; 0: no reference model
     scale_rewards: bool = True  # divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
     # verl's decoupled rollout importance sampling (algorithm.rollout_correction.rollout_is): each token's
@@ -87,6 +90,12 @@ class Args:  # training_args.method_args, with verl's defaults
     # vLLM on GPUs: its batch-invariant kernels (VLLM_BATCH_INVARIANT=1), so a completion is the same in any
     # batch and at any world size; slower, and none exist for linear-attention or Mamba layers
     rollout_batch_invariant: bool = False
+    # Evaluation (eval_steps): each validation prompt completed eval_group_size times (1: greedily), the mean
+    # reward and, for each k of eval_pass_k, pass@k: the chance that one of k completions scores at least
+    # eval_success_threshold (the unbiased estimator over the group)
+    eval_group_size: int = ranged(1, ge=1)
+    eval_pass_k: list | None = None
+    eval_success_threshold: float = 1.0
 
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
@@ -144,6 +153,10 @@ class GRPO(TrainingMethod):
             raise ConfigError(f"training_config.training_args.method_args.mini_batches={options.mini_batches} does not "
                               f"divide train_batch_size={args.train_batch_size} (prompts per step): each update takes "
                               f"an equal share of the step's prompts")
+        if options.eval_pass_k and (max(options.eval_pass_k) > options.eval_group_size or min(options.eval_pass_k) < 1):
+            raise ConfigError(f"training_config.training_args.method_args.eval_pass_k={options.eval_pass_k} needs k "
+                              f"from 1 to eval_group_size={options.eval_group_size}: raise eval_group_size to "
+                              f"{max(options.eval_pass_k)} or drop the larger k")
         self.rows_per_sample = options.num_generations
         self.prompt_limit = options.max_prompt_length
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
@@ -369,8 +382,7 @@ class GRPO(TrainingMethod):
             log_probs, entropy = model(**inputs, per_token=True)
             old = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
             advantages = micro["advantages"].to(self.device, log_probs.dtype)
-            policy, clipped = clipped_policy_loss(log_probs, old, advantages,
-                                                  o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
+            policy, clipped = self._policy_loss(log_probs, old, advantages)
             correction = torch.ones_like(policy)
             if "rollout_log_probs" in micro:
                 correction = rollout_correction_weights(old, micro["rollout_log_probs"].to(old), mask,
@@ -386,6 +398,14 @@ class GRPO(TrainingMethod):
             loss_sum += total.detach()
             sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy, correction)]).double()
         return loss_sum, sums
+
+    def _policy_loss(self, log_probs, old, advantages):
+        o = self.options
+        if o.loss_fn == "importance_sampling":
+            return importance_sampling_loss(log_probs, old, advantages)
+        if o.loss_fn == "cispo":
+            return cispo_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high)
+        return clipped_policy_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
 
     def watch(self, record: dict) -> list[str]:
         return self.signals(record)
@@ -464,20 +484,33 @@ class GRPO(TrainingMethod):
         return {**{name: value / ranks if name.endswith("_s") else value for name, value in zip(Costs.names(), sums)},
                 "judge_dropped": dropped}
 
-    # --- evaluation: greedy, one completion per validation prompt, the mean reward ---
+    # --- evaluation: eval_group_size completions per validation prompt (one: greedy), the mean reward, pass@k ---
     def eval_sums(self, model, batch):
-        prompts = batch["prompts"]
-        greedy = dataclasses.replace(self.params, temperature=0)
-        completions = list(self.engine.generate(prompt_groups(prompts), 1, greedy, 0))  # every rank gathers the model, even without prompts
+        prompts, o = batch["prompts"], self.options
+        params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
+        # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
+        completions = list(self.engine.generate(prompt_groups(prompts), o.eval_group_size, params, 0))
+        ks = o.eval_pass_k or []
         if not prompts:
-            return torch.zeros(2, dtype=torch.float64, device=self.device)
+            return torch.zeros(3 + len(ks), dtype=torch.float64, device=self.device)
         totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
         scored = [t for t in totals if not math.isnan(t)]
-        return torch.tensor([sum(scored), len(scored)], dtype=torch.float64, device=self.device)
+        n = o.eval_group_size
+        passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
+        return torch.tensor([sum(scored), len(scored), len(prompts), *(sum(pass_at_k(n, c, k) for c in passed)
+                                                                        for k in ks)],
+                            dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):
-        total, count = sums
-        return {"eval_reward": total / max(count, 1)}
+        total, count, prompts, *passes = sums
+        return {"eval_reward": total / max(count, 1),
+                **{f"eval_pass@{k}": p / max(prompts, 1) for k, p in zip(self.options.eval_pass_k or [], passes)}}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n completions of which c passed (Chen et al., 2021):
+    1 - C(n - c, k) / C(n, k)."""
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _scored(value) -> bool:

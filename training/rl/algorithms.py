@@ -3,7 +3,8 @@
 
 The formulas are verl's (trainer/ppo/core_algos.py): `compute_grpo_outcome_advantage`, the
 "vanilla" clipped policy loss with dual clip, the `low_var_kl` estimator and `token-mean`
-aggregation; the names below say which.
+aggregation; the names below say which. Beside PPO's loss, Tinker's `importance_sampling` and
+MiniMax's CISPO, the losses the vendor's agentic recipes choose from (`loss_fn`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,26 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
     dual = torch.minimum(loss, -adv * clip_ratio_c)
     loss = torch.where(adv < 0, dual, loss)
     return loss, (clipped > unclipped).to(log_probs.dtype)
+
+
+def importance_sampling_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                             advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token REINFORCE with importance weights, unclipped (Tinker's `importance_sampling`):
+    -(pi / pi_old) x advantage; its gradient is -ratio x advantage x grad log pi. Nothing is clipped
+    (the second value is zeros)."""
+    ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return -advantages.unsqueeze(1) * ratio, torch.zeros_like(log_probs)
+
+
+def cispo_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+               clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token CISPO (MiniMax-M1, 2025): REINFORCE whose importance weight is clipped to
+    [1 - clip_low, 1 + clip_high] and held constant, -sg(clip(ratio)) x advantage x log pi: unlike
+    PPO's clip, no token's gradient is dropped, only weighed less. Returns (per-token loss, 1.0 where
+    the weight was clipped)."""
+    ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).detach()
+    weight = ratio.clamp(1 - clip_low, 1 + clip_high)
+    return -weight * advantages.unsqueeze(1) * log_probs, (weight != ratio).to(log_probs.dtype)
 
 
 def rollout_correction_weights(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor,
