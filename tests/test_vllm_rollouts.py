@@ -339,3 +339,56 @@ def test_docs_grpo_commands_run_as_written_on_cpu(tmp_path, vllm_python):
             assert done.stdout.startswith("step 30 of ") and "best:" in done.stdout and "worst:" in done.stdout
         elif "launcher.py" in command:
             assert "\ndone: 30 steps in " in done.stdout, done.stdout[-2000:]
+
+
+def test_a_tiny_model_served_by_vllm_on_cpu_judges_through_the_openai_client(rehearsal, vllm_python, tmp_path):
+    """The twin's exported model served as a judge (`vllm serve`, the CPU build's OpenAI-compatible
+    server): the judge's call goes through the real `openai` client, its tokens are counted, and its
+    verdict is what the server's own greedy reply reads as (a number clamped to the range, or a reply
+    that cannot be read, counted as such)."""
+    import time
+    import urllib.request
+
+    import openai
+
+    from training.contract.judge import UnreadableReply, judge_settings, parse_score
+    from training.contract.vllm_builds import CPU_KV_CACHE_BYTES
+    from training.rl.judge import Judge
+
+    _, _, fixed_dir = rehearsal
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    server = subprocess.Popen([vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(fixed_dir / "hf"),
+                               "--served-model-name", "tiny-judge", "--port", str(port), "--host", "127.0.0.1",
+                               "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
+                               "--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES),
+                               "--compilation-config", '{"mode": 0}'],
+                              stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                time.sleep(1)
+        settings = judge_settings({"model_id": "openai/tiny-judge", "base_url": f"http://127.0.0.1:{port}/v1",
+                                   "prompt_template": "summary", "num_retries": 0, "timeout": 60,
+                                   "sampling_params": {"temperature": 0.0, "max_completion_tokens": 8}})
+        judge = Judge(settings, 0, 1, tmp_path / "ledger", "a", "rank0")
+        (verdict,) = judge.submit(["What is 2 plus 4?"], ["6"], {}, lambda row: None, 1).result(120)
+        costs = judge.costs()
+        assert costs.judge_calls == 1 and costs.judge_input_tokens > 0 and costs.judge_output_tokens > 0
+        text = judge.template.make_module({"prompt": "What is 2 plus 4?", "messages": [], "completion": "6",
+                                           "low": 0.0, "high": 1.0})
+        reply = openai.OpenAI(base_url=settings.base_url, api_key="unused").chat.completions.create(
+            model="tiny-judge", messages=[{"role": "user", "content": str(text).strip()}], temperature=0.0,
+            max_completion_tokens=8).choices[0].message.content
+        try:
+            assert verdict.score == parse_score(reply, "number", [0.0, 1.0]) and verdict.failure is None
+        except UnreadableReply as e:
+            assert verdict.score is None and verdict.failure == f"unreadable: {e}"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
