@@ -79,8 +79,9 @@ def checked_data(job: Job) -> str:
         check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None,
                       options.judge, data.examples if data else (), RewardOptions(options.answer_key))
         if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
-            from training.contract.judge import api_key, judge_settings
+            from training.contract.judge import api_key, check_client, judge_settings
 
+            check_client(judge_settings(options.judge))
             api_key(judge_settings(options.judge))
     if data:
         return data.describe(limit)

@@ -291,3 +291,16 @@ def test_the_dry_run_says_what_the_judge_is_asked_and_warns_where_a_rate_limit_h
     assert ("judge: openai/tiny-judge with the rubric template (range [0, 1], on_failure=drop): 32 calls per step at "
             "every size (8 prompts x 4 completions;") in out
     assert "warning: requests_per_minute=16 holds a step at least 120 s for the judge" in out
+
+
+def test_a_local_run_of_a_bedrock_judge_needs_boto3_here(launch, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "boto3" else real(name, *a))
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif", "action=local", f"local.run_dir={tmp_path / 'run'}",
+                            "recipes.training_config.training_args.method_args.judge.model_id=bedrock/deepseek.v3-v1:0")
+    assert code != 0 and err.strip() == ("error: training_config.training_args.method_args.judge.model_id=bedrock/"
+                                         "deepseek.v3-v1:0: boto3 is not installed here (the training image has it): "
+                                         "pip install boto3 in this environment, or run the job on the cluster")
+    assert not (tmp_path / "run").exists()

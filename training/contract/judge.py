@@ -212,6 +212,16 @@ def parse_score(reply_text: str, reply: str, score_range: list) -> float:
     return min(max(score, low), high)
 
 
+def check_client(settings: JudgeSettings) -> None:
+    """Where the trainer runs here (a local run): the judge's client is installed."""
+    import importlib.util
+
+    package = "boto3" if settings.scheme == "bedrock" else "openai"
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError(f"{KEY}.model_id={settings.model_id}: {package} is not installed here (the training image "
+                          f"has it): pip install {package} in this environment, or run the job on the cluster")
+
+
 def api_key(settings: JudgeSettings) -> str:
     """openai/: the key from the environment variable the recipe names; a server without keys
     (a judge in the cluster) gets a placeholder the SDK requires."""

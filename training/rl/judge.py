@@ -27,7 +27,6 @@ from pathlib import Path
 
 from training.contract.judge import (JudgeRequest, JudgeSettings, UnreadableReply, api_key, parse_score, render,
                                      template, verdict_key)
-from training.contract.rewards import RewardError
 
 MAX_BACKOFF_S = 30.0
 RETRIED_STATUSES = (408, 409, 429)  # and every 5xx
@@ -90,13 +89,10 @@ class ConverseJudge:
     """bedrock/<model id> through boto3's bedrock-runtime Converse, with the pod's AWS credentials."""
 
     def __init__(self, settings: JudgeSettings, workers: int):
-        try:
-            import boto3
-            from botocore.config import Config
-            from botocore import exceptions
-        except ImportError:
-            raise RewardError(f"judge {settings.model_id}: boto3 is not installed here (the training image has it): "
-                              f"pip install boto3 in the trainer's environment") from None
+        import boto3
+        from botocore import exceptions
+        from botocore.config import Config
+
         self.settings, self.exceptions = settings, exceptions
         config = Config(retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=settings.timeout,
                         connect_timeout=min(settings.timeout, 10.0), max_pool_connections=workers)
@@ -301,14 +297,16 @@ class Judge:
             key, request, step, future = job
             try:
                 verdict = self._ask(request, step)
+                if not (verdict.failure or "").startswith("refused"):  # fixed credentials ask again
+                    self.ledger.add(key, verdict)
             except BaseException as e:  # noqa: BLE001 - surfaces where the step collects it
-                future.set_exception(e)
-                continue
-            if not (verdict.failure or "").startswith("refused"):  # fixed credentials ask again
-                self.ledger.add(key, verdict)
+                verdict = e
             with self.lock:
                 self.in_flight.pop(key, None)
-            future.set_result(verdict)
+            if isinstance(verdict, BaseException):
+                future.set_exception(verdict)
+            else:
+                future.set_result(verdict)
 
     def _ask(self, request: JudgeRequest, step: int) -> Verdict:
         with self.lock:
