@@ -874,7 +874,7 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
 
     method = SimpleNamespace(options=options, params=SimpleNamespace(temperature=0.7), _steps_taken=3,
                              engine=SimpleNamespace(generate=generate), device=torch.device("cpu"),
-                             rewards=SimpleNamespace(score=lambda *call: (rewards, {})),
+                             rewards=SimpleNamespace(score=lambda *call: (rewards, {}), judge=None),
                              _reward_call=lambda prompts, completions, step: ())
     prompts = [{"sample_ids": [0], "prompt_ids": [5]}, {"sample_ids": [1], "prompt_ids": [6]}]
     sums = GRPO.eval_sums(method, None, {"prompts": prompts})

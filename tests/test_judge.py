@@ -304,3 +304,22 @@ def test_a_local_run_of_a_bedrock_judge_needs_boto3_here(launch, tmp_path, monke
                                          "deepseek.v3-v1:0: boto3 is not installed here (the training image has it): "
                                          "pip install boto3 in this environment, or run the job on the cluster")
     assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluation_records_its_own_judge_account():
+    """Verdicts asked by an evaluation are its figures (eval_judge_*), not the next step's; the
+    ledger's size stays a step's figure."""
+    from types import SimpleNamespace
+
+    from training.contract.methods import method_facts
+    from training.methods.grpo import GRPO
+    from training.rl.judge import Costs
+
+    options = method_facts("grpo").build_args({"eval_group_size": 2})
+    method = SimpleNamespace(options=options, run=SimpleNamespace(plan=SimpleNamespace(dp_size=2)))
+    method._judge_metrics = lambda sums, dropped: GRPO._judge_metrics(method, sums, dropped)
+    costs = Costs(judge_calls=12, judge_failed_status=2, judge_s=3.0, judge_ledger=40)
+    metrics = GRPO.eval_metrics(method, [5.0, 10.0, 6.0, *costs.values()])
+    assert metrics["eval_reward"] == 0.5 and metrics["eval_judge_calls"] == 12
+    assert metrics["eval_judge_dropped"] == 2 and metrics["eval_judge_s"] == 1.5  # the ranks' mean
+    assert "eval_judge_ledger" not in metrics

@@ -490,21 +490,24 @@ class GRPO(TrainingMethod):
         params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
         # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
         completions = list(self.engine.generate(prompt_groups(prompts), o.eval_group_size, params, 0))
-        ks = o.eval_pass_k or []
-        if not prompts:
-            return torch.zeros(3 + len(ks), dtype=torch.float64, device=self.device)
-        totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
-        scored = [t for t in totals if not math.isnan(t)]
-        n = o.eval_group_size
-        passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
-        return torch.tensor([sum(scored), len(scored), len(prompts), *(sum(pass_at_k(n, c, k) for c in passed)
-                                                                        for k in ks)],
-                            dtype=torch.float64, device=self.device)
+        sums = [0.0] * (3 + len(o.eval_pass_k or []))
+        if prompts:
+            totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
+            scored = [t for t in totals if not math.isnan(t)]
+            n = o.eval_group_size
+            passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
+            sums = [sum(scored), len(scored), len(prompts), *(sum(pass_at_k(n, c, k) for c in passed)
+                                                              for k in o.eval_pass_k or [])]
+        judged = self.rewards.judge.costs().values() if self.rewards.judge is not None else []  # the evaluation's own
+        return torch.tensor([*sums, *judged], dtype=torch.float64, device=self.device)
 
     def eval_metrics(self, sums):
-        total, count, prompts, *passes = sums
+        ks = self.options.eval_pass_k or []
+        (total, count, prompts), passes, judged = sums[:3], sums[3:3 + len(ks)], sums[3 + len(ks):]
         return {"eval_reward": total / max(count, 1),
-                **{f"eval_pass@{k}": p / max(prompts, 1) for k, p in zip(self.options.eval_pass_k or [], passes)}}
+                **{f"eval_pass@{k}": p / max(prompts, 1) for k, p in zip(ks, passes)},
+                **({f"eval_{k}": v for k, v in self._judge_metrics(judged, prompts * self.options.eval_group_size - count)
+                    .items() if k != "judge_ledger"} if judged else {})}  # the ledger's size: the steps' records
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
