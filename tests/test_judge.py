@@ -323,3 +323,16 @@ def test_an_evaluation_records_its_own_judge_account():
     assert metrics["eval_reward"] == 0.5 and metrics["eval_judge_calls"] == 12
     assert metrics["eval_judge_dropped"] == 2 and metrics["eval_judge_s"] == 1.5  # the ranks' mean
     assert "eval_judge_ledger" not in metrics
+
+
+def test_a_cluster_job_gets_its_judges_key_from_a_secret_never_the_manifest(launch, tmp_path):
+    key = "+recipes.training_config.training_args.method_args.judge.api_key_env=JUDGE_KEY"
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif", key)
+    assert code != 0 and err.strip() == ("error: training_config.training_args.method_args.judge.api_key_env=JUDGE_KEY: "
+                                         "no cluster.secret_env.JUDGE_KEY gives the pods the key: set cluster."
+                                         "secret_env.JUDGE_KEY={secret: <Secret name>, key: <key in it>}")
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif", key, "+cluster.secret_env.JUDGE_KEY={secret: judge, "
+                            "key: api-key}")
+    assert code == 0, err
+    manifest = (tmp_path / "out" / "tiny-llama-grpo-rlaif" / "manifest.yaml").read_text()
+    assert "secretKeyRef:\n" in manifest and "name: judge\n" in manifest and "key: api-key\n" in manifest

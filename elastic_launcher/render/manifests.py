@@ -14,11 +14,11 @@ import yaml
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
 from elastic_launcher.planning.plan import Plan, check_cluster_rollouts, node_local_gib
-from training.contract.methods import sampling_options
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob
 from training.contract.config_files import IN_PLACE_ENV, NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
 from training.contract.errors import ConfigError
+from training.contract.methods import sampling_options
 
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
 TEMPLATES = {"hyperpod": "hyperpod_job.yaml.j2", "kubeflow": "kubeflow_job.yaml.j2", "trainjob": "trainjob.yaml.j2"}

@@ -48,11 +48,10 @@ class RewardPool:
     naming it and the row's sample id. A None score (TRL's "not applicable") is left out of the
     weighted sum; a completion no function scores ends the run too."""
 
-    def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float,
-                 judge=None):
+    def __init__(self, specs: list[str], weights: list[float] | None, options: RewardOptions, timeout_s: float):
         self.specs, self.options, self.timeout_s = list(specs), options, timeout_s
         self.weights = list(weights) if weights is not None else [1.0] * len(specs)
-        self.judge = judge  # training.rl.judge.Judge where `judge` is one of the specs
+        self.judge = None  # training.rl.judge.Judge where `judge` is one of the specs (the method sets it)
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:

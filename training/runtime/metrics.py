@@ -1,6 +1,6 @@
 """Per-step metrics on rank 0: <run_dir>/metrics.jsonl and stdout (the stream of training.contract.records),
-the run's curves (<run_dir>/curves.png, redrawn at every checkpoint and at the end), optionally TensorBoard
-and MLflow (training.tracking)."""
+the run's curves (<run_dir>/curves.png, redrawn at a checkpoint every REDRAW_S and at the end), optionally
+TensorBoard and MLflow (training.tracking)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from training.contract.records import METRICS, SAMPLES, read_records
 # Dense bf16 peak FLOP/s per device, for MFU (torchtitan's convention).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "B200": 2250e12, "A100": 312e12,
                    "A10G": 125e12, "L40S": 362e12, "L4": 121e12}
+
 
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
