@@ -9,7 +9,7 @@ for the catalogue; traced_memory.json in your own recipes' directory, $LAUNCHER_
     python scripts/trace_memory.py --table llama/llama3_1_8b_sft  # the kept figures as docs/recipes.md's table
     python scripts/trace_memory.py --prune                        # drop kept traces no catalogue size uses
 
-Sizes are those of the recipe's elastic policy (is_elastic=true). A size is traced over two
+Sizes are those of the recipe's elastic policy (is_elastic=true), at each instance type it lists. A size is traced over two
 micro-batches when it accumulates gradients (the second starts with the first one's held). Traces
 are kept by their inputs, so recipes of the same shape and settings share one (e.g. Llama 3.3 70B
 and R1-Distill-Llama-70B).
@@ -59,6 +59,19 @@ def sizes_to_trace(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[s
     if below := size_below(recipe, overrides):
         sizes.insert(0, below)
     return [(recipe, o, s.nodes, inputs_of(plan, s)) for o, s in sizes]
+
+
+def every_instance_type(recipe: str, overrides: tuple[str, ...] = ()) -> list[tuple[str, tuple, int, dict]]:
+    """sizes_to_trace at each instance type the recipe lists with its GPUs per node (the dry run plans
+    those with the recipe's scale configs, and another type's memory may give other micro-batches, so
+    other traces), the recipe's own first."""
+    from elastic_launcher.planning.instances import lookup
+
+    plan = plan_of(recipe, overrides)
+    others = [t for t in plan.hardware.instance_types or [] if t != plan.instance.name
+              and lookup(t).gpus == plan.instance.gpus]
+    return [job for o in (overrides, *((*overrides, f"recipes.instance_type={t}") for t in others))
+            for job in sizes_to_trace(recipe, o)]
 
 
 def inputs_of(plan, size) -> dict:
@@ -144,14 +157,14 @@ def main(argv=None) -> int:
         return 0
     kept = {key: trace for path in trace_files() for key, trace in read_traces(path).items()}
     if args.prune:
-        used = {trace_key(job[3]) for r in recipes for job in sizes_to_trace(r, overrides)}
+        used = {trace_key(job[3]) for r in recipes for job in every_instance_type(r, overrides)}
         for path in trace_files():
             traces = read_traces(path)
             if traces:
                 write(path, kept_only := {k: v for k, v in traces.items() if k in used})
                 print(f"{path}: kept {len(kept_only)} traces, dropped {len(traces) - len(kept_only)}")
         return 0
-    jobs = list({trace_key(job[3]): job for r in recipes for job in sizes_to_trace(r, overrides)}.items())
+    jobs = list({trace_key(job[3]): job for r in recipes for job in every_instance_type(r, overrides)}.items())
     if args.stale:
         jobs = [(key, job) for key, job in jobs if key not in kept]
     # Full-parameter SFT first: its first size must fit (the 90% rule), and its traces take longest.
