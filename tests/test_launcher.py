@@ -222,6 +222,7 @@ def test_hydra_cfg_job_help_and_plus_plus_overrides(launch):
     listed = {line.split()[0]: line.split("  ", 3)[-1].strip() for line in lines if line.startswith("    ")}
     assert set(options("recipes")) <= set(listed)  # one per line, under its family, with its facts
     assert listed["qwen/qwen3_8b_grpo_lora"] == "grpo, LoRA, 1-4 nodes"
+    assert listed["qwen/qwen3_8b_grpo_rlaif_lora"] == "grpo with an LLM judge, LoRA, 1-4 nodes"
     assert listed["llama/tiny_llama_sft"] == "sft, full, 1-3 nodes"
     assert "  llama/" in lines and max(map(len, lines)) <= 120
 
@@ -237,8 +238,10 @@ def test_the_help_says_of_each_recipe_what_composing_it_gives():
         composed = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]
         tc, policy = composed["training_config"], composed["elastic_policy"]
         lora = "LoRA" if tc["model_config"].get("peft_config") else "full"
-        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}, {lora}, {policy['min_nodes']}-" \
-                                       f"{policy['max_nodes']} nodes", recipe
+        judged = " with an LLM judge" if "judge" in (tc["training_args"].get("method_args") or {}).get("rewards", []) \
+            else ""
+        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}{judged}, {lora}, " \
+                                       f"{policy['min_nodes']}-{policy['max_nodes']} nodes", recipe
 
 
 def test_dry_run_as_typed_in_a_fresh_process_never_imports_torch_or_kubernetes(tmp_path):

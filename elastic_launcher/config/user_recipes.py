@@ -92,7 +92,9 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
 
     recipe_data = merged(recipe)
     training = recipe_data.get("training_config") or {}
-    method = (training.get("training_args") or {}).get("trainer_type", "sft")
+    args = training.get("training_args") or {}
+    method = args.get("trainer_type", "sft") + (" with an LLM judge" if "judge" in ((args.get("method_args") or {})
+                                                                                   .get("rewards") or ()) else "")
     lora = bool((training.get("model_config") or {}).get("peft_config"))
     policy = recipe_data.get("elastic_policy") or {}
     return f"{method}, {'LoRA' if lora else 'full'}, {policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"
