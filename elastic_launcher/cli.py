@@ -81,8 +81,9 @@ def checked_data(job: Job) -> str:
         if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
             from training.contract.judge import api_key, check_client, judge_settings
 
-            check_client(judge_settings(options.judge))
-            api_key(judge_settings(options.judge))
+            settings = judge_settings(options.judge)
+            check_client(settings)
+            api_key(settings)
     if data:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"

@@ -222,10 +222,10 @@ def judge_lines(plan: Plan) -> list[str]:
     options = sampling_options(plan.base.training_config)
     if options is None or NAME not in (options.rewards or ()):
         return []
-    args = plan.base.training_config.training_args
+    settings = judge_settings(options.judge)
     call_tokens = options.max_prompt_length + options.max_new_tokens + 300 + \
-        judge_settings(options.judge).sampling_params.max_completion_tokens  # 300: a template's own words
-    return describe(judge_settings(options.judge), args.train_batch_size, options.num_generations,
+        settings.sampling_params.max_completion_tokens  # 300: a template's own words
+    return describe(settings, plan.base.training_config.training_args.train_batch_size, options.num_generations,
                     max(s.devices for s in plan.sizes), call_tokens)
 
 

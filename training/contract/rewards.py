@@ -84,6 +84,15 @@ def reference_answer(columns: dict[str, list], row: int, options: RewardOptions)
                       f"(set method_args.answer_key to the column that holds it)")
 
 
+def reference_or_none(columns: dict[str, list], row: int, options: RewardOptions) -> str | None:
+    """The row's reference answer, or None where it has none (an LLM judge's template that needs one
+    says so itself)."""
+    try:
+        return reference_answer(columns, row, options)
+    except RewardError:
+        return None
+
+
 def gsm8k_answer(reference: str) -> str:
     """GSM8K's answers end in '#### 42' after the worked solution: the number after it."""
     return reference.rsplit("####", 1)[1].strip().replace(",", "") if "####" in reference else reference
@@ -217,15 +226,8 @@ def check_rewards(specs: list[str], weights: list[float] | None, columns: set[st
             raise ConfigError(f"{llm_judge.KEY} is set but method_args.rewards does not name it: add "
                               f"{llm_judge.NAME} to the rewards, e.g. rewards: [{llm_judge.NAME}]")
         return
-    settings = llm_judge.judge_settings(judge)
-
-    def reference(row_columns):
-        try:
-            return reference_answer({k: [v] for k, v in row_columns.items()}, 0, options)
-        except RewardError:
-            return None
-
-    llm_judge.check_judge(settings, list(examples), reference)
+    llm_judge.check_judge(llm_judge.judge_settings(judge), list(examples),
+                          lambda row_columns: reference_or_none({k: [v] for k, v in row_columns.items()}, 0, options))
 
 
 # --- running ------------------------------------------------------------------------------------------

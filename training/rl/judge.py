@@ -22,7 +22,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from training.contract.judge import (JudgeRequest, JudgeSettings, UnreadableReply, api_key, parse_score, render,
@@ -174,7 +174,7 @@ class Costs:
 @dataclass(frozen=True)
 class Verdict:
     score: float | None  # None: failed after its retries
-    failure: str | None = None  # timeout | connection | status <code> | unreadable, with the detail
+    failure: str | None = None  # "<kind>: <detail>", kind timeout | connection | status | unreadable | refused
     step: int = 0
 
 
@@ -187,12 +187,7 @@ class Ledger:
         directory.mkdir(parents=True, exist_ok=True)
         self.verdicts: dict[str, Verdict] = {}
         for path in sorted(directory.glob("*.jsonl")):
-            for line in path.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:  # the last line of a process that was killed while writing it
-                    continue
-                self.verdicts[entry["key"]] = Verdict(entry["score"], entry["failure"], entry["step"])
+            self.verdicts.update(_read(path))
         self.path = directory / f"{size}-{name}.jsonl"
         self.own = sum(1 for _ in open(self.path)) if self.path.exists() else 0
         self._file = open(self.path, "a")
@@ -205,7 +200,7 @@ class Ledger:
         with self.lock:
             self.verdicts[key] = verdict
             if not self._file.closed:  # a call that outlived its method's size: kept in memory only
-                self._file.write(json.dumps({"key": key, **verdict.__dict__}) + "\n")
+                self._file.write(_line(key, verdict))
                 self._file.flush()
                 self.own += 1
 
@@ -214,12 +209,10 @@ class Ledger:
         `others_too` (one process of the size): fold the files of earlier sizes into this one."""
         with self.lock:
             self.verdicts = {k: v for k, v in self.verdicts.items() if v.step > step}
-            mine = self.verdicts if others_too else None
-            kept = [line for line in self.path.read_text().splitlines() if _later(line, step)] if mine is None else \
-                [json.dumps({"key": k, **v.__dict__}) for k, v in mine.items()]
+            kept = self.verdicts if others_too else {k: v for k, v in _read(self.path).items() if v.step > step}
             self._file.close()
             partial = self.path.with_suffix(".partial")
-            partial.write_text("".join(line + "\n" for line in kept))
+            partial.write_text("".join(_line(k, v) for k, v in kept.items()))
             os.replace(partial, self.path)
             if others_too:
                 for path in self.directory.glob("*.jsonl"):
@@ -232,11 +225,20 @@ class Ledger:
         self._file.close()
 
 
-def _later(line: str, step: int) -> bool:
-    try:
-        return json.loads(line)["step"] > step
-    except (json.JSONDecodeError, KeyError):
-        return False
+def _line(key: str, verdict: Verdict) -> str:
+    return json.dumps({"key": key, **asdict(verdict)}) + "\n"
+
+
+def _read(path: Path) -> dict[str, Verdict]:
+    """A ledger file's verdicts; a later line of a key wins (a verdict needed again by a later step)."""
+    verdicts = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a process that was killed while writing it
+            continue
+        verdicts[entry["key"]] = Verdict(entry["score"], entry["failure"], entry["step"])
+    return verdicts
 
 
 class Judge:

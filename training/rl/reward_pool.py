@@ -16,7 +16,7 @@ from multiprocessing import get_context
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
 from training.contract.rewards import (RewardError, RewardOptions, absolute, call_reward, completion_text,
-                                       reference_answer)
+                                       reference_or_none)
 from training.runtime.elastic import signal_mask_kept
 
 
@@ -120,14 +120,9 @@ class RewardPool:
 
     def _submit(self, spec, prompts, completions, columns, extras):
         if spec == JUDGE:
-            def reference(row):
-                try:
-                    return reference_answer(columns, row, self.options)
-                except RewardError:  # a row without one: a template that needs it says so
-                    return None
-
             step = extras["trainer_state"].global_step + 1 if extras else 0  # the step they are drawn for
-            return self.judge.submit(prompts, [completion_text(c) for c in completions], columns, reference, step)
+            return self.judge.submit(prompts, [completion_text(c) for c in completions], columns,
+                                     lambda row: reference_or_none(columns, row, self.options), step)
         with signal_mask_kept():  # a submit may start the pool's process
             return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns,
                                            extras)
