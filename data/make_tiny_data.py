@@ -11,8 +11,8 @@ one-digit numbers), scored by math_verify and data/grpo_tiny_rewards.py. tiny_to
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
 tiny_tokenizers/<family>/: the same vocabulary with a model family's special tokens and chat
 template (tiny_tokenizers/<family>/chat_template.jinja, the one copy of it: the published template's
-conversation logic without its tool calling, read back when the tokenizer is regenerated), so the
-tiny twins mask prompts the way the real models' templates render them.
+conversation logic, without its tool calling but for qwen2_5's (the agent twin's), read back when the
+tokenizer is regenerated), so the tiny twins mask prompts the way the real models' templates render them.
 """
 
 import json
@@ -93,11 +93,46 @@ CHAT_TEMPLATE = (
 FAMILIES = {
     "chatml_qwen2": ("<|endoftext|>", "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], []),
     "qwen3": ("<|endoftext|>", "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], ["<think>", "</think>"]),
+    # Qwen 2.5's template with its tool calling (the agent twin's): <tool_call> JSON, replies as <tool_response>
+    "qwen2_5": ("<|endoftext|>", "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]),
     "deepseek_r1_distill": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
                             ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
                             ["<think>", "</think>"]),
     "llama4": ("<|begin_of_text|>", "<|eot|>", ["<|begin_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>"], []),
 }
+
+
+def write_agent_data() -> None:
+    """agent_tiny.jsonl: the agent twin's prompts (a word whose secret number to find, data/agent_tiny_env.py);
+    agent_tiny_sft.jsonl: transcripts of the tool's use, with the tools as the trainer offers them (its
+    warm start: data/tiny_agent_model)."""
+    import sys
+
+    sys.path.insert(0, str(HERE.parent))
+    from training.contract.environments import load_environment, tools
+
+    from agent_tiny_env import SECRETS
+
+    schemas = [t.schema for t in tools(load_environment(str(HERE / "agent_tiny_env.py") + ":SecretNumbers"))]
+    rng = random.Random(3)
+    questions = ["What is the secret number of {}?", "Find the secret number of the word {}.",
+                 "Which number does {} hide?"]
+    words = sorted(SECRETS)
+    with open(HERE / "agent_tiny.jsonl", "w") as f:
+        for i in range(256):
+            word = rng.choice(words)
+            f.write(json.dumps({"id": i, "prompt": [{"role": "user", "content": rng.choice(questions).format(word)}],
+                                "word": word}) + "\n")
+    with open(HERE / "agent_tiny_sft.jsonl", "w") as f:
+        for i in range(256):
+            word = rng.choice(words)
+            call = {"type": "function", "function": {"name": "lookup", "arguments": {"word": word}}}
+            messages = [{"role": "user", "content": rng.choice(questions).format(word)},
+                        {"role": "assistant", "content": "", "tool_calls": [call]},
+                        {"role": "tool", "name": "lookup", "content": str(SECRETS[word])},
+                        {"role": "assistant", "content": f"The secret number of {word} is {SECRETS[word]}."}]
+            f.write(json.dumps({"id": i, "messages": messages, "tools": schemas}) + "\n")
 
 
 def family_tokenizers() -> None:
@@ -137,6 +172,7 @@ def main() -> None:
     write_preferences()
     write_prompts()
     family_tokenizers()
+    write_agent_data()
 
 
 if __name__ == "__main__":

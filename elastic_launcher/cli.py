@@ -62,6 +62,7 @@ def checked_data(job: Job) -> str:
     from elastic_launcher.planning.data_preview import preview
     from training.contract.data_files import is_local
     from training.contract.methods import method_facts
+    from training.contract.environments import check_environment
     from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, check_rewards
 
     tc = localized(job.plan.base).training_config  # relative paths from here, else from the project (as run)
@@ -74,10 +75,15 @@ def checked_data(job: Job) -> str:
         if job.settings.action in ("local", "rehearse") or not Path(ds.train_data).is_absolute():
             raise
         here = False
-    data = preview(ds, tc.model_config, method.data_format, limit) if here else None
+    environment = getattr(options, "environment", None)  # an agent's: its prompts offer its tools
+    tools = check_environment(environment, options.rewards or DEFAULT_REWARDS) if method.data_format == "prompts" else []
+    data = preview(ds, tc.model_config, method.data_format, limit, [t.schema for t in tools]) if here else None
     if method.data_format == "prompts":  # their files found as the run finds them (localized)
-        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, set(data.columns) if data else None,
+        given = set(data.columns) | ({"environments"} if environment else set()) if data else None
+        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, given,
                       options.judge, data.examples if data else (), RewardOptions(options.answer_key))
+        if environment:
+            check_agent(options, tools, tc)
         if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
             from training.contract.judge import api_key, check_client, judge_settings
 
@@ -88,6 +94,20 @@ def checked_data(job: Job) -> str:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"
     return f"data: {ds.train_data} is {what}: read by the trainer, not checked here"
+
+
+def check_agent(options, tools: list, tc) -> None:
+    """An agent's rollouts: on the trainer's sampler, through a chat template that renders its tools
+    and their replies (checked where the tokenizer is on this machine; the trainer checks it too)."""
+    from elastic_launcher.planning.data_preview import agent_tokenizer
+    from training.contract.environments import AGENT_ON_VLLM, KEY
+    from training.contract.tool_template import check_tool_template
+
+    if options.rollout_engine == "vllm":
+        raise ConfigError(AGENT_ON_VLLM)
+    tokenizer = agent_tokenizer(tc.model_config, tc.datasets)
+    if tokenizer is not None:
+        check_tool_template(tokenizer, [t.schema for t in tools], KEY, **tc.datasets.template_kwargs)
 
 
 def dry_run(job: Job) -> int:

@@ -1,11 +1,13 @@
 """Agent environments as TRL users write them, checked before anything runs (training.contract.environments),
-and tool calls read from a model's own output in its family's format (training.rl.tool_calls)."""
+and tool calls read from a model's own output in its family's format (training.contract.tool_calls)."""
 
 import pytest
 
+from conftest import ROOT
+
 from training.contract.environments import check_environment, load_environment, tools
 from training.contract.errors import ConfigError
-from training.rl.tool_calls import ToolCall, format_of, parse
+from training.contract.tool_calls import ToolCall, format_of, parse
 
 CALCULATOR = '''
 class Calculator:
@@ -103,3 +105,160 @@ def test_tool_calls_are_read_in_each_familys_format_and_a_bad_one_keeps_its_erro
     (two, three) = parse('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", '
                          '"arguments": "{\\"x\\": 2}"}</tool_call>', "hermes")
     assert (two, three) == (ToolCall("a", {}), ToolCall("b", {"x": 2}))
+
+
+# --- the chat template's tool turns (training.contract.tool_template) ---
+
+QWEN = "data/tiny_tokenizers/qwen2_5"  # Qwen 2.5's template with its tool calling
+
+
+def tokenizer(name=QWEN):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(ROOT / name))
+
+
+def test_a_tool_reply_is_the_templates_tool_turn_tokenized_alone_and_the_whole_matches_the_template(env_file):
+    """The model's turn (its own tokens, through its stop token) followed by the reply's tokens is the
+    template's rendering of the whole conversation, token for token: nothing is re-tokenized."""
+    from training.contract.tool_template import ToolReply, ToolTemplate
+
+    tok, schemas = tokenizer(), [t.schema for t in tools(load_environment(f"{env_file}:Calculator"))]
+    template = ToolTemplate(tok, schemas)
+    question = [{"role": "user", "content": "Add 2 and 3."}]
+    call = ToolCall("add", {"a": 2, "b": 3})
+    said = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
+    trajectory = template.prompt_ids(question) + tok(said, add_special_tokens=False)["input_ids"]
+    trajectory += template.reply_ids([call], [ToolReply("add", "5")], "<|im_end|>")
+    whole = question + [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+        {"role": "tool", "name": "add", "content": "5"}]
+    assert trajectory == tok.apply_chat_template(whole, tools=schemas, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=True)["input_ids"]
+    assert "<tool_response>\n5\n</tool_response>" in tok.decode(trajectory)
+
+
+def test_a_chat_template_that_cannot_carry_an_agent_is_one_line(env_file):
+    from training.contract.tool_template import check_tool_template
+
+    schemas = [t.schema for t in tools(load_environment(f"{env_file}:Calculator"))]
+    assert check_tool_template(tokenizer(), schemas, "k") == "hermes"
+    with pytest.raises(ConfigError, match="teaches no tool-call format this project reads"):
+        check_tool_template(tokenizer("data/tiny_tokenizers/chatml_qwen2"), schemas, "k")  # its tool calling left out
+    tok = tokenizer()
+    tok.chat_template = tok.chat_template.replace("{{- tool | tojson }}", "")
+    with pytest.raises(ConfigError, match="does not render the tools \\(no 'add' in the prompt"):
+        check_tool_template(tok, schemas, "k")
+
+
+def test_an_agents_transcripts_train_with_their_tools_and_the_replies_as_context():
+    """SFT rows with TRL's `tools` column render with the tools offered; the model's tool calls and
+    answer are trained, the tool's reply is not."""
+    import json
+
+    from training.data import IGNORE_INDEX, tokenize_chat
+
+    row = json.loads((ROOT / "data" / "agent_tiny_sft.jsonl").read_text().splitlines()[0])
+    tok = tokenizer()
+    out = tokenize_chat(row["messages"], tok, 1 << 30, row["tools"])
+    trained = tok.decode([t for t, label in zip(out["input_ids"], out["labels"]) if label != IGNORE_INDEX])
+    word, number = row["messages"][1]["tool_calls"][0]["function"]["arguments"]["word"], row["messages"][2]["content"]
+    assert trained == (f'<tool_call>\n{{"name": "lookup", "arguments": {{"word": "{word}"}}}}\n</tool_call><|im_end|>'
+                       f"The secret number of {word} is {number}.<|im_end|>")
+    assert '"name": "lookup"' in tok.decode(out["input_ids"][:out["labels"].index(next(
+        label for label in out["labels"] if label != IGNORE_INDEX))])  # the tools, offered in the prompt
+
+
+# --- the environments in the reward process (training.rl.environment_pool), called in-process here ---
+
+TOOLS = '''
+import threading
+import time
+
+MEETING = threading.Barrier(2, timeout=30)
+
+
+class Tools:
+    def reset(self, word: str = "", seed: int = 0, **row) -> str:
+        self.word, self.seed = word, seed
+        return f"The word is {word}."
+
+    def echo(self, text: str) -> str:
+        """Echo.
+
+        Args:
+            text: what to echo
+        """
+        return text
+
+    def fail(self) -> str:
+        """Fail."""
+        raise ValueError("out of paper")
+
+    def hang(self) -> str:
+        """Hang."""
+        time.sleep(60)
+        return "late"
+
+    def meet(self) -> dict:
+        """Wait for another trajectory's call to meet this one."""
+        MEETING.wait()
+        return {"met": True}
+'''
+
+
+@pytest.fixture
+def pool(tmp_path):
+    from training.rl import environment_pool
+
+    (tmp_path / "tools_env.py").write_text(TOOLS)
+    spec = f"{tmp_path / 'tools_env.py'}:Tools"
+    yield environment_pool, spec
+    environment_pool._live.clear()
+
+
+def test_an_episode_starts_from_its_row_and_seed_and_each_trajectory_has_its_own_environment(pool):
+    environment_pool, spec = pool
+    keys = [(7, 0, 3), (7, 1, 3)]
+    observations = environment_pool.start_episodes(spec, [(k, {"word": "apple", "other": 1}, 100 + k[1]) for k in keys])
+    assert observations == ["The word is apple.", "The word is apple."]
+    first, second = (environment_pool._live[k] for k in keys)
+    assert first is not second and (first.seed, second.seed) == (100, 101)
+    environment_pool.release(keys)
+    assert not environment_pool._live
+
+
+def test_a_bad_tool_call_is_an_error_reply_and_a_hung_tool_ends_its_trajectory(pool):
+    environment_pool, spec = pool
+    environment_pool.start_episodes(spec, [((1, 0, 0), {}, 0), ((1, 1, 0), {}, 0)])
+    calls = [ToolCall("echo", {"text": "hi"}), ToolCall("nope", {}), ToolCall("echo", {"words": "hi"}),
+             ToolCall("fail", {}), ToolCall("", error="not JSON")]
+    (replies, other) = environment_pool.call_tools([((1, 0, 0), calls), ((1, 1, 0), [ToolCall("hang", {}),
+                                                                                      ToolCall("echo", {"text": "x"})])],
+                                                   timeout_s=0.5, max_concurrency=4)
+    assert [(r.status, r.content) for r, _ in replies] == [
+        ("ok", "hi"), ("error", "Error: there is no tool 'nope'; the tools are echo, fail, hang, meet"),
+        ("error", "Error: echo cannot take these arguments: missing a required argument: 'text'"),
+        ("error", "Error: ValueError: out of paper"), ("error", "Error: the tool call could not be read: not JSON")]
+    assert [(r.status, r.name) for r, _ in other] == [("timeout", "hang")]  # nothing after a timeout
+
+
+def test_trajectories_tools_run_concurrently(pool):
+    """Two trajectories' calls meet at a barrier: they only return if they ran at once."""
+    environment_pool, spec = pool
+    environment_pool.start_episodes(spec, [((2, 0, 0), {}, 0), ((2, 1, 0), {}, 0)])
+    replies = environment_pool.call_tools([((2, i, 0), [ToolCall("meet", {})]) for i in range(2)], timeout_s=20,
+                                          max_concurrency=2)
+    assert [r.content for (r, _), in replies] == ['{"met": true}'] * 2
+
+
+def test_reward_functions_read_the_trajectories_environments(pool, tmp_path):
+    from training.contract.rewards import RewardOptions
+
+    environment_pool, spec = pool
+    (tmp_path / "reward.py").write_text("def seen(completions, environments, **kw):\n"
+                                        "    return [float(e.seed) for e in environments]\n")
+    keys = [(3, 0, 0), (3, 1, 0)]
+    environment_pool.start_episodes(spec, [(k, {}, 5 * k[1]) for k in keys])
+    assert environment_pool.score(f"{tmp_path / 'reward.py'}:seen", RewardOptions(), ["p", "p"], ["a", "b"], {}, {},
+                                  keys) == [0.0, 5.0]

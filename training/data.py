@@ -55,10 +55,12 @@ def _template_identity(chat_template: str) -> str:
     return chat_template if _is_template_text(chat_template) else _source_identity(chat_template)
 
 
-def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int, prompt_limit: int | None = None) -> str:
+def cache_key(cfg: DatasetConfig, tokenizer_name: str, data_format: str, seed: int, prompt_limit: int | None = None,
+              tools: list[dict] | None = None) -> str:
     text = json.dumps([_source_identity(cfg.train_data), cfg.split, cfg.format, cfg.messages_key, cfg.max_len, cfg.packing,
                        cfg.train_val_split_ratio, cfg.enable_thinking, seed, data_format, _source_identity(tokenizer_name),
-                       cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT, prompt_limit])
+                       cfg.chat_template and _template_identity(cfg.chat_template), _FORMAT, prompt_limit]
+                      + ([tools] if tools else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -185,16 +187,18 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def tokenize_chat(messages: list[dict], tokenizer, max_len: int, **template_kwargs) -> dict:
+def tokenize_chat(messages: list[dict], tokenizer, max_len: int, tools: list[dict] | None = None,
+                  **template_kwargs) -> dict:
     """input_ids of the whole conversation; labels equal to input_ids on each assistant answer
     through the token that closes its turn (unless the turn has `weight: 0`), IGNORE_INDEX elsewhere. An answer starts where the
     conversation before it, rendered with the generation prompt, stops matching the whole
     conversation: so templates whose generation prompt opens a reasoning block (R1's "<think>",
     Qwen3's empty one with enable_thinking=false) or that render earlier turns differently
-    (Qwen3 drops past reasoning) still label exactly the answer."""
+    (Qwen3 drops past reasoning) still label exactly the answer. `tools`: the JSON schemas an agent's
+    transcript offered (TRL's `tools` column); its tools' replies are context, as every non-assistant turn."""
 
     def render(turns, generation_prompt):
-        return tokenizer.apply_chat_template(turns, tokenize=True, add_generation_prompt=generation_prompt,
+        return tokenizer.apply_chat_template(turns, tools=tools, tokenize=True, add_generation_prompt=generation_prompt,
                                              return_dict=True, **template_kwargs)["input_ids"]
 
     input_ids = render(messages, False)
@@ -289,19 +293,21 @@ def _prompt_of(conversation: list) -> list:
     return conversation[:last]
 
 
-def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer) -> tuple[dict, str, int]:
+def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer, tools: list[dict] | None = None) -> tuple[dict, str, int]:
     """A checked conversation tokenized and cut to max_len, with the reason to drop it ("" to keep it)
     and, where the cut took answer tokens (the answer then trains without its end), its whole length (else 0)."""
     check_messages(messages)
-    template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
-    full = tokenize_chat(messages, tokenizer, 1 << 62, **template_kwargs)
+    template_kwargs = cfg.template_kwargs
+    full = tokenize_chat(messages, tokenizer, 1 << 62, tools, **template_kwargs)
     kept = {k: v[: cfg.max_len] for k, v in full.items()}
     cut_answer = any(t != IGNORE_INDEX for t in full["labels"][cfg.max_len:])
     return kept, _drop_reason(kept["labels"], full["labels"]), len(full["input_ids"]) if cut_answer else 0
 
 
 def _encode_sft(row: dict, cfg: DatasetConfig, tokenizer, fmt: str) -> tuple[dict, str, int]:
-    kept, drop, cut = _tokenize_kept(conversation(row, fmt, cfg.messages_key), cfg, tokenizer)
+    tools = row.get("tools")  # TRL's column of an agent's transcripts: a list of schemas, or its JSON
+    tools = json.loads(tools) if isinstance(tools, str) else tools
+    kept, drop, cut = _tokenize_kept(conversation(row, fmt, cfg.messages_key), cfg, tokenizer, tools or None)
     return {**kept, "lengths": [len(kept["input_ids"])]}, drop, cut
 
 
@@ -327,17 +333,19 @@ def _pieces(batch: dict, max_len: int) -> dict:
     return out
 
 
-def _encode_prompt(row: dict, cfg: DatasetConfig, tokenizer, fmt: str, limit: int) -> tuple[dict, str, int]:
-    """A prompt's token ids (chat messages rendered with the generation prompt, text as it is) and,
-    as JSON, the prompt itself and the row's other columns (any shapes: the reward functions get them
-    back as they were). Longer than `limit` it is dropped (verl's filter_overlong_prompts)."""
+def _encode_prompt(row: dict, cfg: DatasetConfig, tokenizer, fmt: str, limit: int,
+                   tools: list[dict] | None = None) -> tuple[dict, str, int]:
+    """A prompt's token ids (chat messages rendered with the generation prompt, and an agent's `tools`
+    offered; text as it is) and, as JSON, the prompt itself and the row's other columns (any shapes:
+    the reward functions get them back as they were). Longer than `limit` it is dropped (verl's
+    filter_overlong_prompts)."""
     prompt, columns = prompt_and_columns(row, fmt)
     if isinstance(prompt, str):
         ids = tokenizer(prompt)["input_ids"]
     else:
-        template_kwargs = {} if cfg.enable_thinking is None else {"enable_thinking": cfg.enable_thinking}
-        ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=True,
-                                            **template_kwargs)["input_ids"]
+        template_kwargs = cfg.template_kwargs
+        ids = tokenizer.apply_chat_template(prompt, tools=tools, tokenize=True, add_generation_prompt=True,
+                                            return_dict=True, **template_kwargs)["input_ids"]
     return ({"prompt_ids": ids, "prompt": json.dumps(prompt), "columns": json.dumps(columns, default=str)},
             "overlong_prompt" if len(ids) > limit else "", 0)
 
@@ -365,7 +373,8 @@ def validation_rows(rows: int, ratio: float, seed: int) -> set[int]:
     return set(random.Random(seed).sample(range(rows), held_out))
 
 
-def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0, prompt_limit: int | None = None):
+def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed: int = 0, prompt_limit: int | None = None,
+                  tools: list[dict] | None = None):
     """(training rows, validation rows or None, statistics) of `data_format` ("chat": one
     conversation per row; "pairs": a prompt with chosen and rejected answers; "prompts": a prompt
     of at most `prompt_limit` tokens). A malformed row stops the build with its file and line."""
@@ -376,7 +385,7 @@ def build_dataset(cfg: DatasetConfig, tokenizer, data_format: str = "chat", seed
         raise no_preference_columns(cfg.train_data, raw.column_names)
     if data_format == "prompts":
         fmt = prompt_format(cfg.format, raw.column_names, cfg.train_data)
-        encode_row = functools.partial(_encode_prompt, limit=prompt_limit)
+        encode_row = functools.partial(_encode_prompt, limit=prompt_limit, tools=tools)
     else:
         fmt = "pairs" if data_format == "pairs" else row_format(cfg.format, raw.column_names, cfg.messages_key,
                                                                cfg.train_data)
@@ -442,16 +451,16 @@ def describe_drops(stats: dict) -> str | None:
 
 def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root: Path, builder: bool,
                   data_format: str = "chat", seed: int = 0, poll_timeout: float = 24 * 3600,
-                  prompt_limit: int | None = None):
+                  prompt_limit: int | None = None, tools: list[dict] | None = None):
     """(training rows, validation rows or None, statistics) from the cache; `builder` (one process
     per node) builds it if missing."""
     import datasets
 
-    target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed, prompt_limit)
+    target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed, prompt_limit, tools)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         try:
-            *splits, stats = build_dataset(cfg, tokenizer, data_format, seed, prompt_limit)
+            *splits, stats = build_dataset(cfg, tokenizer, data_format, seed, prompt_limit, tools)
             for name, split in zip(SPLITS, splits):
                 if split is not None:
                     split.save_to_disk(str(tmp / name))
@@ -504,7 +513,7 @@ def _row_format(cfg: DatasetConfig) -> str:
 
 
 def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, cache_root: Path, builder: bool,
-               data_format: str, seed: int, prompt_limit: int | None = None) -> TrainingData:
+               data_format: str, seed: int, prompt_limit: int | None = None, tools: list[dict] | None = None) -> TrainingData:
     """The run's data from its `datasets` section, tokenized by the model's tokenizer (its own files,
     `source`, where the model has them); `builder` (one process per node) tokenizes into the cache."""
     from transformers import AutoTokenizer
@@ -517,7 +526,7 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
         if data_format != "chat" or _row_format(section) != "text":  # plain text is tokenized without a template
             raise
     train, validation, stats = load_or_build(section, tokenizer, tokenizer_name, cache_root, builder=builder,
-                                             data_format=data_format, seed=seed, prompt_limit=prompt_limit)
+                                             data_format=data_format, seed=seed, prompt_limit=prompt_limit, tools=tools)
     special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}
     return TrainingData(train, validation, len(tokenizer), special, stats, tokenizer)
 

@@ -102,7 +102,23 @@ def _tokenizer(model: ModelConfig):
     return Tokenizer.from_file(str(local / "tokenizer.json")), _template(local)[0] is not None
 
 
-def _rendered(messages: list[dict], template: str, config: dict) -> str:
+def agent_tokenizer(model: ModelConfig, ds: DatasetConfig):
+    """The local tokenizer with the recipe's chat template, as transformers renders it (an agent's tools
+    and replies go through it; transformers' fast tokenizer, without torch); None where it is not local."""
+    local = _local_tokenizer(model)
+    if local is None:
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(local))
+    if ds.chat_template:
+        given = Path(ds.chat_template)
+        tokenizer.chat_template = given.read_text() if "{" not in ds.chat_template and given.is_file() \
+            else ds.chat_template
+    return tokenizer
+
+
+def _rendered(messages: list[dict], template: str, config: dict, tools: list[dict] | None = None) -> str:
     """A prompt as the trainer gives it to the model: the chat template with the generation prompt
     (Jinja, as transformers renders it)."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -111,16 +127,18 @@ def _rendered(messages: list[dict], template: str, config: dict) -> str:
         return value.get("content") if isinstance(value, dict) else value
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent)  # transformers' (no HTML escapes)
+    return env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=True,
                                             bos_token=token(config.get("bos_token")) or "",
                                             eos_token=token(config.get("eos_token")) or "")
 
 
-def preview(ds: DatasetConfig, model: ModelConfig, data_format: str, prompt_limit: int = 0) -> DataPreview | None:
+def preview(ds: DatasetConfig, model: ModelConfig, data_format: str, prompt_limit: int = 0,
+            tools: list[dict] | None = None) -> DataPreview | None:
     """The sample's verdict, or None for data that is not local (a hub id) or a save_to_disk directory.
     A problem the trainer would stop on is raised here, one line, with the row it is in.
     `data_format`: the method's rows (training.contract.methods): chat, pairs or prompts (counted
-    against `prompt_limit`, GRPO's max_prompt_length)."""
+    against `prompt_limit`, GRPO's max_prompt_length, with an agent's `tools` offered)."""
     path = Path(ds.train_data)
     if not path.exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
         return None
@@ -129,7 +147,7 @@ def preview(ds: DatasetConfig, model: ModelConfig, data_format: str, prompt_limi
         return None
     columns = list(rows[0][1])
     if data_format == "prompts":
-        return _prompts(ds, model, rows, columns, prompt_limit)
+        return _prompts(ds, model, rows, columns, prompt_limit, tools)
     if data_format == "pairs":
         if not {"chosen", "rejected"} <= set(columns):
             raise no_preference_columns(ds.train_data, columns)
@@ -156,7 +174,7 @@ def preview(ds: DatasetConfig, model: ModelConfig, data_format: str, prompt_limi
 
 
 def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]], columns: list[str],
-             limit: int) -> DataPreview:
+             limit: int, tools: list[dict] | None) -> DataPreview:
     """GRPO's prompt rows: their format, the columns their reward functions get, their lengths."""
     fmt = prompt_format(ds.format, columns, ds.train_data)
     texts, given, examples = [], set(), []
@@ -176,7 +194,7 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
         given_file = Path(ds.chat_template)
         template = ds.chat_template if "{" in ds.chat_template else \
             given_file.read_text() if given_file.is_file() else template
-    lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config),
+    lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config, tools),
                                     add_special_tokens=isinstance(t, str)).ids) for t in texts] if tokenizer else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,
                        sum(n > limit for n in lengths), tuple(sorted(given)), "method_args.max_prompt_length",

@@ -203,6 +203,10 @@ def rollout_reproducibility(plan: Plan) -> str | None:
     options = sampling_options(plan.base.training_config)
     if options is None:
         return None
+    if options.environment:
+        return (f"an agent's trajectories on the trainer's own sampler: the same at any world size, bitwise, where its "
+                f"environment ({options.environment}) answers the same calls alike; one that reaches a service or "
+                f"keeps state beyond its trajectory makes them valid draws but not a fixed-size run's")
     if options.rollout_engine == "trainer":
         return "the trainer's own sampler: a completion is the same at any world size, bitwise"
     if not plan.instance.gpus:

@@ -104,6 +104,11 @@ class DatasetConfig:
     enable_thinking: bool | None = None  # passed to the chat template if set (Qwen3: false trains without reasoning)
     chat_template: str | None = None  # a Jinja chat template (its text, or a file), for a tokenizer without one
 
+    @property
+    def template_kwargs(self) -> dict:
+        """The chat template's arguments every rendering of the run's rows takes."""
+        return {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+
 
 @dataclass
 class TrainingArgs:

@@ -19,6 +19,7 @@ from training.contract.rewards import load_reward
 
 KEY = "training_config.training_args.method_args.environment"
 LIFECYCLE = ("reset",)  # public methods that are not tools
+AGENT_ON_VLLM = f"{KEY}: an agent's multi-turn rollouts run on the trainer's own sampler; set rollout_engine=trainer"
 
 
 @dataclass(frozen=True)

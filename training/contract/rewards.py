@@ -66,10 +66,11 @@ class TrainerState:
 # --- the built-ins -----------------------------------------------------------------------------------
 
 def completion_text(completion) -> str:
-    """A completion as text: a string, or the content of chat messages (TRL's assistant message list)."""
+    """A completion as text: a string, or the content of chat messages (TRL's assistant message list;
+    an agent's turns without its tools' replies)."""
     if isinstance(completion, str):
         return completion
-    return "".join(message.get("content") or "" for message in completion)
+    return "".join(message.get("content") or "" for message in completion if message.get("role") != "tool")
 
 
 def reference_answer(columns: dict[str, list], row: int, options: RewardOptions) -> str:

@@ -46,6 +46,7 @@ class RunInfo:
     run_dir: Path | None = None  # the run's (shared) directory: what an inference engine writes
     compute_dtype: torch.dtype = torch.float32  # what the forward computes in (mixed_precision)
     train_rows: int = 0  # the training data's rows (an epoch's samples)
+    template_kwargs: dict | None = None  # the chat template's arguments (enable_thinking), as the data renders it
 
 
 class TrainingMethod:
@@ -54,6 +55,7 @@ class TrainingMethod:
 
     rows_per_sample = 1  # rows of a micro-batch per sample (DPO: chosen and rejected)
     prompt_limit: int | None = None  # prompt rows (GRPO): longer prompts are left out of the data
+    prompt_tools: list[dict] | None = None  # an agent's tools (JSON schemas): its prompts offer them
 
     def __init__(self, args, options, device: torch.device, shape: BatchShape | None = None):
         self.args = args  # TrainingArgs

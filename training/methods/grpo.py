@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
@@ -96,11 +97,25 @@ class Args:  # training_args.method_args, with verl's defaults
     eval_group_size: int = ranged(1, ge=1)
     eval_pass_k: list | None = None
     eval_success_threshold: float = 1.0
+    # An agent (training.rl.agent_rollout): the environment class (path/to/file.py:Class or package.module:Class)
+    # instantiated per trajectory, whose public methods are the tools; the turns end at the first answer
+    # without a call, max_turns or max_total_tokens (every turn and reply after the prompt; None: max_new_tokens
+    # per turn, max_turns turns). max_new_tokens bounds each turn.
+    environment: str | None = None
+    max_turns: int = ranged(4, ge=1)
+    max_total_tokens: int | None = ranged(None, ge=1)
+    tool_timeout: float = ranged(60.0, gt=0)  # seconds per tool call; past it the trajectory ends
+    max_concurrency: int = ranged(32, ge=1)  # tool calls at once on a rank
+    on_tool_timeout: str = one_of("drop", "zero", "score")  # a timed-out trajectory's reward: left out, 0, or scored
 
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
 ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
                 "rollout_s", "reward_s", "weight_sync_s", "logprob_s", "dropped")
+# An agent's, after them: the trajectories' turns, calls, errors and timeouts, how they ended, and the rollout's
+# wait for its environments (then one count of calls per tool)
+AGENT_SUMS = ("turns", "tool_calls", "tool_errors", "tool_timeouts", "ended_max_turns", "ended_max_total_tokens",
+              "environment_s")
 UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy", "correction")
 
 
@@ -130,8 +145,10 @@ def generation_eos_ids(config, model_path: str | None) -> list[int]:
 
 
 def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
-    """The rollout's view of prompt rows (training.data's GRPO rows)."""
-    return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"])) for p in prompts]
+    """The rollout's view of prompt rows (training.data's GRPO rows): an agent's episode starts from
+    the prompt and the row's columns."""
+    return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"]),
+                        {"prompt": json.loads(p["prompt"]), "columns": json.loads(p["columns"])}) for p in prompts]
 
 
 def update_shares(plan, mini_batches: int) -> list[list[list[int]]]:
@@ -161,6 +178,12 @@ class GRPO(TrainingMethod):
         self.prompt_limit = options.max_prompt_length
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
                                      log_probs=options.rollout_correction != "none")
+        if options.environment:
+            from training.contract.environments import load_environment, tools
+
+            self.prompt_tools = [t.schema for t in tools(load_environment(options.environment))]
+            if options.rollout_engine == "vllm":
+                raise ConfigError(AGENT_ON_VLLM)
         specs = options.rewards or DEFAULT_REWARDS
         self.judge_settings = judge_settings(options.judge) if JUDGE in specs else None
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
@@ -186,6 +209,8 @@ class GRPO(TrainingMethod):
         self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
         self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
             ShardedModelRollout(model, self.device, self.args.seed)
+        if self.options.environment:
+            self.engine = self._agent(self.engine, run)
         if self.judge_settings is not None:
             from training.rl.judge import Judge
 
@@ -193,6 +218,23 @@ class GRPO(TrainingMethod):
             dist.broadcast_object_list(size, src=0)
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir / "judge_ledger",
                                        size[0], f"rank{run.rank}")
+
+    def _agent(self, sampler, run):
+        from training.contract.tool_template import ToolTemplate
+        from training.rl.agent_rollout import AgentRollout
+        from training.rl.environment_pool import Environments
+
+        o = self.options
+        template = ToolTemplate(run.tokenizer, self.prompt_tools, **(run.template_kwargs or {}))
+        self.environments = Environments(o.environment, self.rewards, o.tool_timeout, o.max_concurrency)
+        return AgentRollout(sampler, self.environments, template, run.tokenizer, o.max_turns, self.completion_budget,
+                            o.max_prompt_length)
+
+    @property
+    def completion_budget(self) -> int:
+        """A completion's most tokens: an agent's every turn and reply, or one answer."""
+        o = self.options
+        return (o.max_total_tokens or o.max_new_tokens * o.max_turns) if o.environment else o.max_new_tokens
 
     def checkpointed(self, step: int) -> None:
         if self.rewards.judge is not None:
@@ -202,7 +244,7 @@ class GRPO(TrainingMethod):
     def row_shape(self) -> BatchShape:
         """Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape)."""
         o = self.options
-        return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + o.max_new_tokens, False)
+        return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + self.completion_budget, False)
 
     def _vllm(self, model, run):
         from training.contract.vllm_builds import batch_invariance_refusal, installed
@@ -308,7 +350,11 @@ class GRPO(TrainingMethod):
             self.rewards.close(kill=True)
             return None
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
-        return Rollout(groups, completions, [x for totals, _ in scores for x in totals], per_function,
+        totals = [x for totals, _ in scores for x in totals]
+        if self.options.environment:
+            totals = self._after_timeouts(totals, [c for group in completions for c in group])
+            self.environments.release([c.trace.key for group in completions for c in group])
+        return Rollout(groups, completions, totals, per_function,
                        (generated - started, time.perf_counter() - generated, self.engine.sync_s))
 
     def _reward_call(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> tuple:
@@ -320,21 +366,34 @@ class GRPO(TrainingMethod):
         chats = {id(p): json.loads(p["prompt"]) for p in prompts}
         columns = {id(p): json.loads(p["columns"]) for p in prompts}
         texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for _, c in rows]
-        given = [t if isinstance(chats[id(p)], str) else [{"role": "assistant", "content": t}]
-                 for (p, _), t in zip(rows, texts)]
+        given = [t if isinstance(chats[id(p)], str) else _messages(c, t) for (p, c), t in zip(rows, texts)]
         keys = sorted({k for c in columns.values() for k in c})
         epoch = step * self.args.train_batch_size / max(self.run.train_rows, 1)
+        extras = {"completion_ids": [list(c.token_ids) for _, c in rows], "trainer_state": TrainerState(step, epoch)}
+        if self.options.environment:
+            extras["environment_keys"] = [c.trace.key for _, c in rows]
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
-                [c.sample_id for _, c in rows],
-                {"completion_ids": [list(c.token_ids) for _, c in rows], "trainer_state": TrainerState(step, epoch)})
+                [c.sample_id for _, c in rows], extras)
+
+    def _after_timeouts(self, totals: list[float], completions: list[Completion]) -> list[float]:
+        """A trajectory that a tool's timeout ended, rewarded as on_tool_timeout says (drop: NaN, left
+        out of its group's advantage, as a dropped verdict)."""
+        policy = self.options.on_tool_timeout
+        if policy == "score":
+            return totals
+        return [(math.nan if policy == "drop" else 0.0) if c.trace.ended == "tool_timeout" else total
+                for total, c in zip(totals, completions)]
 
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
         for p, i in completions:
             group, completion = rollout.groups[p], rollout.completions[p][i]
-            ids = list(group.prompt_ids) + list(completion.token_ids)
-            rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(group.prompt_ids) + list(completion.token_ids),
+            prompt = completion.prompt_ids or group.prompt_ids
+            ids = list(prompt) + list(completion.token_ids)
+            trained = [t if own else IGNORE_INDEX  # an agent's tools' replies carry no loss
+                       for t, own in zip(completion.token_ids, completion.loss_mask or [1] * len(completion.token_ids))]
+            rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(prompt) + trained,
                          "sample_ids": [group.sample_id], "lengths": [len(ids)]})
             advantage.append(advantages[p * n + i])
         batch = collate(rows, self.row_shape)
@@ -343,7 +402,8 @@ class GRPO(TrainingMethod):
         if self.options.rollout_correction != "none":  # the sampler's log-probabilities where the labels hold its tokens
             batch["rollout_log_probs"] = torch.zeros(batch["labels"].shape)
             for row, (p, i) in enumerate(completions):
-                start, values = len(rollout.groups[p].prompt_ids) - 1, rollout.completions[p][i].log_probs
+                completion = rollout.completions[p][i]
+                start, values = len(completion.prompt_ids or rollout.groups[p].prompt_ids) - 1, completion.log_probs
                 batch["rollout_log_probs"][row, start:start + len(values)] = torch.tensor(values)
         with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
             inputs = model_inputs(batch, self.device)
@@ -426,8 +486,10 @@ class GRPO(TrainingMethod):
                                  "completion": decode(c.token_ids, skip_special_tokens=True),
                                  "reward": _or_none(rollout.rewards[k]),  # None: the judge's verdict was dropped
                                  "rewards": {name: _or_none(rollout.per_function[spec][k])
-                                             for name, spec in zip(self.reward_names, self.reward_specs)}})
-        return {"completions": [[c.sample_id, c.index, list(c.token_ids)] for group in rollout.completions for c in group],
+                                             for name, spec in zip(self.reward_names, self.reward_specs)},
+                                 **({"turns": c.trace.turns, "ended": c.trace.ended} if c.trace is not None else {})})
+        return {"completions": [[c.sample_id, c.index, list(c.token_ids), *([list(c.loss_mask)] if c.loss_mask else [])]
+                                for group in rollout.completions for c in group],
                 "readable": readable}
 
     # --- metrics ---
@@ -447,15 +509,25 @@ class GRPO(TrainingMethod):
                   cut, *rollout.seconds, self._logprob_s, len(rollout.rewards) - len(scored),
                   *(sum(x for x in scores if _scored(x)) for scores in rollout.per_function.values()),
                   *(sum(_scored(x) for x in scores) for scores in rollout.per_function.values()),
-                  *(self.rewards.judge.costs().values() if self.rewards.judge is not None else [])]
+                  *(self.rewards.judge.costs().values() if self.rewards.judge is not None else []),
+                  *(self._agent_sums(rollout) if self.options.environment else [])]
         return torch.tensor(values, dtype=torch.float64, device=self.device)
+
+    def _agent_sums(self, rollout: Rollout) -> list[float]:
+        traces = [c.trace for group in rollout.completions for c in group]
+        tools = [t["function"]["name"] for t in self.prompt_tools]
+        return [sum(len(t.turns) for t in traces), sum(sum(t.calls.values()) for t in traces),
+                sum(t.errors for t in traces), sum(t.timeouts for t in traces),
+                sum(t.ended == "max_turns" for t in traces), sum(t.ended == "max_total_tokens" for t in traces),
+                self.engine.environment_s, *(sum(t.calls.get(name, 0) for t in traces) for name in tools)]
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
         update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
         rollout = dict(zip(ROLLOUT_SUMS, stats[len(UPDATE_SUMS):len(UPDATE_SUMS) + len(ROLLOUT_SUMS)]))
         functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]  # each function's sum, how many it scored, the judge's
         k = len(self.reward_names)
-        sums, scored, judged = functions[:k], functions[k:2 * k], functions[2 * k:]
+        agent = functions[len(functions) - self._agent_width:]
+        sums, scored, judged = functions[:k], functions[k:2 * k], functions[2 * k:len(functions) - self._agent_width]
         count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
         mean = rollout["reward"] / max(count - rollout["dropped"], 1)
         ranks = self.run.plan.dp_size
@@ -473,7 +545,24 @@ class GRPO(TrainingMethod):
                    if self.options.rollout_correction != "none" else {}),
                 "reward_s": reward_s, "logprob_s": logprob_s,
                 "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9),
-                **(self._judge_metrics(judged, rollout["dropped"]) if len(judged) else {})}
+                **(self._judge_metrics(judged, rollout["dropped"]) if len(judged) else {}),
+                **(self._agent_metrics(agent, count) if len(agent) else {})}
+
+    @property
+    def _agent_width(self) -> int:
+        return len(AGENT_SUMS) + len(self.prompt_tools) if self.options.environment else 0
+
+    def _agent_metrics(self, sums, trajectories: float) -> dict:
+        """Per trajectory: turns, calls (and per tool), errors and timeouts; the share ended by
+        max_turns or max_total_tokens; the ranks' mean wait for their environments."""
+        agent = dict(zip(AGENT_SUMS, sums))
+        tools = [t["function"]["name"] for t in self.prompt_tools]
+        return {"turns_mean": agent["turns"] / trajectories, "tool_calls_mean": agent["tool_calls"] / trajectories,
+                **{f"tool_calls_{name}": n / trajectories for name, n in zip(tools, sums[len(AGENT_SUMS):])},
+                "tool_errors": agent["tool_errors"], "tool_timeouts": agent["tool_timeouts"],
+                "ended_max_turns": agent["ended_max_turns"] / trajectories,
+                "ended_max_total_tokens": agent["ended_max_total_tokens"] / trajectories,
+                "environment_s": agent["environment_s"] / self.run.plan.dp_size}
 
     def _judge_metrics(self, sums, dropped: float) -> dict:
         """The judge's account of the step (training.rl.judge.Costs): counts summed over ranks, its
@@ -493,6 +582,9 @@ class GRPO(TrainingMethod):
         sums = [0.0] * (3 + len(o.eval_pass_k or []))
         if prompts:
             totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
+            if o.environment:
+                totals = self._after_timeouts(totals, [c for group in completions for c in group])
+                self.environments.release([c.trace.key for group in completions for c in group])
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
             passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
@@ -514,6 +606,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimate of pass@k from n completions of which c passed (Chen et al., 2021):
     1 - C(n - c, k) / C(n, k)."""
     return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _messages(completion: Completion, text: str) -> list[dict]:
+    """A completion as TRL gives a chat prompt's: the assistant's message, or an agent's turns and its
+    tools' replies."""
+    if completion.trace is None:
+        return [{"role": "assistant", "content": text}]
+    messages = []
+    for turn in completion.trace.turns:
+        messages.append({"role": "assistant", "content": turn["model"]})
+        messages += [{"role": "tool", "name": r["name"], "content": r["content"]} for r in turn.get("replies", [])]
+    return messages
 
 
 def _scored(value) -> bool:

@@ -20,6 +20,9 @@ from training.contract.rewards import (RewardError, RewardOptions, absolute, cal
 from training.runtime.elastic import signal_mask_kept
 
 
+PER_COMPLETION = ("completion_ids", "environment_keys")  # extras with one entry per completion
+
+
 def _bad_score(value) -> str | None:
     if value is None:  # TRL's "not applicable": the other functions score that completion
         return None
@@ -62,6 +65,11 @@ class RewardPool:
             self._pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_start,
                                              initargs=(os.getpid(),))
         return self._pool
+
+    def run(self, fn: Callable, *args) -> Future:
+        """`fn(*args)` in the pool's process (an agent's environments live there: training.rl.environment_pool)."""
+        with signal_mask_kept():  # a submit may start the pool's process
+            return self._executor().submit(fn, *args)
 
     def score(self, prompts: list, completions: list, columns: dict[str, list], sample_ids: list[int],
               extras: dict | None = None) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -123,9 +131,13 @@ class RewardPool:
             step = extras["trainer_state"].global_step + 1 if extras else 0  # the step they are drawn for
             return self.judge.submit(prompts, [completion_text(c) for c in completions], columns,
                                      lambda row: reference_or_none(columns, row, self.options), step)
-        with signal_mask_kept():  # a submit may start the pool's process
-            return self._executor().submit(call_reward, absolute(spec), self.options, prompts, completions, columns,
-                                           extras)
+        if extras and "environment_keys" in extras:
+            from training.rl.environment_pool import score
+
+            rest = {k: v for k, v in extras.items() if k != "environment_keys"}
+            return self.run(score, absolute(spec), self.options, prompts, completions, columns, rest,
+                            extras["environment_keys"])
+        return self.run(call_reward, absolute(spec), self.options, prompts, completions, columns, extras)
 
     def _checked(self, spec, future, prompts, completions, columns, sample_ids, extras) -> list[float | None]:
         if not future.done():
@@ -156,7 +168,7 @@ class RewardPool:
     def _failing_row(self, spec, prompts, completions, columns, extras) -> int | None:
         for row in range(len(completions)):
             one = {k: v[row:row + 1] for k, v in columns.items()}
-            own = {**extras, "completion_ids": extras["completion_ids"][row:row + 1]} if extras else None
+            own = {k: v[row:row + 1] if k in PER_COMPLETION else v for k, v in extras.items()} if extras else None
             try:
                 self._submit(spec, prompts[row:row + 1], completions[row:row + 1], one, own).result(
                     timeout=self.timeout_s)

@@ -26,17 +26,24 @@ from training.rl.sampling import SamplingParams, completion_generator, next_toke
 class PromptGroup:
     sample_id: int  # the prompt's row in the training data: with the step, it seeds its completions
     prompt_ids: tuple[int, ...]
+    # An agent's episode: the prompt as the data gives it and the row's columns (its environment's reset)
+    episode: dict | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Completion:
     sample_id: int
     index: int  # which of the group's completions
-    token_ids: tuple[int, ...]  # up to and including the stop token
+    token_ids: tuple[int, ...]  # up to and including the stop token (an agent's: every turn and every reply)
     stopped: bool  # ended on a stop token; False: cut at max_new_tokens
     # The sampler's log-probability of each token (untempered, NaN where it gave none), when asked for
     # (SamplingParams.log_probs); not part of what makes two completions the same.
     log_probs: tuple[float, ...] = field(default=(), compare=False)
+    # An agent's trajectory: 1 on the model's own tokens, 0 on its tools' replies (empty: all the model's);
+    # its own prompt where the environment's first observation extended the group's
+    loss_mask: tuple[int, ...] = ()
+    prompt_ids: tuple[int, ...] | None = None
+    trace: object = field(default=None, compare=False)  # training.rl.agent_rollout.Trace: turns, calls, timings
 
 
 def never() -> bool:
@@ -67,27 +74,37 @@ class ShardedModelRollout:
         pass
 
     def generate(self, groups, n, params, step, interrupted=never):
+        with self.session():
+            for group in groups:
+                prompt = torch.tensor(group.prompt_ids, device=self.device)
+                generators = [completion_generator(self.seed, group.sample_id, i, step) for i in range(n)]
+                rows = self.sample(prompt, generators, params, params.max_new_tokens, interrupted)
+                if rows is None:
+                    return
+                yield [Completion(group.sample_id, i, tuple(t), s, tuple(lp) if params.log_probs else ())
+                       for i, (t, s, lp) in enumerate(rows)]
+
+    @contextmanager
+    def session(self):
+        """The gathered model for a rollout's generation (its collectives: every rank enters it)."""
         started = time.perf_counter()
         with torch.no_grad(), gathered(self.model):
             if self.device.type == "cuda":
                 torch.cuda.synchronize()  # the all-gathers done, not only queued
             self.sync_s = time.perf_counter() - started
-            for group in groups:
-                completions = self._group(group, n, params, step, interrupted)
-                if completions is None:
-                    return
-                yield completions
+            yield
 
-    def _group(self, group: PromptGroup, n: int, params: SamplingParams, step: int,
-               interrupted: Callable[[], bool]) -> list[Completion] | None:
-        generators = [completion_generator(self.seed, group.sample_id, i, step) for i in range(n)]
-        prompt = torch.tensor(group.prompt_ids, device=self.device)
+    def sample(self, prompt: torch.Tensor, generators: list[torch.Generator], params: SamplingParams,
+               max_new_tokens: int, interrupted: Callable[[], bool] = never) -> list[tuple] | None:
+        """One row per generator, all continuing `prompt` (in a session): each row's (tokens, whether it
+        ended on a stop token, log-probabilities or Nones); None once `interrupted()` is true."""
+        n = len(generators)
         ids, positions = prompt.expand(n, -1), torch.arange(len(prompt), device=self.device).expand(n, -1)
         tokens: list[list[int]] = [[] for _ in range(n)]
         log_probs: list[list[float]] = [[] for _ in range(n)]
         stopped, cache = [False] * n, None
         stop_ids = set(params.stop_token_ids)
-        for _ in range(params.max_new_tokens):
+        for _ in range(max_new_tokens):
             if interrupted():
                 return None
             logits, cache = self.model(ids, positions, cache=cache)
@@ -103,8 +120,7 @@ class ShardedModelRollout:
                 break
             # A finished row keeps decoding (its tokens are dropped): the batch keeps its shape.
             ids, positions = drawn.unsqueeze(1), positions[:, -1:] + 1
-        return [Completion(group.sample_id, i, tuple(t), s, tuple(lp) if params.log_probs else ())
-                for i, (t, s, lp) in enumerate(zip(tokens, stopped, log_probs))]
+        return list(zip(tokens, stopped, log_probs))
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """A completion's random draws come from (seed, the prompt's sample id, the completion's index in its
-group, the step) and nothing else: not the rank, the batch it was generated in, or how many ranks
+group, the step, and for an agent's later turns the turn) and nothing else: not the rank, the batch it was generated in, or how many ranks
 there are. Each completion gets its own generator, and the next token is drawn from it alone, so a
 rollout at 1, 2 or 3 ranks draws the same numbers for the same completion."""
 
@@ -25,14 +25,16 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def completion_seed(seed: int, sample_id: int, generation: int, step: int) -> int:
-    """A 63-bit seed of its own for each completion: a hash, so neighbouring ids share no stream."""
-    digest = hashlib.blake2b(f"{seed}/{sample_id}/{generation}/{step}".encode(), digest_size=8).digest()
+def completion_seed(seed: int, sample_id: int, generation: int, step: int, turn: int = 0) -> int:
+    """A 63-bit seed of its own for each completion (each turn of an agent's): a hash, so neighbouring
+    ids share no stream. A first turn's seed is a single-turn completion's."""
+    coordinates = f"{seed}/{sample_id}/{generation}/{step}" + (f"/{turn}" if turn else "")
+    digest = hashlib.blake2b(coordinates.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
 
-def completion_generator(seed: int, sample_id: int, generation: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(completion_seed(seed, sample_id, generation, step))
+def completion_generator(seed: int, sample_id: int, generation: int, step: int, turn: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(completion_seed(seed, sample_id, generation, step, turn))
 
 
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -215,10 +215,11 @@ class Trainer:
         ds, ta = tc.datasets, tc.training_args
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
         m = self.method
-        self.data = process.data((ds, tc.model_config, self.source, m.data_format, ta.seed, m.prompt_limit),
+        tools = json.dumps(m.prompt_tools)  # an agent's: its prompts offer them
+        self.data = process.data((ds, tc.model_config, self.source, m.data_format, ta.seed, m.prompt_limit, tools),
                                  lambda: build_data(ds, tc.model_config, self.source, self.run_dir / "data_cache",
                                                     builder=self.topo.local_rank == 0, data_format=m.data_format,
-                                                    seed=ta.seed, prompt_limit=m.prompt_limit))
+                                                    seed=ta.seed, prompt_limit=m.prompt_limit, tools=m.prompt_tools))
         self._log_data(ds, ta)
         self.cfg = cfg = as_run(loaded, len(self.data.train), self.data.vocab_size, self.data.special_tokens,
                                 self.on_gpu)
@@ -256,7 +257,8 @@ class Trainer:
                                                         lambda: self.stop.requested, self._agree_stop,
                                                         tc.model_config.model_name_or_path, self.run_dir,
                                                         torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
-                                                        else torch.float32, len(self.data.train)))
+                                                        else torch.float32, len(self.data.train),
+                                                        tc.datasets.template_kwargs))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation
