@@ -70,7 +70,7 @@ def pytest_sessionfinish(session, exitstatus):
 MAIN_COMMAND = ["recipes=llama/llama3_1_8b_sft", "recipes.elastic_policy.is_elastic=true",
                 "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8"]
 
-METHODS = ("sft_lora", "grpo_rlaif_lora", "grpo_lora", "grpo_rlaif", "sft", "dpo", "grpo")
+METHODS = ("sft_lora", "grpo_rlaif_lora", "grpo_lora", "grpo_rlaif", "agent_lora", "sft", "dpo", "grpo", "agent")
 
 
 def method_of(recipe: str) -> str:

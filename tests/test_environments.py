@@ -1,6 +1,8 @@
 """Agent environments as TRL users write them, checked before anything runs (training.contract.environments),
 and tool calls read from a model's own output in its family's format (training.contract.tool_calls)."""
 
+import re
+
 import pytest
 
 from conftest import ROOT
@@ -262,3 +264,123 @@ def test_reward_functions_read_the_trajectories_environments(pool, tmp_path):
     environment_pool.start_episodes(spec, [(k, {}, 5 * k[1]) for k in keys])
     assert environment_pool.score(f"{tmp_path / 'reward.py'}:seen", RewardOptions(), ["p", "p"], ["a", "b"], {}, {},
                                   keys) == [0.0, 5.0]
+
+
+# --- the multi-turn rollout (training.rl.agent_rollout) with a scripted policy ---
+
+AGENT_ENV = f"{ROOT / 'data' / 'agent_tiny_env.py'}:SecretNumbers"
+
+
+class InProcess:
+    """The reward process's place, here: the environments' functions run in threads of this process."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(1)
+
+    def run(self, fn, *args):
+        return self.executor.submit(fn, *args)
+
+
+class ScriptedPolicy:
+    """A sampler that calls `lookup` until it has read a reply (or always, `stubborn`), then answers."""
+
+    def __init__(self, tok, stubborn=False):
+        import torch
+
+        self.tok, self.stubborn, self.device, self.seed, self.sync_s = tok, stubborn, torch.device("cpu"), 0, 0.0
+
+    def session(self):
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def close(self):
+        pass
+
+    def sample(self, prompt, generators, params, max_new_tokens, interrupted):
+        seen = self.tok.decode(prompt.tolist())
+        text = ("The secret number of apple is 17." if "</tool_response>" in seen and not self.stubborn else
+                '<tool_call>\n{"name": "lookup", "arguments": {"word": "apple"}}\n</tool_call>') + "<|im_end|>"
+        ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        return [(ids[:max_new_tokens], len(ids) <= max_new_tokens, [None] * min(len(ids), max_new_tokens))
+                for _ in generators]
+
+
+def agent_rollout(policy, max_turns=3, max_total_tokens=256):
+    from training.contract.environments import load_environment
+    from training.contract.tool_template import ToolTemplate
+    from training.rl.agent_rollout import AgentRollout
+    from training.rl.environment_pool import Environments
+
+    tok = policy.tok
+    schemas = [t.schema for t in tools(load_environment(AGENT_ENV))]
+    return AgentRollout(policy, Environments(AGENT_ENV, InProcess(), 5.0, 4), ToolTemplate(tok, schemas), tok,
+                        max_turns, max_total_tokens, 1024), schemas
+
+
+def one_group(rollout, schemas, n=2):
+    from training.rl.rollout import PromptGroup
+    from training.rl.sampling import SamplingParams
+
+    prompt = [{"role": "user", "content": "What is the secret number of apple?"}]
+    ids = tuple(rollout.template.prompt_ids(prompt))
+    group = PromptGroup(5, ids, {"prompt": prompt, "columns": {"word": "apple"}})
+    params = SamplingParams(max_new_tokens=64, stop_token_ids=(rollout.tokenizer.convert_tokens_to_ids("<|im_end|>"),))
+    (completions,) = rollout.generate([group], n, params, step=1)
+    return completions
+
+
+def test_an_agents_trajectory_is_its_turns_and_the_tools_replies_with_the_loss_on_its_own_tokens():
+    from training.methods.grpo import training_row
+    from training.rl import environment_pool
+    from training.rl.rollout import PromptGroup
+
+    tok = tokenizer()
+    rollout, schemas = agent_rollout(ScriptedPolicy(tok))
+    completions = one_group(rollout, schemas)
+    assert len(completions) == 2 and completions[0].token_ids == completions[1].token_ids
+    c = completions[0]
+    mask, ids = c.loss_mask, c.token_ids
+    reply = [t for t, m in zip(ids, mask) if not m]
+    assert tok.decode(reply) == "\n<|im_start|>user\n<tool_response>\n17\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert re.fullmatch("1+0+1+", "".join(map(str, mask)))  # a turn, its reply, the answer
+    assert tok.decode([t for t, m in zip(ids, mask) if m]).endswith("<|im_end|>The secret number of apple is 17.<|im_end|>")
+    assert c.stopped and c.trace.ended == "answer" and c.trace.calls == {"lookup": 1} and len(c.trace.turns) == 2
+    assert c.trace.turns[0]["replies"] == [{"name": "lookup", "content": "17", "status": "ok"}]
+    # the updates train the model's own tokens only
+    row = training_row(PromptGroup(5, tuple(range(3))), c)
+    assert [t for t in row["labels"] if t != -100] == [t for t, m in zip(ids, mask) if m]
+    # the reward reads the finished environment
+    messages = [{"role": "assistant", "content": t["model"]} for t in c.trace.turns]
+    assert environment_pool.score(f"{ROOT / 'data' / 'agent_tiny_env.py'}:found", None, [None] * 2,
+                                  [messages] * 2, {}, {}, [x.trace.key for x in completions]) == [1.0, 1.0]
+    environment_pool._live.clear()
+
+
+def test_an_agent_that_keeps_calling_ends_at_max_turns_and_one_out_of_room_at_max_total_tokens():
+    from training.rl import environment_pool
+
+    tok = tokenizer()
+    rollout, schemas = agent_rollout(ScriptedPolicy(tok, stubborn=True), max_turns=3)
+    (c, _) = one_group(rollout, schemas)
+    assert c.trace.ended == "max_turns" and c.trace.calls == {"lookup": 2} and len(c.trace.turns) == 3
+    rollout, schemas = agent_rollout(ScriptedPolicy(tok, stubborn=True), max_turns=8, max_total_tokens=120)
+    (c, _) = one_group(rollout, schemas)
+    assert c.trace.ended == "max_total_tokens" and len(c.token_ids) <= 120 and not c.stopped
+    environment_pool._live.clear()
+
+
+def test_a_timed_out_trajectorys_reward_is_as_on_tool_timeout_says():
+    import math
+
+    from training.methods.grpo import after_timeouts
+    from training.rl.agent_rollout import Trace
+    from training.rl.rollout import Completion
+
+    done, timed_out = (Completion(0, i, (), True, trace=Trace(ended=e)) for i, e in enumerate(("answer", "tool_timeout")))
+    assert after_timeouts([0.5, 0.7], [done, timed_out], "score") == [0.5, 0.7]
+    assert after_timeouts([0.5, 0.7], [done, timed_out], "zero") == [0.5, 0.0]
+    kept, dropped = after_timeouts([0.5, 0.7], [done, timed_out], "drop")
+    assert kept == 0.5 and math.isnan(dropped)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
-from training.contract.methods import sampling_options
+from training.contract.methods import completion_budget, sampling_options
 
 GIB = 2**30
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
@@ -354,7 +354,7 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
               "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
               "loss_chunk_tokens": mc.loss_chunk_tokens}
     if o := sampling_options(training_config):  # GRPO: an update's rows are a prompt's completions
-        inputs.update(seq_len=o.max_prompt_length + o.max_new_tokens,
+        inputs.update(seq_len=o.max_prompt_length + completion_budget(o),
                       completions={"per_prompt": o.num_generations, "prompt_len": o.max_prompt_length,
                                    "old_log_probs": o.mini_batches > 1, "reference": o.kl_coef > 0})
         if o.micro_completions:  # a micro-batch of that many completions, whatever the prompts per micro-batch

@@ -20,7 +20,7 @@ from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods
 from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
 from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
-from training.contract.methods import method_facts, sampling_options
+from training.contract.methods import completion_budget, method_facts, sampling_options
 from training.contract.typed import build, ranged
 from training.contract.vllm_builds import batch_invariance_refusal
 
@@ -114,7 +114,7 @@ class SizePlan:
         of each prompt, prompt + completion long."""
         tc = self.config.training_config
         if o := sampling_options(tc):
-            return self.batch.global_batch * o.num_generations * (o.max_prompt_length + o.max_new_tokens)
+            return self.batch.global_batch * o.num_generations * (o.max_prompt_length + completion_budget(o))
         return self.batch.global_batch * tc.datasets.max_len * method_facts(tc.training_args.trainer_type).sequences_per_sample
 
 
@@ -227,7 +227,7 @@ def judge_lines(plan: Plan) -> list[str]:
     if options is None or NAME not in (options.rewards or ()):
         return []
     settings = judge_settings(options.judge)
-    call_tokens = options.max_prompt_length + options.max_new_tokens + 300 + \
+    call_tokens = options.max_prompt_length + completion_budget(options) + 300 + \
         settings.sampling_params.max_completion_tokens  # 300: a template's own words
     return describe(settings, plan.base.training_config.training_args.train_batch_size, options.num_generations,
                     max(s.devices for s in plan.sizes), call_tokens)
@@ -512,7 +512,7 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
     mc, tc = cfg.training_config.model_config, cfg.training_config
     rows, length = micro, tc.datasets.max_len
     if o := sampling_options(tc):  # GRPO's updates: each prompt's completions, prompt + completion long
-        rows, length = o.micro_completions or micro * o.num_generations, o.max_prompt_length + o.max_new_tokens
+        rows, length = o.micro_completions or micro * o.num_generations, o.max_prompt_length + completion_budget(o)
     return estimate(ModelShape.from_config(model_shape), shard_degree, rows, length,
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
                     loss_chunk_tokens=mc.loss_chunk_tokens,
@@ -532,7 +532,7 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
         return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
                                    rollout_gib=step.state_gib + awake + CUDA_CONTEXT_GIB)
     shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
-    tokens = o.num_generations * (o.max_prompt_length + o.max_new_tokens)
+    tokens = o.num_generations * (o.max_prompt_length + completion_budget(o))
     sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB
     return dataclasses.replace(step, rollout_gib=step.state_gib + sampling + CUDA_CONTEXT_GIB)
 

@@ -79,6 +79,14 @@ def _args_class(node: ast.ClassDef, method: str) -> type:
     return dataclasses.make_dataclass("Args", fields)
 
 
+def completion_budget(options) -> int:
+    """A completion's most tokens under GRPO's `method_args`: one answer (max_new_tokens), or an
+    agent's every turn and tool reply (max_total_tokens; unset, max_turns answers)."""
+    if not getattr(options, "environment", None):
+        return options.max_new_tokens
+    return options.max_total_tokens or options.max_new_tokens * options.max_turns
+
+
 def sampling_options(tc):
     """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
     method = method_facts(tc.training_args.trainer_type)

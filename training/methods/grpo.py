@@ -30,6 +30,7 @@ from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
+from training.contract.methods import completion_budget
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, TrainerState, metric_names
 from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
@@ -144,11 +145,31 @@ def generation_eos_ids(config, model_path: str | None) -> list[int]:
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
-def prompt_groups(prompts: list[dict]) -> list[PromptGroup]:
+def prompt_groups(prompts: list[dict], agent: bool = False) -> list[PromptGroup]:
     """The rollout's view of prompt rows (training.data's GRPO rows): an agent's episode starts from
     the prompt and the row's columns."""
     return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"]),
-                        {"prompt": json.loads(p["prompt"]), "columns": json.loads(p["columns"])}) for p in prompts]
+                        {"prompt": json.loads(p["prompt"]), "columns": json.loads(p["columns"])} if agent else None)
+            for p in prompts]
+
+
+def training_row(group: PromptGroup, completion: Completion) -> dict:
+    """A completion as the updates train it: its prompt and tokens, labelled where the policy made
+    them (an agent's tools' replies are context, as the prompt is)."""
+    prompt = completion.prompt_ids or group.prompt_ids
+    own = completion.loss_mask or [1] * len(completion.token_ids)
+    ids = list(prompt) + list(completion.token_ids)
+    labels = [IGNORE_INDEX] * len(prompt) + [t if mine else IGNORE_INDEX for t, mine in zip(completion.token_ids, own)]
+    return {"input_ids": ids, "labels": labels, "sample_ids": [group.sample_id], "lengths": [len(ids)]}
+
+
+def after_timeouts(totals: list[float], completions: list[Completion], policy: str) -> list[float]:
+    """Rewards with the trajectories a tool's timeout ended as `on_tool_timeout` says: drop (NaN: out of
+    its group's advantage, as a dropped verdict), zero, or score (as the reward functions scored it)."""
+    if policy == "score":
+        return totals
+    return [(math.nan if policy == "drop" else 0.0) if c.trace is not None and c.trace.ended == "tool_timeout"
+            else total for total, c in zip(totals, completions)]
 
 
 def update_shares(plan, mini_batches: int) -> list[list[list[int]]]:
@@ -232,9 +253,7 @@ class GRPO(TrainingMethod):
 
     @property
     def completion_budget(self) -> int:
-        """A completion's most tokens: an agent's every turn and reply, or one answer."""
-        o = self.options
-        return (o.max_total_tokens or o.max_new_tokens * o.max_turns) if o.environment else o.max_new_tokens
+        return completion_budget(self.options)
 
     def checkpointed(self, step: int) -> None:
         if self.rewards.judge is not None:
@@ -334,7 +353,7 @@ class GRPO(TrainingMethod):
         None when this rank's stop cut it short."""
         stopped = self.run.stop_requested
         started = time.perf_counter()
-        groups, completions, scoring = prompt_groups(prompts), [], []
+        groups, completions, scoring = prompt_groups(prompts, bool(self.options.environment)), [], []
         model.eval()
         for i, group in enumerate(self.engine.generate(groups, self.options.num_generations, self.params, step, stopped)):
             completions.append(group)
@@ -352,7 +371,7 @@ class GRPO(TrainingMethod):
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
         totals = [x for totals, _ in scores for x in totals]
         if self.options.environment:
-            totals = self._after_timeouts(totals, [c for group in completions for c in group])
+            totals = after_timeouts(totals, [c for group in completions for c in group], self.options.on_tool_timeout)
             self.environments.release([c.trace.key for group in completions for c in group])
         return Rollout(groups, completions, totals, per_function,
                        (generated - started, time.perf_counter() - generated, self.engine.sync_s))
@@ -375,26 +394,11 @@ class GRPO(TrainingMethod):
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
                 [c.sample_id for _, c in rows], extras)
 
-    def _after_timeouts(self, totals: list[float], completions: list[Completion]) -> list[float]:
-        """A trajectory that a tool's timeout ended, rewarded as on_tool_timeout says (drop: NaN, left
-        out of its group's advantage, as a dropped verdict)."""
-        policy = self.options.on_tool_timeout
-        if policy == "score":
-            return totals
-        return [(math.nan if policy == "drop" else 0.0) if c.trace.ended == "tool_timeout" else total
-                for total, c in zip(totals, completions)]
-
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
         for p, i in completions:
-            group, completion = rollout.groups[p], rollout.completions[p][i]
-            prompt = completion.prompt_ids or group.prompt_ids
-            ids = list(prompt) + list(completion.token_ids)
-            trained = [t if own else IGNORE_INDEX  # an agent's tools' replies carry no loss
-                       for t, own in zip(completion.token_ids, completion.loss_mask or [1] * len(completion.token_ids))]
-            rows.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(prompt) + trained,
-                         "sample_ids": [group.sample_id], "lengths": [len(ids)]})
+            rows.append(training_row(rollout.groups[p], rollout.completions[p][i]))
             advantage.append(advantages[p * n + i])
         batch = collate(rows, self.row_shape)
         batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
@@ -416,9 +420,9 @@ class GRPO(TrainingMethod):
 
     def traced_micro_batch(self, vocab: int) -> dict:
         """An update's micro-batch at its largest, for the memory trace: every prompt max_prompt_length
-        and every completion max_new_tokens long, with the log-probabilities it carries."""
+        and every completion at its budget (an agent's: max_total_tokens), with the log-probabilities it carries."""
         o = self.options
-        ids = [i % vocab for i in range(o.max_prompt_length + o.max_new_tokens)]
+        ids = [i % vocab for i in range(o.max_prompt_length + self.completion_budget)]
         labels = [IGNORE_INDEX] * o.max_prompt_length + ids[o.max_prompt_length:]
         batch = collate([{"input_ids": ids, "labels": labels, "sample_ids": [n], "lengths": [len(ids)]}
                          for n in range(self.row_shape.rows)], self.row_shape)
@@ -578,12 +582,12 @@ class GRPO(TrainingMethod):
         prompts, o = batch["prompts"], self.options
         params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
         # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
-        completions = list(self.engine.generate(prompt_groups(prompts), o.eval_group_size, params, 0))
+        completions = list(self.engine.generate(prompt_groups(prompts, bool(o.environment)), o.eval_group_size, params, 0))
         sums = [0.0] * (3 + len(o.eval_pass_k or []))
         if prompts:
             totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
             if o.environment:
-                totals = self._after_timeouts(totals, [c for group in completions for c in group])
+                totals = after_timeouts(totals, [c for group in completions for c in group], o.on_tool_timeout)
                 self.environments.release([c.trace.key for group in completions for c in group])
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
