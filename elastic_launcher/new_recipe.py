@@ -31,8 +31,11 @@ METHODS = {
     "grpo_rlaif": ["/recipes/common/sft@_here_", "/recipes/common/grpo@_here_", "/recipes/common/grpo_rlaif@_here_"],
     "grpo_rlaif_lora": ["/recipes/common/sft@_here_", "/recipes/common/grpo_lora@_here_",
                         "/recipes/common/grpo_rlaif@_here_"],
+    # an agent with tools: the vendor's agentic RFT settings, a calculator on GSM8K (recipes/common/agent_lora.yaml)
+    "agent_lora": ["/recipes/common/sft@_here_", "/recipes/common/agent_lora@_here_"],
 }
-DATA_DOCS = {m: "docs/grpo.md" for m in METHODS if m.startswith("grpo")}  # else docs/your-data.md
+DATA_DOCS = {**{m: "docs/grpo.md" for m in METHODS if m.startswith("grpo")},  # else docs/your-data.md
+             "agent_lora": "docs/agents.md"}
 SCALE_CONFIG = "gpu8_sft"  # global batch 128 at every size; the micro-batch is the recipe's
 # 8-GPU instance types, the most common first: the recipe lists those its model fits
 INSTANCE_TYPES = ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p4de.24xlarge", "ml.g6e.48xlarge", "ml.p4d.24xlarge",

@@ -21,7 +21,8 @@ HEADER = "| recipe | model | method | parameters | nodes | instance types |"
 
 def method(tc) -> str:
     judged = "judge" in ((tc.training_args.method_args or {}).get("rewards") or ())  # RLAIF
-    return f"{tc.training_args.trainer_type.upper()}{', LLM judge' if judged else ''} " \
+    agent = bool((tc.training_args.method_args or {}).get("environment"))
+    return f"{tc.training_args.trainer_type.upper()}{', LLM judge' if judged else ''}{', agent' if agent else ''} " \
            f"({'LoRA' if tc.model_config.lora else 'full'})"
 
 
@@ -33,7 +34,8 @@ def row(recipe: str, plan_of=elastic_plan) -> str:
     plan = plan_of(recipe)
     tc = plan.base.training_config
     shape = plan.hardware.model_shape
-    params = f"{ModelShape.from_config(shape).params / 1e9:.1f}B" if shape else "tiny (CPU)"
+    params = ModelShape.from_config(shape).params if shape else 0
+    params = f"{params / 1e9:.1f}B" if params >= 5e7 else "tiny (CPU)"
     model = tc.model_config.model_name_or_path or f"inline {tc.model_config.architecture['model_type']}"
     nodes = ", ".join(str(s.nodes) for s in plan.sizes)
     types = ", ".join(t.removeprefix("ml.") for t in plan.hardware.instance_types or [plan.instance.name])

@@ -4,10 +4,12 @@ catalogue is held to:
 
     python scripts/vendor_grpo_facts.py <a checkout of sagemaker-hyperpod-recipes> > tests/fixtures/vendor_grpo_recipes.json
     python scripts/vendor_grpo_facts.py <checkout> rlaif > tests/fixtures/vendor_grpo_rlaif_recipes.json
+    python scripts/vendor_grpo_facts.py <checkout> mtrl > tests/fixtures/vendor_mtrl_recipes.json
 
 Each recipe is composed with Hydra as the vendor's launcher composes it (verl's defaults under
 `hydra_config/verl*/`, then the recipe's own overrides), and the keys a user of our twin would copy
-are read from the result.
+are read from the result. The agentic RFT recipes (`mtrl-*.yaml`, the agent twins') stand alone:
+their keys are read as written.
 """
 
 from __future__ import annotations
@@ -82,8 +84,27 @@ def judge(get) -> dict:
     return kwargs
 
 
+def agentic_facts(path: Path) -> dict:
+    """An agentic RFT recipe's settings, as its file writes them."""
+    recipe = OmegaConf.load(path)
+    get = lambda key: OmegaConf.select(recipe, key)  # noqa: E731
+    return {"file": f"{path.parent.name}/{path.name}", "model": get("model.model_name"),
+            **{key.rsplit(".", 1)[-1]: get(key) for key in (
+                "batch.training_batch_size", "batch.group_size", "rl.loss_fn", "rl.clip_low_threshold",
+                "rl.clip_high_threshold", "sampling_params.temperature", "sampling_params.max_tokens",
+                "model.lora_rank", "model.lora_alpha", "model.learning_rate", "model.grad_clip_norm",
+                "schedule.max_steps", "schedule.val_every", "rollout.max_concurrency",
+                "async_config.max_steps_off_policy")},
+            "pass_k_values": list(get("val_metrics_config.pass_k_values")),
+            "success_threshold": get("val_metrics_config.success_threshold")}
+
+
 def main(checkout: str, kind: str = "rlvr") -> None:
     root = Path(checkout) / "hyperpod_recipes" / "recipes_src" / "fine-tuning"
+    if kind == "mtrl":  # the open models' (Nova's run on the vendor's own service)
+        recipes = sorted(p for p in root.glob("*/mtrl-*.yaml"))
+        print(json.dumps([agentic_facts(path) for path in recipes], indent=1))
+        return
     recipes = sorted(root.glob(f"*/verl-grpo-{kind}-*.yaml"))
     if not recipes:
         sys.exit(f"error: no verl-grpo-{kind}-*.yaml under {root}: pass a checkout of aws/sagemaker-hyperpod-recipes "

@@ -287,6 +287,43 @@ def test_every_rlaif_twin_agrees_with_the_vendors_recipe_and_its_judge(vendor):
         {k: v for k, v in theirs["sampling_params"].items() if v is not None}
 
 
+# --- the twins of the vendor's agentic RFT recipes (tests/fixtures/vendor_mtrl_recipes.json) ----------------
+
+VENDOR_AGENTS = json.loads((ROOT / "tests" / "fixtures" / "vendor_mtrl_recipes.json").read_text())
+AGENT_TWINS = {"Qwen/Qwen3.6-27B": "qwen/qwen3_6_27b_agent_lora", "openai/gpt-oss-20b": "gpt_oss/gpt_oss_20b_agent_lora",
+               "google/gemma-4-31B-it": "gemma/gemma4_31b_agent_lora"}
+
+
+@pytest.mark.parametrize("vendor", VENDOR_AGENTS, ids=[v["file"] for v in VENDOR_AGENTS])
+def test_every_agent_twin_agrees_with_the_vendors_agentic_recipe(vendor):
+    """The group, batch, loss and its clip (the vendor's ratio bounds), tokens per turn, LoRA, LR at
+    every size, gradient clipping, steps, validation as pass@k; elastic; and, unlike the vendor's,
+    synchronous rollouts on the trainer's own sampler, with a calculator on GSM8K."""
+    plan = plan_of(AGENT_TWINS[vendor["model"]])
+    tc = plan.base.training_config
+    args, o = tc.training_args, sampling_options(tc)
+    assert tc.model_config.model_name_or_path.removesuffix("-bf16") == vendor["model"]
+    assert (o.num_generations, o.loss_fn, 1 - o.clip_ratio_low, 1 + o.clip_ratio_high, o.temperature,
+            o.max_new_tokens) == pytest.approx((vendor["group_size"], vendor["loss_fn"], vendor["clip_low_threshold"],
+                                                vendor["clip_high_threshold"], vendor["temperature"],
+                                                vendor["max_tokens"]))
+    assert (o.mini_batches, o.kl_coef, o.rollout_engine, o.max_concurrency) == (1, 0.0, "trainer",
+                                                                               vendor["max_concurrency"])
+    assert (o.eval_pass_k, o.eval_group_size, o.eval_success_threshold) == \
+        (vendor["pass_k_values"], max(vendor["pass_k_values"]), vendor["success_threshold"])
+    peft = tc.model_config.peft_config
+    assert (peft.r, peft.lora_alpha) == (vendor["lora_rank"], vendor["lora_alpha"])
+    assert (args.max_steps, args.max_epochs, args.eval_steps, args.max_grad_norm) == \
+        (vendor["max_steps"], None, vendor["val_every"], vendor["grad_clip_norm"])
+    for size in plan.sizes:
+        size_args = size.config.training_config.training_args
+        assert (size_args.train_batch_size, size_args.learning_rate) == (vendor["training_batch_size"],
+                                                                         vendor["learning_rate"]), size.nodes
+    assert (o.environment, o.rewards, tc.datasets.train_data) == ("data/calculator_env.py:Calculator",
+                                                                  ["math_verify"], "openai/gsm8k")
+    assert len(plan.sizes) >= 2  # elastic
+
+
 @pytest.mark.parametrize("recipe", [r for r in CATALOGUE if r.endswith("_grpo")])
 def test_full_parameter_grpo_recipes_start_where_both_phases_first_fit(recipe):
     """The dry run refuses the scale config's size just below the first, naming the phase that does

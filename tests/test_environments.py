@@ -84,6 +84,7 @@ def test_a_reward_that_reads_environments_needs_one(tmp_path, env_file):
     ("<tool_call>\\n<function={{ name }}>", "xml_function"),
     ("{{- '<|python_tag|>' }}{% if message.role == 'ipython' %}", "llama3_json"),
     ("{{ 'to=functions.' + name }}<|call|>", "harmony"),
+    ("{{- '<|tool_call>call:' + name }}{{ '<tool_call|>' }}", "gemma4"),
     ("{% for m in messages %}{{ m.content }}{% endfor %}", None),
 ])
 def test_the_tool_call_format_is_the_one_the_chat_template_teaches(template, fmt):
@@ -99,6 +100,8 @@ def test_tool_calls_are_read_in_each_familys_format_and_a_bad_one_keeps_its_erro
         [ToolCall("add", {"a": 1, "b": 2})]
     assert parse("<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1, \"b\": 2}<|call|>",
                  "harmony") == [ToolCall("add", {"a": 1, "b": 2})]
+    assert parse('<|tool_call>call:add{a:1,b:2,note:<|"|>one, two: "x"<|"|>}<tool_call|>', "gemma4") == \
+        [ToolCall("add", {"a": 1, "b": 2, "note": 'one, two: "x"'})]
     assert parse("The sum is 3.", "hermes") == [] and parse("The sum is 3.", "llama3_json") == []
     (bad,) = parse('<tool_call>{"name": "add", "arguments": {"a": 1,}}</tool_call>', "hermes")
     assert bad.name == "" and bad.error.startswith("not JSON (Expecting property name")
@@ -107,6 +110,23 @@ def test_tool_calls_are_read_in_each_familys_format_and_a_bad_one_keeps_its_erro
     (two, three) = parse('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", '
                          '"arguments": "{\\"x\\": 2}"}</tool_call>', "hermes")
     assert (two, three) == (ToolCall("a", {}), ToolCall("b", {"x": 2}))
+
+
+def test_a_tokenizer_that_declares_a_response_template_is_read_by_transformers_response_parsing():
+    from training.contract.tool_template import ToolTemplate
+
+    tok = tokenizer()
+    tok.response_template = {"start_anchor": "<|im_start|>assistant\n", "fields": {
+        "content": {"content": "text"},
+        "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json", "repeats": True,
+                       "transform": {"type": "function", "function": "{content}"}}}}
+    template = ToolTemplate(tok, [])
+    assert template.format == "response_template"
+    prefix = "<|im_start|>user\nAdd.<|im_end|>\n<|im_start|>assistant\n"
+    assert template.calls('<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>', prefix) == \
+        [ToolCall("add", {"a": 1})]
+    (bad,) = template.calls('<tool_call>\n{"name": "add", "arguments": {"a": 1}}}\n</tool_call>', prefix)
+    assert bad.name == "" and bad.error.startswith("json parser could not parse region as JSON")
 
 
 # --- the chat template's tool turns (training.contract.tool_template) ---
@@ -384,3 +404,25 @@ def test_a_timed_out_trajectorys_reward_is_as_on_tool_timeout_says():
     assert after_timeouts([0.5, 0.7], [done, timed_out], "zero") == [0.5, 0.0]
     kept, dropped = after_timeouts([0.5, 0.7], [done, timed_out], "drop")
     assert kept == 0.5 and math.isnan(dropped)
+
+
+def test_the_docs_calculator_is_the_shipped_one_and_answers_and_errs_as_agents_see_it():
+    """docs/agents.md shows data/calculator_env.py as it is; its tool computes, a bad expression is an
+    error the model reads, and its reward reads the finished environment."""
+    from training.rl import environment_pool
+
+    page = (ROOT / "docs" / "agents.md").read_text()
+    block = page[page.index("```python\n# data/calculator_env.py\n"):].split("\n", 2)[2].split("```", 1)[0]
+    assert block in (ROOT / "data" / "calculator_env.py").read_text()
+    spec = f"{ROOT / 'data' / 'calculator_env.py'}:Calculator"
+    assert [t.name for t in check_environment(spec, [f"{ROOT / 'data' / 'calculator_env.py'}:used_the_calculator"])] \
+        == ["calculate"]
+    environment_pool.start_episodes(spec, [((0, 0, 0), {"answer": "400"}, 0)])
+    ((good, _), (bad, _)), = environment_pool.call_tools(
+        [((0, 0, 0), [ToolCall("calculate", {"expression": "17 * 23 + 9"}),
+                      ToolCall("calculate", {"expression": "__import__('os')"})])], 5.0, 2)
+    assert (good.content, bad.status) == ("400", "error") and bad.content.startswith("Error: ValueError: cannot evaluate")
+    answer = [{"role": "assistant", "content": "It is 400."}]
+    assert environment_pool.score(f"{ROOT / 'data' / 'calculator_env.py'}:used_the_calculator", None, [None], [answer],
+                                  {}, {}, [(0, 0, 0)]) == [1.0]
+    environment_pool._live.clear()

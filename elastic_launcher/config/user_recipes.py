@@ -93,8 +93,9 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
     recipe_data = merged(recipe)
     training = recipe_data.get("training_config") or {}
     args = training.get("training_args") or {}
-    method = args.get("trainer_type", "sft") + (" with an LLM judge" if "judge" in ((args.get("method_args") or {})
-                                                                                   .get("rewards") or ()) else "")
+    method_args = args.get("method_args") or {}
+    method = args.get("trainer_type", "sft") + (" with an LLM judge" if "judge" in (method_args.get("rewards") or ())
+                                                else "") + (", an agent with tools" if method_args.get("environment") else "")
     lora = bool((training.get("model_config") or {}).get("peft_config"))
     policy = recipe_data.get("elastic_policy") or {}
     return f"{method}, {'LoRA' if lora else 'full'}, {policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"

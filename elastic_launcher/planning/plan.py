@@ -532,7 +532,8 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
         return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
                                    rollout_gib=step.state_gib + awake + CUDA_CONTEXT_GIB)
     shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
-    tokens = o.num_generations * (o.max_prompt_length + completion_budget(o))
+    # the KV cache of a group's batch; an agent's later turns are generated row by row
+    tokens = max(o.num_generations * (o.max_prompt_length + o.max_new_tokens), o.max_prompt_length + completion_budget(o))
     sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB
     return dataclasses.replace(step, rollout_gib=step.state_gib + sampling + CUDA_CONTEXT_GIB)
 

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from training.contract.errors import ConfigError
-from training.contract.tool_calls import ToolCall, format_of
+from training.contract.tool_calls import RESPONSE_TEMPLATE, ToolCall, format_of, from_response, parse
 
 PROBE_REPLY = "probe-reply-7f3a"
 
@@ -47,7 +47,15 @@ class ToolTemplate:
 
     def __init__(self, tokenizer, tools: list[dict], **template_kwargs):
         self.tokenizer, self.tools, self.template_kwargs = tokenizer, tools, template_kwargs
-        self.format = format_of(tokenizer.chat_template)
+        # transformers' response parsing where the tokenizer declares how; else its family's format
+        self.format = RESPONSE_TEMPLATE if getattr(tokenizer, "response_template", None) else \
+            format_of(tokenizer.chat_template)
+
+    def calls(self, text: str, prefix: str) -> list[ToolCall]:
+        """The tool calls of one turn of the model's (`prefix`: the conversation before it)."""
+        if self.format == RESPONSE_TEMPLATE:
+            return from_response(self.tokenizer, text, prefix, self.tools)
+        return parse(text, self.format)
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=self.tools or None, tokenize=False,
@@ -83,8 +91,9 @@ def check_tool_template(tokenizer, tools: list[dict], key: str, **template_kwarg
     name = getattr(tokenizer, "name_or_path", "the tokenizer")
     if template.format is None:
         raise ConfigError(f"{key}: the chat template of {name} teaches no tool-call format this project reads "
-                          f"(<tool_call> JSON, <function=...>, Llama 3's JSON, harmony): set "
-                          f"training_config.datasets.chat_template to one that offers tools")
+                          f"(<tool_call> JSON, <function=...>, Llama 3's JSON, harmony, Gemma 4's) and the tokenizer "
+                          f"declares no response_template: set training_config.datasets.chat_template to one that "
+                          f"offers tools")
     prompt = template.render([{"role": "user", "content": "."}], True)
     missing = [t["function"]["name"] for t in tools if t["function"]["name"] not in prompt]
     if missing:

@@ -483,7 +483,10 @@ class GRPO(TrainingMethod):
         rollout, decode = self._step_rollout, self.run.tokenizer.decode
         readable = []
         for g, (group, completions) in enumerate(zip(rollout.groups, rollout.completions)):
-            prompt = decode(group.prompt_ids, skip_special_tokens=True)
+            # an agent's: the data's prompt, without the tools the template lays out before it
+            prompt = decode(group.prompt_ids, skip_special_tokens=True) if group.episode is None else \
+                "\n".join(m.get("content") or "" for m in group.episode["prompt"]) \
+                if isinstance(group.episode["prompt"], list) else group.episode["prompt"]
             for c in completions:
                 k = g * self.options.num_generations + c.index
                 readable.append({"sample_id": c.sample_id, "index": c.index, "prompt": prompt,

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import torch
 
 from training.contract.rewards import RewardError
-from training.contract.tool_calls import parse
 from training.contract.tool_template import ToolTemplate
 from training.rl.environment_pool import Environments
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout, never
@@ -159,7 +158,8 @@ class AgentRollout:
         for r in active:
             t = trajectories[r]
             spoken = t.last_turn[:-1] if t.stopped else t.last_turn  # the stop token is no part of a call
-            calls = parse(self.tokenizer.decode(spoken, skip_special_tokens=False), self.template.format)
+            before = self.tokenizer.decode(t.context[:len(t.context) - len(t.last_turn)], skip_special_tokens=False)
+            calls = self.template.calls(self.tokenizer.decode(spoken, skip_special_tokens=False), before)
             t.trace.turns.append({"model": self.tokenizer.decode(spoken, skip_special_tokens=True),
                                   "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
             if not t.stopped:
