@@ -426,3 +426,104 @@ def test_the_docs_calculator_is_the_shipped_one_and_answers_and_errs_as_agents_s
     assert environment_pool.score(f"{ROOT / 'data' / 'calculator_env.py'}:used_the_calculator", None, [None], [answer],
                                   {}, {}, [(0, 0, 0)]) == [1.0]
     environment_pool._live.clear()
+
+
+AGENT_ARG = "recipes.training_config.training_args.method_args."
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ([f"{AGENT_ARG}environment=data/no_such_env.py:Calculator"], "the file data/no_such_env.py of"),
+    ([f"{AGENT_ARG}environment=data/calculator_env.py:Calculater"], "has no function 'Calculater'"),
+    ([f"{AGENT_ARG}environment=null"], "takes `environments`, and no training_config.training_args.method_args."
+                                       "environment is set"),
+    ([f"+{AGENT_ARG}rollout_engine=vllm"], "an agent's multi-turn rollouts run on the trainer's own sampler"),
+    (["recipes.training_config.model_config.tokenizer_name_or_path=data/tiny_tokenizers/chatml_qwen2"],
+     "teaches no tool-call format this project reads"),
+])
+def test_an_agent_recipe_that_cannot_run_is_one_line_before_anything_is_written(launch, tmp_path, overrides, says):
+    code, out, err = launch("recipes=llama/tiny_llama_agent", *overrides)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+# --- an OpenEnv environment over HTTP (training.contract.openenv), against a server on loopback ---
+
+OPENENV_CLIENT = '''
+from training.contract.openenv import OpenEnvHTTP
+
+
+class Echo(OpenEnvHTTP):
+    base_url = "{url}"
+
+    def step(self, message: str) -> str:
+        """Send a message to be echoed.
+
+        Args:
+            message: The message.
+        """
+        return self._act({{"message": message}})
+
+
+def echoed(completions, environments, **kwargs):
+    return [sum(env.rewards) for env in environments]
+'''
+
+
+@pytest.fixture
+def echo_server():
+    """OpenEnv's echo environment's HTTP protocol: /reset and /step answer observation, reward, done;
+    each reset starts an episode of its own (the requests carry no episode: a client per trajectory)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body))
+            if self.path == "/reset":
+                answer = {"observation": {"echoed_message": "", "seed": body.get("seed")}, "reward": None, "done": False}
+            else:
+                message = body["action"]["message"]
+                answer = {"observation": {"echoed_message": message}, "reward": len(message), "done": message == "bye"}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+
+
+def test_an_openenv_environment_over_http_is_an_agents_environment(echo_server, tmp_path):
+    from training.rl import environment_pool
+
+    url, seen = echo_server
+    (tmp_path / "echo_env.py").write_text(OPENENV_CLIENT.format(url=url))
+    spec = f"{tmp_path / 'echo_env.py'}:Echo"
+    (step,) = check_environment(spec, [f"{tmp_path / 'echo_env.py'}:echoed"])
+    assert step.schema["function"]["parameters"]["properties"] == {"message": {"type": "string",
+                                                                               "description": "The message."}}
+    keys = [(4, 0, 2), (4, 1, 2)]
+    first = environment_pool.start_episodes(spec, [(k, {"question": "q"}, 7 + k[1]) for k in keys])
+    assert first == ['{"echoed_message": "", "seed": 7}', '{"echoed_message": "", "seed": 8}']
+    replies = environment_pool.call_tools([(keys[0], [ToolCall("step", {"message": "hello"}),
+                                                      ToolCall("step", {"message": "bye"}),
+                                                      ToolCall("step", {"message": "again"})]),
+                                           (keys[1], [ToolCall("step", {"message": "hi"})])], 5.0, 2)
+    assert [(r.status, r.content) for r, _ in replies[0]] == [
+        ("ok", '{"echoed_message": "hello"}'), ("ok", '{"echoed_message": "bye"}'),
+        ("error", "Error: RuntimeError: the episode is over: answer without calling the environment again")]
+    assert ("/step", {"action": {"message": "hi"}}) in seen
+    assert environment_pool.score(f"{tmp_path / 'echo_env.py'}:echoed", None, [None] * 2, ["a", "b"], {}, {},
+                                  keys) == [8.0, 2.0]
+    environment_pool._live.clear()
