@@ -1,8 +1,7 @@
 """An agent through the trainer (recipes/llama/tiny_llama_agent.yaml): multi-turn rollouts with a tool,
-from its SFT warm start. It learns to use its tool; resized through the demo trace (2 -> 3 -> 1 -> 2
-nodes, a node killed) and in place under the real agents, its trajectories, the model's turns and
-the tool's replies, are a fixed-size run's token for token; and the metrics and samples say what the
-agent did."""
+from its SFT warm start. Its trajectories, the model's turns and the tool's replies, are the same at 1,
+2 and 3 ranks token for token, and resized in place under the real agents they are a fixed-size run's;
+it learns to use its tool; the metrics and samples say what the agent did."""
 
 import json
 import statistics
@@ -11,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, records, wait_for, own_processes
+from conftest import ROOT, own_processes, records, render_configs, train, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("test_agents")]
 RECIPE = "llama/tiny_llama_agent"
@@ -22,42 +21,43 @@ def trajectories_by_step(run_dir) -> dict[int, list[str]]:
     return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
-def rehearse(tmp, trace: str, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
-                           "recipes.elastic_policy.is_elastic=true", "action=rehearse", f"local.trace={trace}",
-                           f"local.run_dir={tmp / 'run'}", "local.timeout=800", f"output_dir={tmp / 'out'}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=880)
+@pytest.fixture(scope="module")
+def one_step(tmp_path_factory):
+    """One step of the recipe at 1, 2 and 3 processes, from the same model."""
+    tmp = tmp_path_factory.mktemp("agent_one_step")
+    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1", recipe=RECIPE)
+    runs = {}
+    for nodes in (1, 2, 3):
+        runs[nodes] = tmp / f"run{nodes}"
+        train(configs, runs[nodes], nodes=nodes)
+    return runs
+
+
+def test_an_agents_trajectories_are_the_same_at_1_2_and_3_ranks_bitwise(one_step):
+    """The model's turns and the tool's replies, token for token, with their loss masks."""
+    trajectories = {n: trajectories_by_step(run)[1] for n, run in one_step.items()}
+    assert len(trajectories[1]) == 8 * 4  # every prompt's group
+    assert trajectories[1] == trajectories[2] == trajectories[3]
+    masks = [json.loads(t)[3] for t in trajectories[1]]
+    assert any(0 in mask and 1 in mask for mask in masks)  # the tool's replies inside the model's turns
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
-    """The recipe as shipped, rehearsed through traces/demo.yaml, then its fixed-size run at 2 nodes."""
-    tmp = tmp_path_factory.mktemp("agent_rehearsal")
-    return rehearse(tmp, str(ROOT / "traces" / "demo.yaml")), tmp / "run", tmp / "run" / "fixed"
-
-
-def test_an_agents_rehearsal_through_the_demo_trace_matches_the_fixed_size_run(rehearsal):
-    """At 1, 2 and 3 ranks, across every resize and the node failure (and every step drawn again
-    after it): the same trajectories, bitwise."""
-    done, run_dir, fixed_dir = rehearsal
+def fixed(tmp_path_factory):
+    """The recipe as shipped, at 2 nodes."""
+    run_dir = tmp_path_factory.mktemp("agent_fixed") / "run"
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+                           f"local.run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=880)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "vs fixed-size run: MATCHED" in done.stdout and "consumed sample ids and completions identical" in done.stdout
-    assert {r["world_size"] for r in records(run_dir) if "reward" in r} == {1, 2, 3}
-    fixed = trajectories_by_step(fixed_dir)
-    assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
-    for attempt in records(run_dir, "samples.jsonl"):
-        assert sorted(map(json.dumps, attempt["completions"])) == fixed[attempt["step"]]
-    # a trajectory is the model's turns and the tool's replies: its loss mask has both
-    masks = [mask for step in records(fixed_dir, "samples.jsonl") for _, _, _, mask in step["completions"]]
-    assert any(0 in mask and 1 in mask for mask in masks)
+    return run_dir
 
 
-def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(rehearsal, capsys):
+def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(fixed, capsys):
     """The fixed-size run: the mean reward of the last ten steps is at least twice the first ten's
     (docs/agents.md says so); every step logs the agent's metrics; its samples show the turns."""
     from elastic_launcher.cli import main
 
-    _, _, run_dir = rehearsal
+    run_dir = fixed
     steps = {r["step"]: r for r in records(run_dir) if "reward" in r}
     rewards = [steps[s]["reward"] for s in sorted(steps)]
     assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
@@ -78,9 +78,13 @@ def test_an_agents_rehearsal_under_real_agents_resizes_in_place_and_matches(tmp_
     """`elastic_policy.in_place=true` under the HyperPod agents, 2 -> 1 -> 2 nodes: each resize keeps the
     workers' processes (the reward process, where the environments live, and the sampler made again in
     them), the trajectories match a fixed-size run's, and no process is left."""
-    done = rehearse(tmp_path, "[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
-                    "recipes.elastic_policy.in_place=true", f"local.agent_python={image_python}",
-                    "recipes.training_config.training_args.max_steps=10")
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
+                           "action=rehearse", "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
+                           f"local.agent_python={image_python}", f"local.run_dir={tmp_path / 'run'}",
+                           "local.timeout=800", f"output_dir={tmp_path / 'out'}",
+                           "recipes.training_config.training_args.max_steps=8"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=880)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "rehearsal_report.json").read_text())

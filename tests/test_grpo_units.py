@@ -887,3 +887,21 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
     with pytest.raises(ConfigError, match=r"eval_pass_k=\[1, 8\] needs k from 1 to eval_group_size=4"):
         GRPO(SimpleNamespace(train_batch_size=8), method_facts("grpo").build_args({"eval_group_size": 4,
                                                                                   "eval_pass_k": [1, 8]}), None)
+
+
+def test_a_rehearsal_names_the_first_step_whose_completions_differ_from_the_fixed_runs(tmp_path):
+    import json
+
+    from elastic_launcher.local.report import first_difference
+
+    def run(name, completions_by_step):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_text("".join(
+            json.dumps({"step": s, "sample_ids": [s], "completions": c}) + "\n" for s, c in completions_by_step))
+        return tmp_path / name
+
+    fixed = run("fixed", [(1, [[1, 0, [5]]]), (2, [[2, 0, [6]]]), (3, [[3, 0, [7]]])])
+    redone = run("redone", [(1, [[1, 0, [5]]]), (2, [[2, 0, [9]]]), (2, [[2, 0, [6]]]), (3, [[3, 0, [7]]])])
+    drifted = run("drifted", [(1, [[1, 0, [5]]]), (2, [[2, 0, [6]]]), (3, [[3, 0, [8]]])])
+    assert first_difference(redone, fixed) is None  # a step redone after a failure counts by its last attempt
+    assert first_difference(drifted, fixed) == 3

@@ -40,6 +40,7 @@ class Report:
     compared_metric: str = "loss"  # the method's (training.contract.methods): GRPO's is the entropy
     max_rel_diff: float | None = None  # of the compared metric, over the steps
     samples_identical: bool | None = None  # the consumed sample ids, and GRPO's completions
+    first_differing_step: int | None = None  # the first step whose samples differ from the fixed-size run's
     matched: bool | None = None  # None: no comparison run
 
     def summary(self) -> str:
@@ -59,7 +60,8 @@ class Report:
             verdict = "MATCHED" if self.matched else "DIFFERED"
             what = "consumed sample ids" + (" and completions" if self.compared_metric != "loss" else "")
             lines.append(f"vs fixed-size run: {verdict}: max relative {self.compared_metric} difference "
-                         f"{self.max_rel_diff:.2e}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}")
+                         f"{self.max_rel_diff:.2e}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}"
+                         + (f" from step {self.first_differing_step}" if self.first_differing_step else ""))
         return "\n".join(lines)
 
 
@@ -105,13 +107,21 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compare
         got, want = (committed(d, "metrics.jsonl", compared_metric) for d in (run_dir, reference_dir))
         report.max_rel_diff = max((abs(got.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
                                   default=float("inf"))
-        report.samples_identical = all(committed(run_dir, "samples.jsonl", key) == committed(reference_dir, "samples.jsonl", key)
-                                       for key in ("sample_ids", "completions"))
+        report.first_differing_step = first_difference(run_dir, reference_dir)
+        report.samples_identical = report.first_differing_step is None
         report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
     draw(records, run_dir / CHART)  # the run's curves against the step, as a local run draws them
     return report
+
+
+def first_difference(run_dir: Path, reference_dir: Path) -> int | None:
+    """The first step whose consumed sample ids or completions (GRPO's) differ between two runs."""
+    differing = [step for key in ("sample_ids", "completions")
+                 for ours, theirs in [(committed(run_dir, "samples.jsonl", key), committed(reference_dir, "samples.jsonl", key))]
+                 for step in set(ours) | set(theirs) if ours.get(step) != theirs.get(step)]
+    return min(differing, default=None)
 
 
 def _first_start(records: list[dict], launch: dict) -> float | None:

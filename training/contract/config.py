@@ -124,7 +124,6 @@ class TrainingArgs:
     weight_decay: float = ranged(0.0, ge=0)
     adam_beta1: float = ranged(0.9, ge=0, lt=1)
     adam_beta2: float = ranged(0.95, ge=0, lt=1)
-    adam_eps: float = ranged(1e-8, gt=0)  # AdamW's epsilon: below it, a gradient's float noise moves no weight
     max_grad_norm: float = ranged(1.0, gt=0)
     max_skipped_steps: int = ranged(0, ge=0)  # steps with a non-finite loss/gradient to skip before stopping
     seed: int = ranged(42, ge=0)

@@ -8,7 +8,8 @@ split into `mini_batches` optimizer updates, each the same set of prompts at eve
 clipped policy-gradient loss against the rollout's log-probabilities, plus `kl_coef` times the
 low-variance KL to the reference model, averaged over the update's completion tokens on every rank
 (verl's token-mean). The reference is the initial model: the base with LoRA's adapters switched
-off, or a frozen copy in full-parameter training (as DPO's).
+off, or a frozen copy in full-parameter training (as DPO's). With `environment`, each completion is an
+agent's trajectory of turns and tool replies (training.rl.agent_rollout), its replies carrying no loss.
 """
 
 from __future__ import annotations

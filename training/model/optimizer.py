@@ -13,4 +13,4 @@ def build_optimizer(model: torch.nn.Module, args: TrainingArgs) -> torch.optim.O
     (weights, moments and step count unchanged), so the trainer need not read the verdict first."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(trainable, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                             eps=args.adam_eps, weight_decay=args.weight_decay, fused=True)
+                             weight_decay=args.weight_decay, fused=True)
