@@ -25,8 +25,7 @@ def trajectories_by_step(run_dir) -> dict[int, list[str]]:
 def one_step(tmp_path_factory):
     """One step of the recipe at 1, 2 and 3 processes, from the same model."""
     tmp = tmp_path_factory.mktemp("agent_one_step")
-    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1",
-                             "recipes.training_config.training_args.train_batch_size=4", recipe=RECIPE)
+    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1", recipe=RECIPE)
     runs = {}
     for nodes in (1, 2, 3):
         runs[nodes] = tmp / f"run{nodes}"
@@ -37,7 +36,7 @@ def one_step(tmp_path_factory):
 def test_an_agents_trajectories_are_the_same_at_1_2_and_3_ranks_bitwise(one_step):
     """The model's turns and the tool's replies, token for token, with their loss masks."""
     trajectories = {n: trajectories_by_step(run)[1] for n, run in one_step.items()}
-    assert len(trajectories[1]) == 4 * 8  # every prompt's group
+    assert len(trajectories[1]) == 8 * 8  # every prompt's group
     assert trajectories[1] == trajectories[2] == trajectories[3]
     masks = [json.loads(t)[3] for t in trajectories[1]]
     assert any(0 in mask and 1 in mask for mask in masks)  # the tool's replies inside the model's turns
@@ -84,8 +83,7 @@ def test_an_agents_rehearsal_under_real_agents_resizes_in_place_and_matches(tmp_
                            "action=rehearse", "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
                            f"local.agent_python={image_python}", f"local.run_dir={tmp_path / 'run'}",
                            "local.timeout=800", f"output_dir={tmp_path / 'out'}",
-                           "recipes.training_config.training_args.max_steps=8",
-                           "recipes.training_config.training_args.train_batch_size=4"],
+                           "recipes.training_config.training_args.max_steps=8"],
                           cwd=ROOT, capture_output=True, text=True, timeout=880)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = tmp_path / "run"

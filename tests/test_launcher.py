@@ -238,9 +238,10 @@ def test_the_help_says_of_each_recipe_what_composing_it_gives():
         composed = to_plain(compose([f"recipes={recipe}"])[0])["recipes"]
         tc, policy = composed["training_config"], composed["elastic_policy"]
         lora = "LoRA" if tc["model_config"].get("peft_config") else "full"
-        judged = " with an LLM judge" if "judge" in (tc["training_args"].get("method_args") or {}).get("rewards", []) \
-            else ""
-        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}{judged}, {lora}, " \
+        method_args = tc["training_args"].get("method_args") or {}
+        judged = " with an LLM judge" if "judge" in method_args.get("rewards", []) else ""
+        agent = ", an agent with tools" if method_args.get("environment") else ""
+        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}{judged}{agent}, {lora}, " \
                                        f"{policy['min_nodes']}-{policy['max_nodes']} nodes", recipe
 
 
