@@ -1,12 +1,12 @@
 """GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns; resized (the demo
-trace's rehearsal, and in place under the real agents) it matches a fixed-size run; its rollouts and its
+trace's rehearsal; in place under the real agents: tests/test_agents.py, GRPO with an agent's rollouts)
+it matches a fixed-size run; its rollouts and its
 step do not depend on the world size; a stop during a rollout abandons the step, which the restart
 redoes alike, as does one between two updates with no time to finish them; and a reward function that
 fails ends the run in one line."""
 
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -88,34 +88,6 @@ def test_the_tiny_twin_learns_its_task_and_exports_a_model(rehearsal):
     model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
     assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
-
-
-def test_a_rehearsal_under_real_agents_resizes_in_place_and_matches(tmp_path, image_python):
-    """`action=rehearse local.agent_python=... elastic_policy.in_place=true`, 2 -> 1 -> 2 nodes: the
-    rehearsal's trace and report driven through the agents' API (a scale-down deletes a pod, a
-    scale-up adds one and resizes once it is ready, the job training on meanwhile); each resize keeps
-    the workers' processes (GRPO's reward process and rollout engine ended and made again in them), the
-    run MATCHES its fixed-size run, and no process is left. Without in_place the driver is the same and
-    the agents restart the workers; the torchrun rehearsal's report says "process"."""
-    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
-                           "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
-                           "action=rehearse", "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
-                           f"local.agent_python={image_python}", f"local.run_dir={tmp_path / 'run'}",
-                           "local.timeout=500", f"output_dir={tmp_path / 'out'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = tmp_path / "run"
-    report = json.loads((run_dir / "rehearsal_report.json").read_text())
-    assert [(t["from_nodes"], t["to_nodes"], t["restart"]) for t in report["transitions"]] == [(2, 1, "in place"),
-                                                                                               (1, 2, "in place")]
-    assert report["matched"] is True and "vs fixed-size run: MATCHED" in done.stdout
-    assert re.search(r"^1 +resize +2->1 +in place ", done.stdout, re.MULTILINE), done.stdout[-2000:]
-    # The scale-down at the trace's step; the scale-up once the new pod is ready, the job training on meanwhile.
-    stops = [r["step"] for r in records(run_dir) if r.get("event") == "stop"]
-    assert stops[0] == 3 and 6 <= stops[1] < 30 and len(stops) == 2, stops
-    pods = sorted((run_dir / "pods").glob("pod-*.log"))
-    assert [p.name for p in pods] == ["pod-0.log", "pod-1.log", "pod-2.log"]  # 2, then pod-1 deleted, pod-2 added
-    assert wait_for(lambda: not own_processes(tmp_path), timeout=30), "agents, workers or reward processes left"
 
 
 @pytest.fixture(scope="module")
