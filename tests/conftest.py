@@ -136,6 +136,17 @@ def render_configs(out_dir: Path, *overrides, recipe="llama/tiny_llama_sft") -> 
     return next(Path(out_dir).iterdir()) / "configs"
 
 
+def one_step_at_each_size(tmp: Path, recipe: str, *overrides) -> dict[int, Path]:
+    """One step of a tiny recipe at 1, 2 and 3 processes, from the same initial model: each run's directory."""
+    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1", *overrides,
+                             recipe=recipe)
+    runs = {}
+    for nodes in (1, 2, 3):
+        runs[nodes] = tmp / f"run{nodes}"
+        train(configs, runs[nodes], nodes=nodes)
+    return runs
+
+
 def local_job(config_dir: Path, run_dir: Path, python: str = sys.executable):
     from elastic_launcher.local.run import LocalJob
 

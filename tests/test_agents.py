@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, own_processes, records, render_configs, train, wait_for
+from conftest import ROOT, one_step_at_each_size, own_processes, records, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("test_agents")]
 RECIPE = "llama/tiny_llama_agent"
@@ -24,13 +24,7 @@ def trajectories_by_step(run_dir) -> dict[int, list[str]]:
 @pytest.fixture(scope="module")
 def one_step(tmp_path_factory):
     """One step of the recipe at 1, 2 and 3 processes, from the same model."""
-    tmp = tmp_path_factory.mktemp("agent_one_step")
-    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1", recipe=RECIPE)
-    runs = {}
-    for nodes in (1, 2, 3):
-        runs[nodes] = tmp / f"run{nodes}"
-        train(configs, runs[nodes], nodes=nodes)
-    return runs
+    return one_step_at_each_size(tmp_path_factory.mktemp("agent_one_step"), RECIPE)
 
 
 def test_an_agents_trajectories_are_the_same_at_1_2_and_3_ranks_bitwise(one_step):

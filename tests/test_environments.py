@@ -122,7 +122,7 @@ def test_a_tokenizer_that_declares_a_response_template_is_read_by_transformers_r
                        "transform": {"type": "function", "function": "{content}"}}}}
     template = ToolTemplate(tok, [])
     assert template.format == "response_template"
-    prefix = "<|im_start|>user\nAdd.<|im_end|>\n<|im_start|>assistant\n"
+    prefix = tok("<|im_start|>user\nAdd.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
     assert template.calls('<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>', prefix) == \
         [ToolCall("add", {"a": 1})]
     (bad,) = template.calls('<tool_call>\n{"name": "add", "arguments": {"a": 1}}}\n</tool_call>', prefix)
@@ -164,7 +164,7 @@ def test_a_chat_template_that_cannot_carry_an_agent_is_one_line(env_file):
     from training.contract.tool_template import check_tool_template
 
     schemas = [t.schema for t in tools(load_environment(f"{env_file}:Calculator"))]
-    assert check_tool_template(tokenizer(), schemas, "k") == "hermes"
+    assert check_tool_template(tokenizer(), schemas, "k").format == "hermes"
     with pytest.raises(ConfigError, match="teaches no tool-call format this project reads"):
         check_tool_template(tokenizer("data/tiny_tokenizers/chatml_qwen2"), schemas, "k")  # its tool calling left out
     tok = tokenizer()

@@ -15,8 +15,8 @@ import sys
 import pytest
 import torch
 
-from conftest import (ROOT, assert_stops_cleanly, killed_if_left, local_job, own_processes, records, render_configs,
-                      train, wait_for)
+from conftest import (ROOT, assert_stops_cleanly, killed_if_left, local_job, one_step_at_each_size, own_processes,
+                      records, render_configs, train, wait_for)
 from elastic_launcher.local.run import child_pids
 from training.contract.checkpoint_dirs import step_dir
 
@@ -93,16 +93,10 @@ def test_the_tiny_twin_learns_its_task_and_exports_a_model(rehearsal):
 @pytest.fixture(scope="module")
 def one_step(tmp_path_factory):
     """One step of the recipe at 1, 2 and 3 processes, from the same initial model, with audit."""
-    tmp = tmp_path_factory.mktemp("one_step")
-    configs = render_configs(tmp / "configs", "recipes.training_config.training_args.max_steps=1",
-                             "recipes.training_config.logging.audit_samples=true",
-                             "recipes.training_config.training_args.eval_steps=1",
-                             "recipes.training_config.datasets.train_val_split_ratio=0.95", recipe=RECIPE)
-    runs = {}
-    for nodes in (1, 2, 3):
-        runs[nodes] = tmp / f"run{nodes}"
-        train(configs, runs[nodes], nodes=nodes)
-    return runs
+    return one_step_at_each_size(tmp_path_factory.mktemp("one_step"), RECIPE,
+                                 "recipes.training_config.logging.audit_samples=true",
+                                 "recipes.training_config.training_args.eval_steps=1",
+                                 "recipes.training_config.datasets.train_val_split_ratio=0.95")
 
 
 def test_a_rollout_draws_the_same_completions_at_1_2_and_3_ranks(one_step):

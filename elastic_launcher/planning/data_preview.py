@@ -111,11 +111,16 @@ def agent_tokenizer(model: ModelConfig, ds: DatasetConfig):
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(local))
-    if ds.chat_template:
-        given = Path(ds.chat_template)
-        tokenizer.chat_template = given.read_text() if "{" not in ds.chat_template and given.is_file() \
-            else ds.chat_template
+    tokenizer.chat_template = _recipe_template(ds, tokenizer.chat_template)
     return tokenizer
+
+
+def _recipe_template(ds: DatasetConfig, default: str | None) -> str | None:
+    """The recipe's chat template (its text, or a file holding it, as the trainer reads it), else `default`."""
+    if not ds.chat_template:
+        return default
+    given = Path(ds.chat_template)
+    return ds.chat_template if "{" in ds.chat_template else given.read_text() if given.is_file() else default
 
 
 def _rendered(messages: list[dict], template: str, config: dict, tools: list[dict] | None = None) -> str:
@@ -190,10 +195,7 @@ def _prompts(ds: DatasetConfig, model: ModelConfig, rows: list[tuple[str, dict]]
     if not has_template and not ds.chat_template and any(not isinstance(t, str) for t in texts):
         raise no_chat_template(model.tokenizer_name_or_path or model.model_name_or_path)
     template, config = _template(_local_tokenizer(model)) if tokenizer else (None, {})
-    if ds.chat_template:  # the recipe's template: its text, or a file holding it (as the trainer reads it)
-        given_file = Path(ds.chat_template)
-        template = ds.chat_template if "{" in ds.chat_template else \
-            given_file.read_text() if given_file.is_file() else template
+    template = _recipe_template(ds, template)
     lengths = [len(tokenizer.encode(t if isinstance(t, str) else _rendered(t, template, config, tools),
                                     add_special_tokens=isinstance(t, str)).ids) for t in texts] if tokenizer else []
     return DataPreview(ds.train_data, fmt, len(rows), max(lengths) if lengths else None,

@@ -51,9 +51,11 @@ class ToolTemplate:
         self.format = RESPONSE_TEMPLATE if getattr(tokenizer, "response_template", None) else \
             format_of(tokenizer.chat_template)
 
-    def calls(self, text: str, prefix: str) -> list[ToolCall]:
-        """The tool calls of one turn of the model's (`prefix`: the conversation before it)."""
+    def calls(self, text: str, before: list[int]) -> list[ToolCall]:
+        """The tool calls of one turn of the model's (`before`: the conversation's tokens before it,
+        which transformers' response parsing reads)."""
         if self.format == RESPONSE_TEMPLATE:
+            prefix = self.tokenizer.decode(before, skip_special_tokens=False)
             return from_response(self.tokenizer, text, prefix, self.tools)
         return parse(text, self.format)
 
@@ -83,10 +85,10 @@ class ToolTemplate:
         return self.tokenizer(self.reply_text(calls, replies, stop_text), add_special_tokens=False)["input_ids"]
 
 
-def check_tool_template(tokenizer, tools: list[dict], key: str, **template_kwargs) -> str:
-    """The dry run's check that the chat template can carry an agent: it teaches a tool-call format
-    this project reads, it renders the tools into the prompt, and a tool reply into a turn of its own.
-    Returns the format's name."""
+def check_tool_template(tokenizer, tools: list[dict], key: str, **template_kwargs) -> ToolTemplate:
+    """The check (the dry run's and the trainer's) that the chat template can carry an agent: it
+    teaches a tool-call format this project reads, it renders the tools into the prompt, and a tool
+    reply into a turn of its own. Returns the template, checked."""
     template = ToolTemplate(tokenizer, tools, **template_kwargs)
     name = getattr(tokenizer, "name_or_path", "the tokenizer")
     if template.format is None:
@@ -104,7 +106,7 @@ def check_tool_template(tokenizer, tools: list[dict], key: str, **template_kwarg
     if PROBE_REPLY not in template.reply_text([call], [ToolReply(call.name, PROBE_REPLY)], ""):
         raise ConfigError(f"{key}: the chat template of {name} does not render a tool's reply (role 'tool'): set "
                           f"training_config.datasets.chat_template to one that does")
-    return template.format
+    return template
 
 
 def reply_content(value) -> str:

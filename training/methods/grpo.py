@@ -242,12 +242,14 @@ class GRPO(TrainingMethod):
                                        size[0], f"rank{run.rank}")
 
     def _agent(self, sampler, run):
-        from training.contract.tool_template import ToolTemplate
+        from training.contract.environments import KEY
+        from training.contract.tool_template import check_tool_template
         from training.rl.agent_rollout import AgentRollout
         from training.rl.environment_pool import Environments
 
         o = self.options
-        template = ToolTemplate(run.tokenizer, self.prompt_tools, **(run.template_kwargs or {}))
+        # checked here too: the dry run checks only a tokenizer it has on its machine
+        template = check_tool_template(run.tokenizer, self.prompt_tools, KEY, **(run.template_kwargs or {}))
         self.environments = Environments(o.environment, self.rewards, o.tool_timeout, o.max_concurrency)
         return AgentRollout(sampler, self.environments, template, run.tokenizer, o.max_turns, self.completion_budget,
                             o.max_prompt_length)
@@ -372,8 +374,7 @@ class GRPO(TrainingMethod):
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
         totals = [x for totals, _ in scores for x in totals]
         if self.options.environment:
-            totals = after_timeouts(totals, [c for group in completions for c in group], self.options.on_tool_timeout)
-            self.environments.release([c.trace.key for group in completions for c in group])
+            totals = self._trajectories_scored(totals, completions)
         return Rollout(groups, completions, totals, per_function,
                        (generated - started, time.perf_counter() - generated, self.engine.sync_s))
 
@@ -394,6 +395,12 @@ class GRPO(TrainingMethod):
             extras["environment_keys"] = [c.trace.key for _, c in rows]
         return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
                 [c.sample_id for _, c in rows], extras)
+
+    def _trajectories_scored(self, totals: list[float], completions: list[list[Completion]]) -> list[float]:
+        """An agent's scored trajectories: the rewards as on_tool_timeout says, their environments released."""
+        flat = [c for group in completions for c in group]
+        self.environments.release([c.trace.key for c in flat])
+        return after_timeouts(totals, flat, self.options.on_tool_timeout)
 
     def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
@@ -523,11 +530,10 @@ class GRPO(TrainingMethod):
 
     def _agent_sums(self, rollout: Rollout) -> list[float]:
         traces = [c.trace for group in rollout.completions for c in group]
-        tools = [t["function"]["name"] for t in self.prompt_tools]
         return [sum(len(t.turns) for t in traces), sum(sum(t.calls.values()) for t in traces),
                 sum(t.errors for t in traces), sum(t.timeouts for t in traces),
                 sum(t.ended == "max_turns" for t in traces), sum(t.ended == "max_total_tokens" for t in traces),
-                self.engine.environment_s, *(sum(t.calls.get(name, 0) for t in traces) for name in tools)]
+                self.engine.environment_s, *(sum(t.calls.get(name, 0) for t in traces) for name in self._tool_names)]
 
     def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
         update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
@@ -557,16 +563,19 @@ class GRPO(TrainingMethod):
                 **(self._agent_metrics(agent, count) if len(agent) else {})}
 
     @property
+    def _tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.prompt_tools or []]
+
+    @property
     def _agent_width(self) -> int:
-        return len(AGENT_SUMS) + len(self.prompt_tools) if self.options.environment else 0
+        return len(AGENT_SUMS) + len(self._tool_names) if self.options.environment else 0
 
     def _agent_metrics(self, sums, trajectories: float) -> dict:
         """Per trajectory: turns, calls (and per tool), errors and timeouts; the share ended by
         max_turns or max_total_tokens; the ranks' mean wait for their environments."""
         agent = dict(zip(AGENT_SUMS, sums))
-        tools = [t["function"]["name"] for t in self.prompt_tools]
         return {"turns_mean": agent["turns"] / trajectories, "tool_calls_mean": agent["tool_calls"] / trajectories,
-                **{f"tool_calls_{name}": n / trajectories for name, n in zip(tools, sums[len(AGENT_SUMS):])},
+                **{f"tool_calls_{name}": n / trajectories for name, n in zip(self._tool_names, sums[len(AGENT_SUMS):])},
                 "tool_errors": agent["tool_errors"], "tool_timeouts": agent["tool_timeouts"],
                 "ended_max_turns": agent["ended_max_turns"] / trajectories,
                 "ended_max_total_tokens": agent["ended_max_total_tokens"] / trajectories,
@@ -591,8 +600,7 @@ class GRPO(TrainingMethod):
         if prompts:
             totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
             if o.environment:
-                totals = after_timeouts(totals, [c for group in completions for c in group], o.on_tool_timeout)
-                self.environments.release([c.trace.key for group in completions for c in group])
+                totals = self._trajectories_scored(totals, completions)
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
             passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]

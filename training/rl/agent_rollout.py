@@ -158,7 +158,7 @@ class AgentRollout:
         for r in active:
             t = trajectories[r]
             spoken = t.last_turn[:-1] if t.stopped else t.last_turn  # the stop token is no part of a call
-            before = self.tokenizer.decode(t.context[:len(t.context) - len(t.last_turn)], skip_special_tokens=False)
+            before = t.context[:len(t.context) - len(t.last_turn)]
             calls = self.template.calls(self.tokenizer.decode(spoken, skip_special_tokens=False), before)
             t.trace.turns.append({"model": self.tokenizer.decode(spoken, skip_special_tokens=True),
                                   "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
