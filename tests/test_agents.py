@@ -1,7 +1,8 @@
 """An agent through the trainer (recipes/llama/tiny_llama_agent.yaml): multi-turn rollouts with a tool,
 from its SFT warm start. Its trajectories, the model's turns and the tool's replies, are the same at 1,
-2 and 3 ranks token for token, and resized in place under the real agents they are a fixed-size run's;
-it learns to use its tool; the metrics and samples say what the agent did."""
+2 and 3 ranks token for token, and so are its weights after a step, bit for bit (fp64 master weights);
+rehearsed in place under the real agents through the demo trace, its trajectories and final weights
+are the fixed-size run's; it learns to use its tool; the metrics and samples say what the agent did."""
 
 import json
 import statistics
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import ROOT, one_step_at_each_size, own_processes, records, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("test_agents")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("test_agents")]
 RECIPE = "llama/tiny_llama_agent"
 
 
@@ -37,21 +38,65 @@ def test_an_agents_trajectories_are_the_same_at_1_2_and_3_ranks_bitwise(one_step
 
 
 @pytest.fixture(scope="module")
-def fixed(tmp_path_factory):
-    """The recipe as shipped, at 2 nodes."""
-    run_dir = tmp_path_factory.mktemp("agent_fixed") / "run"
-    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
-                           f"local.run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=880)
+def rehearsal(tmp_path_factory, image_python):
+    """The recipe as shipped, rehearsed in place under the HyperPod agents through traces/demo.yaml
+    (2 -> 3 -> 1 -> 2 nodes, a node killed), then its fixed-size run at 2 nodes."""
+    tmp = tmp_path_factory.mktemp("agent_rehearsal")
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
+                           "action=rehearse", f"local.trace={ROOT / 'traces' / 'demo.yaml'}",
+                           f"local.agent_python={image_python}", f"local.run_dir={tmp / 'run'}",
+                           "local.timeout=1500", f"output_dir={tmp / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1700)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return run_dir
+    return done, tmp
 
 
-def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(fixed, capsys):
+def hf_weights(run_dir) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run_dir / "hf" / "model.safetensors")
+
+
+def test_an_agents_weights_after_a_step_are_the_same_at_1_2_and_3_ranks_bit_for_bit(one_step):
+    """fp64 master weights sum the step's micro-batch gradients exactly in any order, and each
+    micro-batch holds one prompt's group at every size: the same weights, to the last bit."""
+    import torch
+
+    weights = {n: hf_weights(run) for n, run in one_step.items()}
+    for n in (2, 3):
+        assert weights[n].keys() == weights[1].keys()
+        assert all(torch.equal(weights[n][k], weights[1][k]) for k in weights[1]), n
+
+
+def test_an_agents_rehearsal_in_place_through_the_demo_trace_is_the_fixed_size_run(rehearsal):
+    """Every resize in place, the node failure by a process restart: the same trajectories at every
+    step (also those drawn again after the failure), and at the end the same weights, bit for bit;
+    no agent, worker or reward process is left."""
+    import torch
+
+    done, tmp = rehearsal
+    run_dir, fixed_dir = tmp / "run", tmp / "run" / "fixed"
+    report = json.loads((run_dir / "rehearsal_report.json").read_text())
+    resizes = [(t["from_nodes"], t["to_nodes"], t["restart"]) for t in report["transitions"] if t["cause"] == "resize"]
+    assert resizes == [(2, 3, "in place"), (3, 1, "in place"), (1, 2, "in place")]
+    assert "failure" in [t["cause"] for t in report["transitions"]]
+    assert report["matched"] is True and "consumed sample ids and completions identical" in done.stdout
+    fixed = trajectories_by_step(fixed_dir)
+    assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
+    for attempt in records(run_dir, "samples.jsonl"):  # every attempt at a step, lost or committed
+        assert sorted(map(json.dumps, attempt["completions"])) == fixed[attempt["step"]]
+    resized, reference = hf_weights(run_dir), hf_weights(fixed_dir)
+    assert all(torch.equal(resized[k], reference[k]) for k in reference)
+    assert wait_for(lambda: not own_processes(tmp), timeout=30), "agents, workers or reward processes left"
+
+
+def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(rehearsal, capsys):
     """The fixed-size run: the mean reward of the last ten steps is at least twice the first ten's
     (docs/agents.md says so); every step logs the agent's metrics; its samples show the turns."""
     from elastic_launcher.cli import main
 
-    run_dir = fixed
+    run_dir = rehearsal[1] / "run" / "fixed"
     steps = {r["step"]: r for r in records(run_dir) if "reward" in r}
     rewards = [steps[s]["reward"] for s in sorted(steps)]
     assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
@@ -66,24 +111,3 @@ def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(fixed, capsy
     out = capsys.readouterr().out
     assert "turn 1: <tool_call>" in out and "  lookup -> " in out and "ended: " in out
     assert "# Tools" not in out  # the prompt as the data gives it, not the template's tools
-
-
-def test_an_agents_rehearsal_under_real_agents_resizes_in_place_and_matches(tmp_path, image_python):
-    """`elastic_policy.in_place=true` under the HyperPod agents, 2 -> 1 -> 2 nodes: each resize keeps the
-    workers' processes (the reward process, where the environments live, and the sampler made again in
-    them), the trajectories match a fixed-size run's, and no process is left."""
-    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
-                           "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
-                           "action=rehearse", "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
-                           f"local.agent_python={image_python}", f"local.run_dir={tmp_path / 'run'}",
-                           "local.timeout=800", f"output_dir={tmp_path / 'out'}",
-                           "recipes.training_config.training_args.max_steps=8"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=880)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = tmp_path / "run"
-    report = json.loads((run_dir / "rehearsal_report.json").read_text())
-    assert [(t["from_nodes"], t["to_nodes"], t["restart"]) for t in report["transitions"]] == [(2, 1, "in place"),
-                                                                                               (1, 2, "in place")]
-    assert report["matched"] is True and "consumed sample ids and completions identical" in done.stdout
-    assert trajectories_by_step(run_dir) == trajectories_by_step(run_dir / "fixed")
-    assert wait_for(lambda: not own_processes(tmp_path), timeout=30), "agents, workers or reward processes left"

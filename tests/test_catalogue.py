@@ -407,6 +407,22 @@ def test_the_fallback_estimate_stays_near_every_trace():
     assert all(low <= ratio <= high for ratio, _, _ in ratios), (min(ratios), max(ratios))
 
 
+def test_fp64_master_weights_are_planned_at_twice_the_state():
+    """fp64 master weights hold 32 bytes per trained parameter instead of 16 (weights, gradients and
+    AdamW's moments) and write checkpoints twice the size; the fp32 runs' traced peaks are not theirs."""
+    from elastic_launcher.planning.plan import checkpoint_gb
+
+    fp32, fp64 = (plan_of("llama/llama3_1_8b_sft", *o)
+                  for o in ([], ["recipes.training_config.model_config.master_weights=fp64"]))
+    for a, b in zip(fp32.sizes, fp64.sizes):
+        assert a.memory.traced and not b.memory.traced
+        estimates = [fallback_estimate(p.hardware.model_shape, s.config, s.shard_degree, s.batch.micro_batch)
+                     for p, s in ((fp32, a), (fp64, b))]
+        assert estimates[1].state_gib == pytest.approx(2 * estimates[0].state_gib)
+    gb = [checkpoint_gb(p.hardware.model_shape, p.sizes[0].config.training_config.model_config) for p in (fp32, fp64)]
+    assert gb[1] == pytest.approx(2 * gb[0])
+
+
 def test_the_dry_run_warns_outside_the_instance_types_and_where_it_does_not_fit(launch):
     code, out, err = launch("recipes=qwen/qwen3_8b_sft_lora", "recipes.elastic_policy.is_elastic=true",
                             "recipes.instance_type=ml.g6e.48xlarge")

@@ -373,7 +373,7 @@ gradients = []
 for update in method.updates(model, [{"prompts": rows}], step=0):
     counts = torch.tensor([float(sum(m["label_tokens"] for m in update))], dtype=torch.float64)
     dist.all_reduce(counts)
-    method.forward_backward(model, update, counts[0], world, B)
+    method.forward_backward(model, update, counts[0], B)
     gradients.append(torch.cat([p.grad.full_tensor().flatten() for p in model.parameters()]).tolist())
     model.zero_grad(set_to_none=True)
 if rank == 0:

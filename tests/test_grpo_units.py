@@ -280,7 +280,7 @@ def test_a_sequence_correction_scales_each_completions_gradient_by_its_weight(po
         if shift is not None:  # the sampler's log-probabilities: the trainer's minus shift / (completion tokens)
             batch["rollout_log_probs"] = batch["old_log_probs"] - labelled * (shift / labelled.sum(1)).unsqueeze(1)
         policy.zero_grad(set_to_none=True)
-        method.forward_backward(policy, [batch], labelled.sum(), 1, 2)
+        method.forward_backward(policy, [batch], labelled.sum(), 2)
         method.close()
         return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
 

@@ -120,9 +120,9 @@ class Args:
 
 
 class WeightedSFT(SFT):
-    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
+    def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
         loss_sum, stats = super().forward_backward(model, micro_batches, label_tokens / self.options.weight,
-                                                   world_size, global_batch, documents)
+                                                   global_batch, documents)
         return loss_sum * self.options.weight, stats
 
 

@@ -151,7 +151,7 @@ for micro_steps in json.loads(sys.argv[1]):  # a fresh model per step count: no 
     model = apply_fsdp(tiny_causal_lm(), mesh, "fp32")
     calls.update(all_reduce=0, reduce_scatter=0)
     micro_batches = [collate(rows) for _ in range(micro_steps)]
-    SFT(None, None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4, 4)
+    SFT(None, None, torch.device("cpu")).forward_backward(model, micro_batches, torch.tensor(28.0), 4)
     counts.append(dict(calls))
 print(json.dumps(counts))
 """

@@ -10,8 +10,8 @@ see (`with_allowance`); any other falls back to the analytic estimate below.
 The launcher reads no model hub, so a recipe states its model's shape (`model_shape`: the
 transformers config keys that size memory) or builds the model from an inline `architecture`.
 The fallback estimate adds, per GPU at a given world size:
-- sharded state: fp32 weights, gradients and AdamW moments (16 bytes per trained parameter) over
-  every rank; under LoRA the frozen base in bf16 (2 bytes per parameter) plus the adapters' 16;
+- sharded state: fp32 weights, gradients and AdamW moments (16 bytes per trained parameter; 32
+  under fp64 master weights) over every rank; under LoRA the frozen base in bf16 (2 bytes per parameter) plus the adapters' 16;
 - FSDP's working set: one decoder layer gathered in bf16 (FSDP's all-gather output and its copy),
   the LM head gathered (its own unit), and a layer's gradient (bf16, then fp32 to reduce);
 - activations of one micro-batch (DPO: chosen and rejected rows) at the recipe's activation
@@ -353,6 +353,8 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
               "lora": None if not mc.lora else {"r": mc.peft_config.r, "target_modules": mc.peft_config.target_modules},
               "mixed_precision": mc.mixed_precision, "activation_checkpointing": mc.activation_checkpointing,
               "loss_chunk_tokens": mc.loss_chunk_tokens}
+    if mc.master_weights != "fp32":  # named only when set: the kept traces' keys stay as they were
+        inputs["master_weights"] = mc.master_weights
     if o := sampling_options(training_config):  # GRPO: an update's rows are a prompt's completions
         inputs.update(seq_len=o.max_prompt_length + completion_budget(o),
                       completions={"per_prompt": o.num_generations, "prompt_len": o.max_prompt_length,
@@ -393,7 +395,7 @@ def traced(inputs: dict, allowance: Allowance = Allowance()) -> MemoryEstimate |
 
 def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
              activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1,
-             allowance: Allowance = Allowance()) -> MemoryEstimate:
+             master_weights: str = "fp32", allowance: Allowance = Allowance()) -> MemoryEstimate:
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
     # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
     padding = 0.0
@@ -402,12 +404,13 @@ def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int,
         if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
             rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
             padding += rows * shape.mlps.count("moe") * shape.experts * share * shape.hidden_size * width
+    trained = 32 if master_weights == "fp64" else 16  # weight, gradient and AdamW's two moments
     if lora_r is None:
-        state = 16 * (shape.params + padding)
+        state = trained * (shape.params + padding)
         layer_grad = 6 * shape.layer_params
     else:
         adapters = shape.lora_params(lora_r)
-        state = 2 * (shape.params + padding) + 16 * adapters
+        state = 2 * (shape.params + padding) + trained * adapters
         layer_grad = 6 * adapters // shape.num_hidden_layers
     head = 0 if shape.tie_word_embeddings else 2 * shape.vocab_size * shape.hidden_size
     working = 2 * 2 * (shape.layer_params + padding / shape.num_hidden_layers) + head + layer_grad

@@ -517,7 +517,7 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
                     loss_chunk_tokens=mc.loss_chunk_tokens,
                     sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
-                    allowance=allowance)
+                    master_weights=mc.master_weights, allowance=allowance)
 
 
 def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: InstanceType) -> MemoryEstimate:
@@ -539,10 +539,11 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
 
 
 def checkpoint_gb(model_shape: dict, mc) -> float:
-    """A checkpoint's size: fp32 weights and AdamW's two moments, 12 bytes per trained parameter
-    (under LoRA the adapters only: the frozen base is read from the model's files)."""
+    """A checkpoint's size: the master weights and AdamW's two moments, 12 bytes per trained parameter
+    in fp32, 24 in fp64 (under LoRA the adapters only: the frozen base is read from the model's files)."""
     shape = ModelShape.from_config(model_shape)
-    return 12 * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
+    per_param = 24 if mc.master_weights == "fp64" else 12
+    return per_param * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
 
 
 NODE_LOCAL_SHARE = 0.5  # of the pod's memory the node-local checkpoint tier may take

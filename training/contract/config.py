@@ -63,6 +63,12 @@ class ModelConfig:
     tokenizer_name_or_path: str | None = None  # defaults to model_name_or_path
     attn_implementation: str | None = None  # None: transformers' default (sdpa); flex_attention on GPU for packing
     mixed_precision: str = one_of("bf16", "fp32")  # bf16 compute with fp32 reduction on GPU; CPU always runs fp32
+    # The trained weights, their optimizer state and the step's gradient sum. fp64 sums a step's
+    # micro-batch gradients exactly in any order, so a run keeps the same weights bit for bit at any
+    # world size wherever each micro-batch holds the same rows at every size (computing in
+    # mixed_precision's dtype all the same); twice the state's memory. For CPU rehearsals whose
+    # sampled draws must not part from the fixed-size run's (docs/agents.md).
+    master_weights: str = one_of("fp32", "fp64")
     activation_checkpointing: str = one_of("none", "selective", "full")  # selective: every other layer
     compile: bool | None = None  # torch.compile each decoder layer; None: on GPU only
     # fsdp: the state sharded over every GPU; hsdp: over one node's GPUs, replicated across nodes (each

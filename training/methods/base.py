@@ -103,12 +103,13 @@ class TrainingMethod:
         as lists the trainer joins over ranks: GRPO's completions."""
         return {}
 
-    def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, world_size: int,
-                         global_batch: int, documents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward over the step's micro-batches, the gradient scaled so it equals the
-        fixed-size run's at every data-parallel size (FSDP averages over `world_size`; the step's
-        label tokens and samples (packed documents) over every rank are given). Returns (local loss
-        sum, local sums of the method's step statistics), both summed over ranks by the trainer."""
+    def forward_backward(self, model, micro_batches: list[dict], label_tokens: torch.Tensor, global_batch: int,
+                         documents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over the step's micro-batches, each loss scaled by the step's counts
+        over every rank (label tokens, samples, packed documents): FSDP sums the ranks' gradients, so
+        the step's gradient is the fixed-size run's at every data-parallel size, and a micro-batch's
+        is the same number at every size. Returns (local loss sum, local sums of the method's step
+        statistics), both summed over ranks by the trainer."""
         raise NotImplementedError
 
     def step_metrics(self, loss_sum: float, stats: list[float], label_tokens: float, global_batch: int) -> dict:

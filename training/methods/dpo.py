@@ -95,8 +95,8 @@ class DPO(TrainingMethod):
     def collate(self, rows):
         return collate_pairs(rows, self.shape)
 
-    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
-        scale = world_size / global_batch
+    def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
+        scale = 1 / global_batch
         loss_sum, stats = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
         for micro in reducing_on_the_last(model, micro_batches):
             policy, scores = self.pair_scores(model, micro)

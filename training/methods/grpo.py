@@ -441,10 +441,10 @@ class GRPO(TrainingMethod):
                 batch[key] = torch.zeros(batch["labels"].shape)
         return batch
 
-    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
-        # The update's loss summed over its completion tokens, over the update's tokens on every rank,
-        # times the DP size that FSDP's gradient averaging divides by: token-mean at any size.
-        scale = world_size / label_tokens.clamp(min=1)  # float64: a float32 scale would round differently per size
+    def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
+        # The update's loss summed over its completion tokens, over the update's tokens on every rank
+        # (FSDP sums the ranks' gradients): token-mean at any size.
+        scale = 1 / label_tokens.clamp(min=1)
         o = self.options
         loss_sum, sums = torch.zeros((), device=self.device), torch.zeros(len(UPDATE_SUMS), dtype=torch.float64,
                                                                             device=self.device)

@@ -26,13 +26,13 @@ class SFT(TrainingMethod):
     def collate(self, rows: list[dict]) -> dict:
         return collate(rows, self.shape)
 
-    def forward_backward(self, model, micro_batches, label_tokens, world_size, global_batch, documents=None):
-        # The summed token loss over the step's global label-token count, times the DP size that
-        # FSDP's gradient averaging divides by: the gradient of the global mean at any size or split.
-        scale = world_size / label_tokens.clamp(min=1).float()  # a step without label tokens contributes nothing
+    def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
+        # The summed token loss over the step's global label-token count (FSDP sums the ranks'
+        # gradients): the gradient of the global mean at any size or split.
+        scale = 1 / label_tokens.clamp(min=1).float()  # a step without label tokens contributes nothing
         # An MoE whose routers train adds their load-balancing loss, averaged over the step's samples.
         balancing = model.routers is not None and documents is not None
-        balance_scale = (model.balance_coef * world_size / documents.clamp(min=1)).float() if balancing else None
+        balance_scale = (model.balance_coef / documents.clamp(min=1)).float() if balancing else None
         loss_sum, balance_sum = torch.zeros((), device=self.device), torch.zeros((), dtype=torch.float64, device=self.device)
         for micro in reducing_on_the_last(model, micro_batches):
             inputs = model_inputs(micro, self.device)

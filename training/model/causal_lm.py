@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
@@ -324,7 +324,7 @@ def _compile_for_training(layer: torch.nn.Module, limit: int) -> None:
 def _sharded(hf_model: torch.nn.Module, cfg: ModelConfig, mesh, on_gpu: bool) -> CausalLM:
     default = on_gpu and hf_model.config.model_type not in EAGER_FAMILIES
     _optimize_layers(hf_model, cfg, cfg.compile if cfg.compile is not None else default)
-    return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision)
+    return apply_fsdp(CausalLM(hf_model, cfg.loss_chunk_tokens), mesh, cfg.mixed_precision, cfg.master_weights)
 
 
 def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = None) -> CausalLM:
@@ -377,11 +377,15 @@ def build_sharded_model(cfg: ModelConfig, seed: int, mesh, on_gpu: bool, resumin
     return model
 
 
-def mixed_precision_policy(mixed_precision: str) -> MixedPrecisionPolicy:
-    """bf16 compute with fp32 gradient reduction (and fp32 master weights), or plain fp32. Gated on
-    the setting alone, so the CPU suite runs the GPU's policy where a recipe asks for it."""
+def mixed_precision_policy(mixed_precision: str, master_weights: str = "fp32") -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 gradient reduction (and fp32 master weights), or plain fp32; fp64 master
+    weights gather in the compute dtype and reduce in fp64. Gated on the settings alone, so the CPU
+    suite runs the GPU's policy where a recipe asks for it."""
+    reduce = torch.float64 if master_weights == "fp64" else torch.float32
     if mixed_precision == "bf16":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+    if master_weights == "fp64":
+        return MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=reduce)
     return MixedPrecisionPolicy()
 
 
@@ -399,7 +403,7 @@ def least_padding(shards: int):
     return placement
 
 
-def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
+def apply_fsdp(model: CausalLM, mesh, mixed_precision: str, master_weights: str = "fp32") -> CausalLM:
     """fully_shard the embeddings, each decoder layer and the LM head as units of their own, then
     the root (final norm, rotary buffers), as torchtitan does: a unit is gathered only around its
     own forward and backward, so no GPU holds the embeddings or the head whole for the whole step
@@ -407,9 +411,15 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     weight used at both ends of the model: they stay in the root. Each parameter is split along
     a dimension that needs no padding where one does (`least_padding`).
     A 2-D mesh (replicate x shard) gives HSDP: shards within a node, replicas across nodes, so the
-    per-layer all-gathers stay on the node's NVLink and only gradients cross the network."""
-    policy = mixed_precision_policy(mixed_precision)
+    per-layer all-gathers stay on the node's NVLink and only gradients cross the network.
+    Gradients are summed over the ranks, not averaged: the methods scale their losses by the step's
+    global counts, so a micro-batch's gradient is the same number at every world size."""
+    policy = mixed_precision_policy(mixed_precision, master_weights)
     model.compute_dtype = policy.param_dtype or torch.float32
+    if master_weights == "fp64":  # the trained weights only: a frozen LoRA base stays in its compute dtype
+        for param in model.parameters():
+            if param.requires_grad:
+                param.data = param.data.to(torch.float64)
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=policy, shard_placement_fn=least_padding(mesh.shape[-1]))
     tied = model.lm_head.weight is model.get_input_embeddings().weight
     for lookup in _embedding_lookups(model):  # the token embeddings; Gemma 4's per-layer embeddings too
@@ -420,6 +430,10 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str) -> CausalLM:
     for layer in decoder_layers(model):
         shard(layer)
     shard(model)
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)  # a plain sum on every backend (gloo has no premultiplied sum)
     reshard_after_forward(model)
     return model
 
@@ -429,8 +443,6 @@ def reshard_after_forward(model: CausalLM) -> None:
     those backward needs right away: the head's and the last decoder layer's (backward starts with
     them) and the root's (never resharded between forward and backward). Also what a rollout, which
     keeps every unit gathered across its forwards, restores (training.rl.rollout)."""
-    from torch.distributed.fsdp import FSDPModule
-
     keep = {id(model), id(model.lm_head), id(decoder_layers(model)[-1])}
     for unit in model.modules():
         if isinstance(unit, FSDPModule):

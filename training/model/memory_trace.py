@@ -348,7 +348,7 @@ def trace_step(cfg: JobConfig, world_size: int, micro_batch: int, micro_steps: i
                             mem.tag(value, "optimizer")
                 model.train()
                 label_tokens = torch.tensor(float(sum(m["label_tokens"] for m in micro)) * world_size)
-                method.forward_backward(model, micro, label_tokens, world_size, ta.train_batch_size)
+                method.forward_backward(model, micro, label_tokens, ta.train_batch_size)
                 mem.phase, mem.category = "optimizer step", "temporaries"
                 torch.nn.utils.clip_grad_norm_(model.parameters(), ta.max_grad_norm, foreach=True)
                 optimizer.step()

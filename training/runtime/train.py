@@ -388,8 +388,8 @@ class Trainer:
                 raise StepAbandoned("updates")
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
             dist.all_reduce(counts)
-            update_loss, update_extra = self.method.forward_backward(self.model, update, counts[0], self.topo.world_size,
-                                                                     self.plan.global_batch, documents=counts[3])
+            update_loss, update_extra = self.method.forward_backward(self.model, update, counts[0], self.plan.global_batch,
+                                                                     documents=counts[3])
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
             self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
