@@ -82,9 +82,14 @@ def test_an_agents_rehearsal_in_place_through_the_demo_trace_is_the_fixed_size_r
     assert resizes == [(2, 3, "in place"), (3, 1, "in place"), (1, 2, "in place")]
     assert "failure" in [t["cause"] for t in report["transitions"]]
     assert report["matched"] is True and "consumed sample ids and completions identical" in done.stdout
+    assert {r["world_size"] for r in records(run_dir) if "reward" in r} == {1, 2, 3}
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the run's curves, as a local run draws them
     fixed = trajectories_by_step(fixed_dir)
     assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
-    for attempt in records(run_dir, "samples.jsonl"):  # every attempt at a step, lost or committed
+    audit = records(run_dir, "samples.jsonl")
+    steps = [r["step"] for r in audit]
+    assert any(steps.count(s) > 1 for s in steps), "the kill landed between checkpoints: some steps ran twice"
+    for attempt in audit:  # every attempt at a step, lost or committed
         assert sorted(map(json.dumps, attempt["completions"])) == fixed[attempt["step"]]
     resized, reference = hf_weights(run_dir), hf_weights(fixed_dir)
     assert all(torch.equal(resized[k], reference[k]) for k in reference)
