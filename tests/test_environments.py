@@ -392,6 +392,69 @@ def test_an_agent_that_keeps_calling_ends_at_max_turns_and_one_out_of_room_at_ma
     environment_pool._live.clear()
 
 
+PATIENT_ENV = '''
+import os
+import time
+
+
+class Patient:
+    """Its lookup of "apple" answers only once the flag file exists."""
+
+    def reset(self, flag: str, **kwargs):
+        self.flag = flag
+
+    def lookup(self, word: str) -> str:
+        """The secret number of a word.
+
+        Args:
+            word: the word
+        """
+        while word == "apple" and not os.path.exists(self.flag):
+            time.sleep(0.01)
+        return "17"
+'''
+
+
+class Signalling(ScriptedPolicy):
+    """The scripted policy, which makes the flag file when it generates a turn of the pear's prompt."""
+
+    def __init__(self, tok, flag):
+        super().__init__(tok)
+        self.flag = flag
+
+    def sample(self, prompt, *args):
+        if "pear" in self.tok.decode(prompt.tolist()):
+            self.flag.touch()
+        return super().sample(prompt, *args)
+
+
+def test_one_groups_tools_run_while_another_group_generates(tmp_path):
+    """The apple group's tool answers only after the pear group's first turn is generated: were the
+    groups taken one after the other, it would pass tool_timeout and end its trajectories."""
+    from training.contract.tool_template import ToolTemplate
+    from training.rl import environment_pool
+    from training.rl.agent_rollout import AgentRollout
+    from training.rl.environment_pool import Environments
+    from training.rl.rollout import PromptGroup
+    from training.rl.sampling import SamplingParams
+
+    (tmp_path / "patient.py").write_text(PATIENT_ENV)
+    spec, flag, tok = f"{tmp_path / 'patient.py'}:Patient", tmp_path / "generated", tokenizer()
+    schemas = [t.schema for t in tools(load_environment(spec))]
+    rollout = AgentRollout(Signalling(tok, flag), Environments(spec, InProcess(), 3.0, 4), ToolTemplate(tok, schemas),
+                           tok, 3, 256, 1024)
+    groups = []
+    for sample_id, word in enumerate(("apple", "pear")):
+        prompt = [{"role": "user", "content": f"What is the secret number of {word}?"}]
+        groups.append(PromptGroup(sample_id, tuple(rollout.template.prompt_ids(prompt)),
+                                  {"prompt": prompt, "columns": {"flag": str(flag)}}))
+    params = SamplingParams(max_new_tokens=64, stop_token_ids=(tok.convert_tokens_to_ids("<|im_end|>"),))
+    completions = list(rollout.generate(groups, 2, params, step=1))
+    assert [[c.sample_id for c in group] for group in completions] == [[0, 0], [1, 1]]  # in the groups' order
+    assert [c.trace.ended for group in completions for c in group] == ["answer"] * 4
+    environment_pool._live.clear()
+
+
 def test_a_timed_out_trajectorys_reward_is_as_on_tool_timeout_says():
     import math
 

@@ -8,10 +8,13 @@ template's tool turn, tokenized alone and appended (training.contract.tool_templ
 calls nothing, `max_turns`, or `max_total_tokens`. The model's tokens carry the loss, the replies'
 none (the completion's `loss_mask`).
 
-Every turn's draws come from (seed, sample id, completion index, step, turn), and a group's turns are
-generated apart from other groups: the first turn as one batch of the group's rows (they share the
-prompt), later turns row by row. So with a deterministic environment a trajectory is the same at any
-world size, in any company, and after a resize that redraws its step.
+The sampler generates one group's turn at a time; while a group waits for its environments (resets,
+tool calls), another group's turn is generated, and a new group starts only when every started one is
+waiting: tools run beside generation. Every turn's draws come from (seed, sample id, completion index,
+step, turn), and a group's turns are generated apart from other groups: the first turn as one batch of
+the group's rows (they share the prompt), later turns row by row. So with a deterministic environment
+a trajectory is the same at any world size, in any company, in any order of the groups, and after a
+resize that redraws its step.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout, ne
 from training.rl.sampling import SamplingParams, completion_generator, completion_seed
 
 ENDINGS = ("answer", "max_turns", "max_total_tokens", "tool_timeout", "cut")
+POLL_S = 0.01  # between looks at the environments' requests while no group can generate
 
 
 @dataclass
@@ -91,23 +95,50 @@ class AgentRollout:
 
     def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int,
                  interrupted: Callable[[], bool] = never):
+        """Each group's completions, in the groups' order; stops early once `interrupted()`."""
         self.environment_s = 0.0
+        runs = [self._group(group, n, params, step, interrupted) for group in groups]  # generators, not started
+        started, ready, waiting, done, given = 0, {}, {}, {}, 0  # ready: group -> the answer it waited for
         with self.sampler.session():
-            for group in groups:
-                completions = self._group(group, n, params, step, interrupted)
-                if completions is None:
-                    return
-                yield completions
+            while given < len(groups):
+                if waiting:  # what the environments finished, without waiting
+                    if (answers := self._wait(self.environments.finished(list(waiting)), interrupted)) is None:
+                        return
+                    for ticket, (error, answer) in answers.items():
+                        group, what = waiting.pop(ticket)
+                        if error:
+                            raise RewardError(f"environment {what} raised {error}")
+                        ready[group] = answer
+                if not ready and started < len(groups):
+                    ready[started], started = None, started + 1
+                if not ready:  # every started group waits for its environments
+                    idle = time.perf_counter()
+                    if interrupted():
+                        return
+                    time.sleep(POLL_S)
+                    self.environment_s += time.perf_counter() - idle
+                    continue
+                group = min(ready)
+                try:
+                    ticket, what = runs[group].send(ready.pop(group))
+                    waiting[ticket] = (group, what)
+                except StopIteration as end:
+                    if end.value is None:  # interrupted in a model turn
+                        return
+                    done[group] = end.value
+                while given in done:
+                    yield done.pop(given)
+                    given += 1
 
     def _group(self, group: PromptGroup, n: int, params: SamplingParams, step: int,
-               interrupted: Callable[[], bool]) -> list[Completion] | None:
+               interrupted: Callable[[], bool]):
+        """One group's trajectories, as a generator: it yields (ticket, what) for each request to the
+        environments and is sent its answer; it returns the completions (None once interrupted)."""
         keys = [(group.sample_id, i, step) for i in range(n)]
         messages, columns = group.episode["prompt"], group.episode["columns"]
-        observations = self._wait(self.environments.start(
+        observations = yield (self.environments.start(
             [(key, columns, completion_seed(self.seed, group.sample_id, i, step)) for i, key in enumerate(keys)]),
-            interrupted, f"{self.environments.spec} reset on sample {group.sample_id}")
-        if observations is None:
-            return None
+            f"{self.environments.spec} reset on sample {group.sample_id}")
         trajectories = [Trajectory(group.prompt_ids if o is None else tuple(self.template.prompt_ids(
             _with_observation(messages, o)))) for o in observations]
         if (longest := max(len(t.prompt_ids) for t in trajectories)) > self.prompt_limit:
@@ -123,10 +154,8 @@ class AgentRollout:
             calling = self._calls(trajectories, active, last_turn=turn == self.max_turns - 1)
             if not calling:
                 break
-            results = self._wait(self.environments.call([(keys[r], calls) for r, calls in calling]), interrupted,
-                                 f"{self.environments.spec}'s tools on sample {group.sample_id}")
-            if results is None:
-                return None
+            results = yield (self.environments.call([(keys[r], calls) for r, calls in calling]),
+                             f"{self.environments.spec}'s tools on sample {group.sample_id}")
             active = [r for (r, calls), replies in zip(calling, results) if self._replied(trajectories[r], calls, replies)]
             if not active:
                 break
@@ -192,18 +221,15 @@ class AgentRollout:
         t.heard(ids)
         return True
 
-    def _wait(self, future: Future, interrupted: Callable[[], bool], what: str):
-        """The environments' answer; None once `interrupted()` (the caller ends the pool's process)."""
+    def _wait(self, future: Future, interrupted: Callable[[], bool]):
+        """The reward process's answer; None once `interrupted()` (the caller ends the pool's process)."""
         started = time.perf_counter()
         while not future.done():
             if interrupted():
                 return None
-            wait([future], timeout=0.05)
+            wait([future], timeout=POLL_S)
         self.environment_s += time.perf_counter() - started
-        try:
-            return future.result()
-        except Exception as e:  # noqa: BLE001 - the user's environment failed outside a tool call
-            raise RewardError(f"environment {what} raised {type(e).__name__}: {e}") from None
+        return future.result()
 
 
 def _with_observation(messages, observation: str):

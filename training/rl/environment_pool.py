@@ -4,9 +4,11 @@ between the model's turns, and read by the reward functions that take `environme
 them) in the same process, never copied. A hanging tool never blocks the training process's
 signal handling, and the process goes with its rank.
 
-A turn's tool calls run concurrently across trajectories (at most `max_concurrency` at once, each in
-a thread of its own: tools that wait on a sandbox or a service overlap), one trajectory's calls in the
-order the model made them. A call to an unknown tool, with arguments that do not fit, or that raises
+Each request (a group's resets, a turn's tool calls) runs on a thread of that process and is collected
+when done (`begin`, `finished`), so the process stays free: one group's tools run while the trainer
+generates another group's turn. A turn's tool calls run concurrently across trajectories (at most
+`max_concurrency` at once over the rank, each in a thread of its own: tools that wait on a sandbox or a
+service overlap), one trajectory's calls in the order the model made them. A call to an unknown tool, with arguments that do not fit, or that raises
 becomes an error reply the model reads; a call past `tool_timeout` ends its trajectory (its thread is
 left behind, the environment no longer used).
 """
@@ -14,6 +16,7 @@ left behind, the environment no longer used).
 from __future__ import annotations
 
 import inspect
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +32,33 @@ Key = tuple[int, int, int]  # (sample id, completion index, step): a trajectory
 # --- in the reward process ---
 _live: dict[Key, object] = {}
 _slots: dict[int, threading.BoundedSemaphore] = {}
+_requests: dict[int, Future] = {}
+
+
+def begin(ticket: int, fn: Callable, *args) -> None:
+    """`fn(*args)` on a thread of this process, collected by `finished(ticket)`; returns at once."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001 - the user's environment failed outside a tool call
+            future.set_exception(e)
+
+    _requests[ticket] = future
+    threading.Thread(target=run, daemon=True).start()
+
+
+def finished(tickets: list[int]) -> dict[int, tuple[str | None, object]]:
+    """Those of the requests that are done, as (error or None, result), forgotten here."""
+    done = {}
+    for ticket in tickets:
+        future = _requests.get(ticket)
+        if future is not None and future.done():
+            del _requests[ticket]
+            error = future.exception()
+            done[ticket] = (f"{type(error).__name__}: {error}", None) if error else (None, future.result())
+    return done
 
 
 def start_episodes(spec: str, episodes: list[tuple[Key, dict, int]]) -> list[str | None]:
@@ -115,16 +145,27 @@ def release(keys: list[Key]) -> None:
 
 # --- in the training process ---
 class Environments:
-    """The rank's environments, reached through its reward pool's process."""
+    """The rank's environments, reached through its reward pool's process: `start` and `call` return a
+    ticket at once, `finished` says which tickets are done and what they returned."""
 
     def __init__(self, spec: str, pool, tool_timeout: float, max_concurrency: int):
         self.spec, self.pool, self.tool_timeout, self.max_concurrency = spec, pool, tool_timeout, max_concurrency
+        self._tickets = itertools.count()
 
-    def start(self, episodes: list[tuple[Key, dict, int]]) -> Future:
-        return self.pool.run(start_episodes, self.spec, episodes)
+    def _begin(self, fn: Callable, *args) -> int:
+        ticket = next(self._tickets)
+        self.pool.run(begin, ticket, fn, *args)  # the process takes requests in order: `finished` comes after
+        return ticket
 
-    def call(self, batch: list[tuple[Key, list[ToolCall]]]) -> Future:
-        return self.pool.run(call_tools, batch, self.tool_timeout, self.max_concurrency)
+    def start(self, episodes: list[tuple[Key, dict, int]]) -> int:
+        return self._begin(start_episodes, self.spec, episodes)
+
+    def call(self, batch: list[tuple[Key, list[ToolCall]]]) -> int:
+        return self._begin(call_tools, batch, self.tool_timeout, self.max_concurrency)
+
+    def finished(self, tickets: list[int]) -> Future:
+        """A future of `finished(tickets)` in the process."""
+        return self.pool.run(finished, tickets)
 
     def release(self, keys: list[Key]) -> None:
         if keys:
