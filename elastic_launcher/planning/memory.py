@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
-from training.contract.methods import completion_budget, sampling_options
+from training.contract.methods import completion_budget, method_facts, sampling_options
 
 GIB = 2**30
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
@@ -318,7 +318,7 @@ class Allowance:
         DPO scores row by row on the chunked path."""
         tc = training_config
         fused = 0.0
-        if tc.training_args.trainer_type == "sft" and tc.model_config.loss_chunk_tokens > 0:
+        if method_facts(tc.training_args.trainer_type).fused_loss and tc.model_config.loss_chunk_tokens > 0:
             hidden, vocab = model_shape.get("hidden_size", 0), model_shape.get("vocab_size", 32000)
             fused = 2 * micro_batch * tc.datasets.max_len * hidden + (0 if tc.model_config.lora else 4 * vocab * hidden)
         return cls(communicators=3 if hsdp else 1, fused_loss_gib=fused / GIB)

@@ -6,6 +6,7 @@ states, at its top level, the facts that do not need torch:
     PACKING = False              # whether several samples may share a row (datasets.packing)
     DATA_FORMAT = "pairs"        # the rows it reads: chat (SFT's formats), pairs, prompts (GRPO)
     COMPARED_METRIC = "loss"     # the step metric a resized run must reproduce (a rehearsal's MATCHED)
+    FUSED_LOSS = False           # trains through the model's fused head and loss (SFT): the plan counts its gradients
     @dataclass
     class Args:                  # its own keys, set as training_args.method_args.<key>
         beta: float = ranged(0.1, gt=0)
@@ -36,6 +37,7 @@ class MethodFacts:
     packing: bool = True
     data_format: str = "chat"
     compared_metric: str = "loss"
+    fused_loss: bool = False  # trains through the model's fused head and loss (its gradients held to backward)
     args: type = field(default=dataclasses.make_dataclass("Args", []))  # its keys' schema
 
     def build_args(self, values: dict | None, path: str = ARGS_KEY):
@@ -59,7 +61,8 @@ def method_facts(name: str) -> MethodFacts:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             key = {"SEQUENCES_PER_SAMPLE": "sequences_per_sample", "PACKING": "packing",
-                   "DATA_FORMAT": "data_format", "COMPARED_METRIC": "compared_metric"}.get(node.targets[0].id)
+                   "DATA_FORMAT": "data_format", "COMPARED_METRIC": "compared_metric",
+                   "FUSED_LOSS": "fused_loss"}.get(node.targets[0].id)
             if key:
                 facts[key] = ast.literal_eval(node.value)
         elif isinstance(node, ast.ClassDef) and node.name == "Args":

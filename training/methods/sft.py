@@ -13,6 +13,7 @@ from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_
 SEQUENCES_PER_SAMPLE = 1
 PACKING = True  # samples may share a row: each keeps its own attention and labels
 DATA_FORMAT = "chat"
+FUSED_LOSS = True  # the loss fused with the LM head (training.model.loss): the plan counts what it holds
 
 
 @dataclass
