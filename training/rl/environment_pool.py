@@ -7,10 +7,10 @@ signal handling, and the process goes with its rank.
 Each request (a group's resets, a turn's tool calls) runs on a thread of that process and is collected
 when done (`begin`, `finished`), so the process stays free: one group's tools run while the trainer
 generates another group's turn. A turn's tool calls run concurrently across trajectories (at most
-`max_concurrency` at once over the rank, each in a thread of its own: tools that wait on a sandbox or a
-service overlap), one trajectory's calls in the order the model made them. A call to an unknown tool, with arguments that do not fit, or that raises
-becomes an error reply the model reads; a call past `tool_timeout` ends its trajectory (its thread is
-left behind, the environment no longer used).
+`max_concurrency` at once over the rank, each in a thread of its own: tools that wait on a sandbox or
+a service overlap), one trajectory's calls in the order the model made them. A call to an unknown
+tool, with arguments that do not fit, or that raises becomes an error reply the model reads; a call
+past `tool_timeout` ends its trajectory (its thread is left behind, the environment no longer used).
 """
 
 from __future__ import annotations
