@@ -78,13 +78,16 @@ class Rehearsal:
         self.timeline.add("launch", nodes=nodes, reason=reason, pid=self.proc.pid)
 
     def stop_gracefully(self, reason: str) -> None:
-        workers = child_pids(self.proc.pid)
-        self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.operator.size, reason=reason)
-        graceful = stop_workers(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
-        self.timeline.add("exit", graceful=graceful,
-                          **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
-        self.proc = None
-        self.operator.stopped(time.time())
+        # An interrupt meanwhile is raised once the stop is done (within the graceful timeout): raised
+        # halfway, it would find the job neither running nor gone and stop it a second time.
+        with interrupts_deferred():
+            workers = child_pids(self.proc.pid)
+            self.timeline.add("signal", signal="SIGUSR1", workers=len(workers), nodes=self.operator.size, reason=reason)
+            graceful = stop_workers(self.proc, self.policy.graceful_shutdown_timeout, signal.SIGUSR1)
+            self.timeline.add("exit", graceful=graceful,
+                              **({} if graceful else {"reason": "graceful_shutdown_timeout passed"}))
+            self.proc = None
+            self.operator.stopped(time.time())
 
     def kill_worker(self) -> None:
         workers = child_pids(self.proc.pid) if self.proc else []
