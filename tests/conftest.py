@@ -45,7 +45,7 @@ def whole_tier(config) -> bool:
     """Only a run of the whole tier says what the tier costs: no paths, -k, -m or --lf narrowing it."""
     opt = config.option
     return (not config.args or config.args == config.getini("testpaths")) and not opt.keyword \
-        and not opt.markexpr and not getattr(opt, "lf", False)
+        and not opt.markexpr and not getattr(opt, "lf", False) and not opt.collectonly  # --co runs nothing
 
 
 def pytest_sessionstart(session):
