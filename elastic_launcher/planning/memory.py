@@ -11,7 +11,8 @@ The launcher reads no model hub, so a recipe states its model's shape (`model_sh
 transformers config keys that size memory) or builds the model from an inline `architecture`.
 The fallback estimate adds, per GPU at a given world size:
 - sharded state: fp32 weights, gradients and AdamW moments (16 bytes per trained parameter; 32
-  under fp64 master weights) over every rank; under LoRA the frozen base in bf16 (2 bytes per parameter) plus the adapters' 16;
+  under fp64 master weights) over every rank; under LoRA the frozen base in bf16 (2 bytes per
+  parameter) plus the adapters' 16 (or 32);
 - FSDP's working set: one decoder layer gathered in bf16 (FSDP's all-gather output and its copy),
   the LM head gathered (its own unit), and a layer's gradient (bf16, then fp32 to reduce);
 - activations of one micro-batch (DPO: chosen and rejected rows) at the recipe's activation
