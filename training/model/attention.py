@@ -1,6 +1,15 @@
-"""The trainer's flex attention, registered under transformers' name `flex_attention`.
+"""The trainer's attention functions, registered with transformers: its flex attention under
+transformers' name `flex_attention`, and `causal_sdpa` for runs whose rows are one sample each.
 
-It is transformers' flex path without two costs it has on the catalogue's models:
+`causal_sdpa` is torch's SDPA with `is_causal` and no mask. Right padding never reaches a real token,
+so an unpacked row needs no mask; but transformers builds one for `sdpa` (dense, which keeps SDPA
+off its flash kernels: on CPU a step's attention takes 1.5x as long) or, given none, looks for packed
+rows in the position ids (a device-to-host sync each forward). A name with no mask function makes it
+build none at all.
+
+The flex attention function is transformers' flex path without three costs it has on the catalogue's
+models:
+
 - Grouped-query attention with K/V as they are (`enable_gqa`): transformers copies K and V to
   every query head when the head count is not a power of two (Qwen2.5 7B: 28 heads, 14B/32B, Qwen3
   14B and Llama 4: 40, R1-Distill-Qwen-1.5B: 12), a (heads / kv_heads)x larger K/V per layer.
@@ -75,3 +84,23 @@ def use_trainer_flex_attention() -> None:
     AttentionInterface.register("flex_attention", flex_attention_forward)
     if torch.cuda.is_available():
         WIDE_HEAD_TILES.update(wide_head_tiles(torch.cuda.current_device()))
+
+
+CAUSAL_SDPA = "causal_sdpa"
+
+
+def causal_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA function with no mask: causal over a whole row (training, a prefill) or a
+    step's one query over the whole cache (decoding)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is not None or query.shape[2] not in (1, key.shape[2]):
+        raise RuntimeError(f"{CAUSAL_SDPA} attends causally over whole rows: {query.shape[2]} queries over "
+                           f"{key.shape[2]} keys need a mask (attn_implementation=sdpa)")
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+
+def use_causal_sdpa() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(CAUSAL_SDPA, causal_sdpa_forward)  # and no mask function: none is built

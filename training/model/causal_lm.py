@@ -55,7 +55,8 @@ def import_model_code(cfg: ModelConfig) -> None:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        AutoModelForCausalLM.from_config(_hf_config(cfg), **_attention(cfg))
+        config = _hf_config(cfg)
+        AutoModelForCausalLM.from_config(config, **_attention(cfg, config))
 
 
 def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> None:
@@ -63,11 +64,15 @@ def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> N
     check_trainable(_hf_config(cfg, source), packing)
 
 
-def _attention(cfg: ModelConfig) -> dict:
-    if cfg.attn_implementation == "flex_attention":
-        from training.model.attention import use_trainer_flex_attention
+def _attention(cfg: ModelConfig, config) -> dict:
+    from training.model.attention import CAUSAL_SDPA, use_causal_sdpa, use_trainer_flex_attention
 
+    if cfg.attn_implementation == "flex_attention":
         use_trainer_flex_attention()  # GQA without K/V copies, GPT-OSS's sinks in fp32
+    if cfg.attn_implementation == CAUSAL_SDPA:
+        if set(layer_kinds(config)) != {"full_attention"}:  # a window or chunk needs its mask
+            return {"attn_implementation": "sdpa"}
+        use_causal_sdpa()
     return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
 
 
@@ -148,7 +153,7 @@ def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> tor
     config = _hf_config(cfg, source)
     with nullcontext() if init else no_init_weights():
         try:
-            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **_attention(cfg))
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **_attention(cfg, config))
         except ValueError as e:
             if "Unrecognized configuration class" not in str(e):
                 raise

@@ -43,6 +43,7 @@ from training.doctor import check_gpu_image  # noqa: E402
 from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
 from training.methods.base import RunInfo  # noqa: E402
+from training.model.attention import CAUSAL_SDPA  # noqa: E402
 from training.model.causal_lm import (attention_flops, build_sharded_model, check_model, matmul_flops_per_token,  # noqa: E402
                                       weights_from)
 from training.model.lora import checkpointed_weights  # noqa: E402
@@ -99,14 +100,17 @@ def as_run(cfg: JobConfig, rows: int, vocab_size: int, special_tokens: dict[str,
     """The config as run, a new object: the schedule resolved from the data (max_epochs, warmup
     ratio -> steps), an inline architecture's vocabulary and pad/bos/eos ids taken from the
     tokenizer where the recipe leaves them out (a family's defaults name ids of its own vocabulary),
-    and off GPU torch's sdpa for flex attention, which has no backward on CPU (a GPU recipe's local
-    smoke run: packed rows still attend per sample)."""
+    off GPU torch's sdpa for flex attention, which has no backward on CPU (a GPU recipe's local
+    smoke run: packed rows still attend per sample), and for rows of one sample each (no packing)
+    sdpa without a mask (training.model.attention.CAUSAL_SDPA)."""
     tc = cfg.training_config
     mc = tc.model_config
     if mc.architecture is not None:
         mc = replace(mc, architecture={"vocab_size": vocab_size, **special_tokens, **mc.architecture})
     if not on_gpu and mc.attn_implementation == "flex_attention":
         mc = replace(mc, attn_implementation=None)
+    if not tc.datasets.packing and mc.attn_implementation in (None, "sdpa"):
+        mc = replace(mc, attn_implementation=CAUSAL_SDPA)
     return replace(cfg, training_config=replace(tc, training_args=resolve_schedule(tc.training_args, rows),
                                                 model_config=mc))
 
