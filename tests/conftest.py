@@ -261,9 +261,10 @@ def tiny_architecture(model_type: str) -> dict:
     return dict(recipe["training_config"]["model_config"]["architecture"])
 
 
-def tiny_causal_lm(model_type="llama", seed=0, float64=False):
+def tiny_causal_lm(model_type="llama", seed=0, float64=False, attn_implementation=None):
     """A tiny transformers model wrapped as the trainer wraps it (CausalLM, loss out), fp32 (or
-    float64, for comparisons that must hold on any CPU), no FSDP."""
+    float64, for comparisons that must hold on any CPU), no FSDP; transformers' default attention
+    (eager for GPT-OSS and Llama 4) unless `attn_implementation` names one."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -273,6 +274,8 @@ def tiny_causal_lm(model_type="llama", seed=0, float64=False):
     arch.pop("model_type", None)
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": "eager"} if model_type in ("gpt_oss", "llama4_text") else {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
     if float64 and model_type in ("gpt_oss", "llama4_text"):
         kwargs["experts_implementation"] = "eager"  # grouped_mm takes no float64; the math is the same
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=97, **arch), **kwargs)

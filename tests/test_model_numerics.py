@@ -61,6 +61,60 @@ def test_padding_rows_and_a_bucketed_width_add_no_loss_no_gradient_and_no_sample
     assert BatchShape(rows=4, max_len=64, packed=True).width(3) == 64
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_unpacked_rows_attend_by_is_causal_with_no_mask_and_train_as_with_the_mask(model_type, monkeypatch):
+    """An unpacked run's attention (`causal_sdpa`, which the trainer sets where rows are one sample
+    each): SDPA gets no mask and is_causal, so its flash kernels run, and no mask is built; the loss
+    and gradients of right-padded rows and a padding row are those of SDPA with transformers' mask,
+    in float64."""
+    from training.model.attention import CAUSAL_SDPA, use_causal_sdpa
+
+    use_causal_sdpa()
+    rng = random.Random(2)
+    batch = collate([sample(rng, 11), sample(rng, 19)], BatchShape(rows=3, max_len=64, packed=False))
+    sdpa, calls = torch.nn.functional.scaled_dot_product_attention, []
+
+    def recorded(*args, **kwargs):
+        calls.append((kwargs["attn_mask"], kwargs["is_causal"]))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    loss, grads = loss_and_grads(tiny_causal_lm(model_type, float64=True, attn_implementation="sdpa"), batch)
+    assert calls and all(mask is not None and not causal for mask, causal in calls)
+    calls.clear()
+    causal_loss, causal_grads = loss_and_grads(tiny_causal_lm(model_type, float64=True, attn_implementation=CAUSAL_SDPA),
+                                               batch)
+    assert calls and all(mask is None and causal for mask, causal in calls)
+    assert causal_loss.item() == pytest.approx(loss.item(), rel=1e-12)
+    assert causal_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(causal_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_the_trainer_drops_the_mask_only_for_unpacked_rows_and_layers_that_attend_whole_rows():
+    """The config as run takes `causal_sdpa` for SDPA without packing (not with it), and off GPU for
+    flex; a model with windowed or chunked layers (Llama 4, Gemma 4) keeps SDPA with its masks, one
+    whose attention SDPA cannot run (GPT-OSS's sinks) transformers' choice (eager)."""
+    from conftest import tiny_architecture
+    from training.contract.config import DatasetConfig, JobConfig, ModelConfig, TrainingSection
+    from training.model.causal_lm import _from_config
+    from training.runtime.train import as_run
+
+    def run(model_type, packing=False, attn=None):
+        job = JobConfig(training_config=TrainingSection(
+            model_config=ModelConfig(architecture=tiny_architecture(model_type), attn_implementation=attn),
+            datasets=DatasetConfig(packing=packing)))
+        return as_run(job, rows=64, vocab_size=97, special_tokens={}, on_gpu=False).training_config.model_config
+
+    assert [run("llama", packing, attn).attn_implementation for packing, attn in
+            [(False, None), (False, "sdpa"), (True, None), (False, "eager")]] == ["causal_sdpa", "causal_sdpa", None, "eager"]
+    built = {t: _from_config(run(t), init=False).config._attn_implementation
+             for t in ("llama", "qwen3", "gpt_oss", "llama4_text", "gemma4_text")}
+    assert built == {"llama": "causal_sdpa", "qwen3": "causal_sdpa", "gpt_oss": "eager", "llama4_text": "sdpa",
+                     "gemma4_text": "sdpa"}
+    assert run("llama", attn="flex_attention").attn_implementation == "causal_sdpa"  # CPU: no flex backward
+
+
 @pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "qwen2", "qwen3", "llama4_text"])
 def test_a_packed_row_equals_its_samples_one_by_one(model_type):
     torch.use_deterministic_algorithms(False)

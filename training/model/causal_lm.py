@@ -21,6 +21,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
 from training.contract.families import EAGER_FAMILIES, SUPPORTED
+from training.model.attention import CAUSAL_SDPA, use_causal_sdpa
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
@@ -55,8 +56,7 @@ def import_model_code(cfg: ModelConfig) -> None:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        config = _hf_config(cfg)
-        AutoModelForCausalLM.from_config(config, **_attention(cfg, config))
+        AutoModelForCausalLM.from_config(_hf_config(cfg), **_attention(cfg))
 
 
 def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> None:
@@ -64,16 +64,26 @@ def check_model(cfg: ModelConfig, packing: bool, source: str | None = None) -> N
     check_trainable(_hf_config(cfg, source), packing)
 
 
-def _attention(cfg: ModelConfig, config) -> dict:
-    from training.model.attention import CAUSAL_SDPA, use_causal_sdpa, use_trainer_flex_attention
-
+def _attention(cfg: ModelConfig) -> dict:
+    """transformers' `attn_implementation` keyword for the model (none: its default); `causal_sdpa`
+    is asked of it once built (_without_masks)."""
     if cfg.attn_implementation == "flex_attention":
+        from training.model.attention import use_trainer_flex_attention
+
         use_trainer_flex_attention()  # GQA without K/V copies, GPT-OSS's sinks in fp32
-    if cfg.attn_implementation == CAUSAL_SDPA:
-        if set(layer_kinds(config)) != {"full_attention"}:  # a window or chunk needs its mask
-            return {"attn_implementation": "sdpa"}
+    return {"attn_implementation": cfg.attn_implementation} \
+        if cfg.attn_implementation and cfg.attn_implementation != CAUSAL_SDPA else {}
+
+
+def _without_masks(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """`causal_sdpa` where the config as run asks for it (rows of one sample each), the model runs
+    transformers' SDPA (not every family supports it: GPT-OSS's sinks) and every layer attends to
+    its whole row (a window or chunk needs its mask)."""
+    if cfg.attn_implementation == CAUSAL_SDPA and model.config._attn_implementation == "sdpa" \
+            and set(layer_kinds(model.config)) == {"full_attention"}:
         use_causal_sdpa()
-    return {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+        model.set_attn_implementation(CAUSAL_SDPA)
+    return model
 
 
 LANGUAGE_MODEL = "language_model."  # where a vision+text checkpoint (Llama 4) keeps the causal LM's weights
@@ -153,12 +163,13 @@ def _from_config(cfg: ModelConfig, init: bool, source: str | None = None) -> tor
     config = _hf_config(cfg, source)
     with nullcontext() if init else no_init_weights():
         try:
-            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **_attention(cfg, config))
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **_attention(cfg))
         except ValueError as e:
             if "Unrecognized configuration class" not in str(e):
                 raise
             raise ConfigError(f"model_type {config.model_type} has no causal LM in transformers: the trainer fine-tunes "
                               f"{SUPPORTED}") from None
+    return _without_masks(model, cfg)
 
 
 def build_model(cfg: ModelConfig, seed: int) -> torch.nn.Module:
