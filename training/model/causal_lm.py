@@ -21,7 +21,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
 from training.contract.families import EAGER_FAMILIES, SUPPORTED
-from training.model.attention import CAUSAL_SDPA, use_causal_sdpa
+from training.model.attention import CAUSAL_SDPA, use_causal_sdpa, use_trainer_flex_attention
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
 from training.model.loss import LossHead
@@ -68,8 +68,6 @@ def _attention(cfg: ModelConfig) -> dict:
     """transformers' `attn_implementation` keyword for the model (none: its default); `causal_sdpa`
     is asked of it once built (_without_masks)."""
     if cfg.attn_implementation == "flex_attention":
-        from training.model.attention import use_trainer_flex_attention
-
         use_trainer_flex_attention()  # GQA without K/V copies, GPT-OSS's sinks in fp32
     return {"attn_implementation": cfg.attn_implementation} \
         if cfg.attn_implementation and cfg.attn_implementation != CAUSAL_SDPA else {}

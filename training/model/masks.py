@@ -8,8 +8,9 @@ always carry the ids (a row of one sample is one document), so every micro-batch
 of mask: the compiled mask builder and flex kernel never meet another mask function. A mask is always
 built and passed (never None, which would send transformers back to detecting): flex attention, the
 recipes' choice, takes it as a sparse block mask; SDPA gets it dense and leaves its is_causal fast path.
-An unpacked run builds none: its rows are one sample each, and its SDPA is `causal_sdpa`
-(training.model.attention), which has no mask function, so every builder returns None at once.
+The one exception is an unpacked run on SDPA: its rows are one sample each and its attention is
+`causal_sdpa` (training.model.attention), which has no mask function, so transformers' builders
+return None at once (no mask, no detection) and SDPA runs by is_causal.
 """
 
 from __future__ import annotations
