@@ -200,8 +200,8 @@ def workers(pod) -> list[int]:
     return child_pids(pod.proc.pid, running=True)
 
 
-def start_and_wait(operator: Operator, run_dir: Path, pods, after_step: int, steps: int = 3) -> None:
-    operator.start(pods, operator.progress(operator.pods))
+def start_and_wait(operator: Operator, run_dir: Path, pods, after_step: int, steps: int = 3, apart: float = 0.0) -> None:
+    operator.start(pods, operator.progress(operator.pods), apart=apart)
     wait_step(run_dir, after_step + steps, len(pods))
 
 
@@ -211,56 +211,62 @@ def in_place_job(tmp_path, image_python):
                              "recipes.elastic_policy.graceful_shutdown_timeout=20"), image_python
 
 
-def test_resize_in_place_2_3_1_under_the_real_agent(in_place_job, fixed_run):
+def test_resize_in_place_2_3_2_3_1_under_the_real_agent(in_place_job, fixed_run):
     """`elastic_policy.in_place`: the agents start their workers once; every /stop leaves them alive at
-    the agent's barrier and every /start resizes them in place: 2 nodes, 3 (the third pod's workers
-    waited at the barrier since the pod came up; the stops reach the pods 3 s apart), then pod 2 is
-    deleted while training (SIGTERM: everyone checkpoints, its agent leaves), and pod 0 finishes alone,
-    reading pod 1's and pod 2's shards from the shared volume. No worker of a staying pod is ever
-    restarted, and the run equals a fixed-size one."""
+    the agent's barrier and every /start, on the job's one master port, resizes them in place. The job
+    grows 2 -> 3 twice with two workers staying and a fresh pod's joining: first rank 0 stays where it
+    was and the new pod's /start comes last (its worker joins late), then the new pod takes rank 0 and
+    comes first (it hosts the store its peers' old group used the port of). Between the two it shrinks
+    to 2 with rank 0 moved to the other staying pod; the stops reach the pods 3 s apart. Then the
+    joined pod is deleted while training (SIGTERM: everyone checkpoints, its agent leaves), and pod 0
+    finishes alone, reading the others' shards from the shared volume. No worker of a staying pod is
+    ever restarted, and the run equals a fixed-size one."""
     work, container, python = in_place_job
     assert "--inprocess-restart" in container.args
     run_dir = work / "run"
     operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
     try:
-        p0, p1, p2 = (operator.add_pod() for _ in range(3))  # ready: their workers wait at the barrier
-        first = {pod.name: workers(pod) for pod in (p0, p1, p2)}
+        pods = [operator.spawn_pod() for _ in range(4)]
+        operator.wait_status(pods, {"ready"}, timeout=90)  # their workers wait at the barrier
+        p0, p1, p2, p3 = pods
+        first = {pod.name: workers(pod) for pod in pods}
         assert all(len(pids) == 1 for pids in first.values()), first
 
+        def stop(job, apart=0.0):
+            operator.stop(job, apart=apart)
+            operator.wait_status(job, {"ready"}, timeout=container.graceful_timeout + 10)
+            return newest_step(run_dir)
+
+        def grow(job, stopped, apart):
+            start_and_wait(operator, run_dir, job, stopped, apart=apart)
+            resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+            assert (resume["step"], resume["world_size"]) == (stopped, 3)
+            assert resume["read_mb"]["node memory"] > 0 and resume["read_mb"]["shared volume"] > 0, resume
+
         start_and_wait(operator, run_dir, [p0, p1], 0)
-        operator.stop([p0, p1])
-        operator.wait_status([p0, p1], {"ready"}, timeout=container.graceful_timeout)
-        stopped = newest_step(run_dir)
-
-        start_and_wait(operator, run_dir, [p0, p1, p2], stopped)
-        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
-        assert (resume["step"], resume["world_size"]) == (stopped, 3)
-        assert resume["read_mb"]["node memory"] > 0 and resume["read_mb"]["shared volume"] > 0, resume
-        operator.stop([p2, p0, p1], apart=3.0)
-        operator.wait_status([p0, p1, p2], {"ready"}, timeout=container.graceful_timeout + 10)
+        grow([p0, p1, p2], stop([p0, p1]), apart=1.0)
+        stopped = stop([p2, p0, p1], apart=3.0)
+        start_and_wait(operator, run_dir, [p1, p0], stopped)
+        grow([p3, p1, p0], stop([p1, p0]), apart=1.0)
         assert not [h for h in operator.history if h[2] in ("completed", "faulted")], operator.history
-        stopped = newest_step(run_dir)
 
-        start_and_wait(operator, run_dir, [p0, p1, p2], stopped)
         deleted_at = time.time()
-        operator.remove(p2, signal.SIGTERM)
-        p2.proc.wait(timeout=container.graceful_timeout)
+        operator.remove(p3, signal.SIGTERM)
+        p3.proc.wait(timeout=container.graceful_timeout)
         wait_for(lambda: any(r.get("event") == "stop" and r["time"] >= deleted_at for r in records(run_dir)), 30)
-        operator.stop([p0, p1])
-        operator.wait_status([p0, p1], {"ready"}, timeout=container.graceful_timeout)
-        stopped = newest_step(run_dir)
+        stopped = stop([p0, p1])
 
         operator.start([p0], operator.progress([p0, p1]))
         operator.wait_status([p0], {"completed"}, timeout=180)
         resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
         assert (resume["step"], resume["world_size"]) == (stopped, 1)
-        assert resume["read_mb"]["shared volume"] > 0, resume  # what pods 1 and 2 held
+        assert resume["read_mb"]["shared volume"] > 0, resume  # what the other pods held
 
         # The staying pods' workers are the ones their agents started first, and said so each start.
-        assert workers(p1) == first["pod-1"]
+        assert workers(p1) == first["pod-1"] and workers(p2) == first["pod-2"]
         starts = [line for line in p0.log.read_text().splitlines() if "in place: start" in line]
-        assert len(starts) == 4 and "kept its imports and data" in starts[-1], starts
-        for pod in (p0, p1):
+        assert len(starts) == 5 and "kept its imports and data" in starts[-1], starts
+        for pod in (p0, p1, p2):
             operator.shutdown(pod)
             assert pod.proc.wait(timeout=30) == 0
     finally:

@@ -322,3 +322,45 @@ def test_a_step_reads_nothing_from_the_device_before_the_update_and_skips_a_non_
     result = json.loads(out.stdout.splitlines()[-1])
     assert result == {"before_update": [0] * 3, "skipped_unchanged": True, "next_moves": True, "skipped_steps": 1,
                       "config_unchanged": True}
+
+
+def one_rank(rank: int, world_size: int, port: int) -> dict:
+    """The environment of one rank of a job whose other ranks never start."""
+    return {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ELASTIC_JOIN_TIMEOUT_S": "2"}
+
+
+def test_a_rank_whose_peers_never_join_names_them_and_exits(configs, tmp_path):
+    """Rank 0 of 3 alone: it hosts the store, waits ELASTIC_JOIN_TIMEOUT_S for ranks 1 and 2, names
+    them and the port in one line and exits non-zero (its agent restarts it), instead of waiting out
+    the collective timeout."""
+    from elastic_launcher.local.hyperpod_agents import free_port
+
+    port = free_port()
+    line = one_line_error(trainer(configs, tmp_path / "run", env=one_rank(0, 3, port)))
+    assert line == (f"error: rank 0 waited 2s (ELASTIC_JOIN_TIMEOUT_S) at the rendezvous store 127.0.0.1:{port} "
+                    f"(MASTER_ADDR:MASTER_PORT) for rank(s) 1-2 of 3, which never joined: exiting so the agent "
+                    f"restarts this worker")
+
+
+def test_a_rank_that_cannot_reach_rank_0s_store_says_so_and_exits(configs, tmp_path):
+    from elastic_launcher.local.hyperpod_agents import free_port
+
+    port = free_port()
+    line = one_line_error(trainer(configs, tmp_path / "run", env=one_rank(1, 2, port)))
+    assert f"rank 1 could not reach the rendezvous store at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) (rank 0's) " \
+           f"within ELASTIC_JOIN_TIMEOUT_S=2s" in line
+
+
+def test_rank_0_whose_port_is_taken_says_so_and_exits(configs, tmp_path):
+    """A server still listening on the job's port (another program's, or a previous world size's that
+    was never stopped) is refused at once: never shared, as torch's multi-tenant store would."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_error(trainer(configs, tmp_path / "run", env=one_rank(0, 2, port)))
+    assert line.startswith(f"error: rank 0 cannot host the rendezvous store at 127.0.0.1:{port}") and \
+           "EADDRINUSE" in line, line

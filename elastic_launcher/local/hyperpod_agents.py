@@ -7,7 +7,7 @@ virtualenv: scripts/image_venv.py) started with the rendered manifest's own cont
 and env; only paths (config mount, log dir, the pod's node-local memory volume) and the agent's port
 are adapted. A pod's memory volume lives as long as the pod: a removed pod (deleted or its node dead)
 takes it along. The operator drives the agents through their HTTP API: `POST /start` (rank, nnodes,
-master address and port, rank IPs, fault count, the progress it read from `/status`), `POST /stop`
+master address and the job's one port, rank IPs, fault count, the progress it read from `/status`), `POST /stop`
 (graceful: SIGUSR1 to the workers, or in place the agent's fault notification), `GET /status`,
 `POST /shutdown`. A watcher polls every agent's `/status` and keeps each change, so a caller can
 tell what any agent ever reported.
@@ -87,6 +87,9 @@ class Operator:
             (self.config_dir / name).write_text(text)
         self.pods: list[Pod] = []
         self.fault_count = 0
+        # The job's one master port (the operator's status.masterPort), the same at every /start: a
+        # worker that stays through a resize re-forms its process group on the port it used before.
+        self.master_port = free_port()
         self.history: list[tuple[float, str, str]] = []  # (time, pod, status) at every change
         self._last: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -151,13 +154,15 @@ class Operator:
                 self.history.append((time.time(), pod.name, answer["status"]))
         return answer
 
-    def start(self, pods: list[Pod], progress: dict | None = None) -> float:
-        master = free_port()
+    def start(self, pods: list[Pod], progress: dict | None = None, apart: float = 0.0) -> float:
+        """/start to `pods` in rank order, `apart` seconds between two pods' calls."""
         rank_ips = [{"rank": r, "ip": "127.0.0.1"} for r in range(len(pods))]
         started = time.time()
         for rank, pod in enumerate(pods):
+            if rank and apart:
+                time.sleep(apart)
             self._call(pod, "POST", "/start", {"rank": rank, "nnodes": len(pods), "faultCount": self.fault_count,
-                                               "master_addr": "127.0.0.1", "master_port": master,
+                                               "master_addr": "127.0.0.1", "master_port": self.master_port,
                                                "rankIps": rank_ips, "progress": progress or {}})
         return started
 

@@ -54,7 +54,8 @@ from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up 
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
 from training.runtime.snapshot import model_files  # noqa: E402
-from training.runtime.topology import Topology, collective_timeout, device_mesh, start_process_group  # noqa: E402
+from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,  # noqa: E402
+                                      end_process_group, start_process_group)
 from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
                                        fingerprint, latest_checkpoint, step_dir, step_of)
 from training.state.node_local import NodeLocalTier  # noqa: E402
@@ -83,7 +84,7 @@ def finishing_fits(done: int, total: int, seconds: float, save_s: float, seconds
     return seconds / done * (total - done) + save_s <= seconds_left
 
 
-USER_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError)
+ONE_LINE_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError, GroupFormationError)
 
 
 def lr_factor(step: int, args: TrainingArgs) -> float:
@@ -589,7 +590,7 @@ class Trainer:
         self.checkpointer.close()
         self.process.unsynced = self.checkpointer.unsynced
         del self.batches, self.model, self.optimizer, self.method
-        dist.destroy_process_group()
+        end_process_group()
         gc.collect()
         if self.on_gpu:
             torch.cuda.empty_cache()
@@ -630,7 +631,7 @@ def run_size(process: Process) -> tuple[int, Trainer | None]:
         trainer = Trainer(process)
         code = trainer.train()
         return code, trainer if trainer.stopped else None
-    except USER_ERRORS as e:
+    except ONE_LINE_ERRORS as e:
         if trainer is not None:
             trainer.log.close("FAILED")
         return report(e), None
