@@ -80,16 +80,19 @@ def checked_data(job: Job) -> str:
     data = preview(ds, tc.model_config, method.data_format, limit, [t.schema for t in tools]) if here else None
     if method.data_format == "prompts":  # their files found as the run finds them (localized)
         given = set(data.columns) | ({"environments"} if environment else set()) if data else None
-        check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, given,
-                      options.judge, data.examples if data else (), RewardOptions(options.answer_key))
+        asked = check_rewards(options.rewards or DEFAULT_REWARDS, options.reward_weights, given,
+                              options.judge, data.examples if data else (), RewardOptions(options.answer_key))
         if environment:
             check_agent(options, tools, tc)
         if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
             from training.contract.judge import api_key, check_client, judge_settings
+            from training.rl.judge import probe
 
             settings = judge_settings(options.judge)
             check_client(settings)
             api_key(settings)
+            if asked:
+                probe(settings, asked[0])
     if data:
         return data.describe(limit)
     what = "a path this machine does not have" if Path(ds.train_data).is_absolute() else "a hub dataset or a URL"

@@ -9,8 +9,8 @@ reply format the template asks for (a JSON object when the text asks for one, el
     python scripts/judge_server.py --port 8011      # then method_args.judge.base_url=http://127.0.0.1:8011/v1
 
 Tests drive it in-process (`JudgeServer`): `faults` scripts the next replies (a status with its
-Retry-After, a slow reply, an unreadable one), `api_key` makes it refuse other keys, and `requests`
-records what it was asked.
+Retry-After, a slow reply, an unreadable one), `api_key` makes it refuse other keys, `models` makes it
+answer 404 for other models (as vLLM's server does), and `requests` records what it was asked.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class Fault:
 
 
 class JudgeServer:
-    def __init__(self, port: int = 0, api_key: str | None = None):
+    def __init__(self, port: int = 0, api_key: str | None = None, models: set[str] | None = None):
         self.faults: deque[Fault] = deque()
-        self.api_key, self.requests, self.lock = api_key, [], threading.Lock()
+        self.api_key, self.models, self.requests, self.lock = api_key, models, [], threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,6 +75,9 @@ class JudgeServer:
                 auth = self.headers.get("authorization", "")
                 if server.api_key and not converse and auth != f"Bearer {server.api_key}":
                     fault = Fault(status=401)
+                if server.models is not None and not converse and body.get("model") not in server.models:
+                    message = f"The model `{body.get('model')}` does not exist."
+                    return self._reply(404, {"error": {"message": message, "type": "NotFoundError", "code": 404}})
                 if fault.delay:
                     time.sleep(fault.delay)
                 if fault.status:

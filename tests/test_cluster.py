@@ -293,8 +293,13 @@ def test_status_of_a_grpo_job_shows_its_reward_and_judge_names_its_run_directory
                            "judge_failed_timeout": 2.0, "judge_failed_status": 0.0, "judge_dropped": 2.0,
                            "judge_input_tokens": 812000.0, "judge_output_tokens": 9000.0, "judge_s": 41.5,
                            "judge_wait_s": 3.25})
-                  for s in range(1, 13)))
+                  for s in range(1, 13)),
+                trainer({"time": start + 12, "launch": "g1", "event": "warning", "step": 12,
+                         "message": "the judge openai/j at http://judge:8000/v1: 32 of 32 verdicts failed at step 12 "
+                                    "(32 connection)"}))
     out = status(launch)
+    assert ("  warning: the judge openai/j at http://judge:8000/v1: 32 of 32 verdicts failed at step 12 "
+            "(32 connection)") in out
     assert "reward 0.600 ±0.200, kl 0.024" in out
     assert ("judge, last step: 1000 calls, 24 from the ledger, 7 retries, failed 2 timeout, 2 dropped; 812,000 tokens "
             "in, 9,000 out; 41.5 s of judging, 3.2 s waited by the step") in out

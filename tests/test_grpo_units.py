@@ -488,6 +488,34 @@ def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
     assert len(watch.said) == 3
 
 
+
+def test_a_failing_judge_is_said_each_step_it_fails_and_stops_the_run_once_it_is_dead():
+    """A step where more than half the verdicts failed: one warning naming the judge, the kinds with
+    counts and one failure; flat groups are blamed on the judge, not the reward's shape; every verdict
+    failed for max_failed_steps steps in a row: the run must stop (a success in between resets it)."""
+    from training.rl.learning_signals import JudgeWatch, SignalWatch
+
+    watch, signals = JudgeWatch("openai/j at http://judge:8000/v1", max_failed_steps=3), SignalWatch()
+    ok = {"flat_groups": 0.2, "judge_calls": 32, "judge_cached": 0, "judge_failed_connection": 0}
+    dead = {**ok, "flat_groups": 1.0, "judge_failed_connection": 32}
+    assert watch({**ok, "step": 1, "judge_failed_timeout": 16}, "timeout: slow") == []  # half: flaky, not said
+    assert watch({**dead, "step": 2}, "connection: Connection error.") == [
+        "the judge openai/j at http://judge:8000/v1: 32 of 32 verdicts failed at step 2 (32 connection); one of them: "
+        "connection: Connection error."]
+    assert watch({**dead, "step": 3}, None) and watch.dead() is None
+    assert watch({**ok, "step": 4}, None) == [] and watch.dead() is None  # the judge came back
+    for step in (5, 6, 7):
+        watch({**dead, "step": step}, None)
+    assert watch.dead() == (
+        "the judge openai/j at http://judge:8000/v1 failed every verdict for 3 steps in a row "
+        "(training_config.training_args.method_args.judge.max_failed_steps=3): nothing judges the completions; fix "
+        "the judge and restart, the run resumes from this step")
+    said = [signals({**dead, "cut_fraction": 0, "kl": 0}) for _ in range(3)][2]
+    assert said == ["no learning signal: 100% of the groups scored all their completions alike for 3 steps: the "
+                    "judge's verdicts failed (32 connection of 32 calls), not the reward's shape: fix the judge (the "
+                    "warnings above name it)"]
+
+
 # --- memory: the rollout's phase and the updates' -----------------------------------------------------
 
 GRPO_8B = ["recipes=llama/llama3_1_8b_sft", "recipes.training_config.training_args.trainer_type=grpo",

@@ -336,3 +336,30 @@ def test_a_cluster_job_gets_its_judges_key_from_a_secret_never_the_manifest(laun
     assert code == 0, err
     manifest = (tmp_path / "out" / "tiny-llama-grpo-rlaif" / "manifest.yaml").read_text()
     assert "secretKeyRef:\n" in manifest and "name: judge\n" in manifest and "key: api-key\n" in manifest
+
+
+@pytest.mark.parametrize("case", ["unreachable", "unknown model", "bare number"])
+def test_a_local_run_whose_judge_cannot_judge_stops_before_anything_trains(launch, tmp_path, case):
+    """A local run asks its judge once before it starts: a server where nothing listens, a model the
+    server does not serve, or a reply that is not what the template asks for (a bare number where the
+    rubric asks for JSON) is one line naming the judge and what went wrong; nothing runs."""
+    from elastic_launcher.local.hyperpod_agents import free_port
+
+    with JudgeServer(models={"tiny-judge"}) as server:
+        url = f"http://127.0.0.1:{free_port()}/v1" if case == "unreachable" else f"{server.url}/v1"
+        model = "openai/other-judge" if case == "unknown model" else "openai/tiny-judge"
+        if case == "bare number":
+            server.faults.append(Fault(text="0.175"))
+        key = "recipes.training_config.training_args.method_args.judge"
+        code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif", "action=local", f"local.run_dir={tmp_path / 'run'}",
+                                f"{key}.base_url={url}", f"{key}.model_id={model}")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    said = f"error: training_config.training_args.method_args.judge: the judge {model} at {url} "
+    assert err.startswith(said), err
+    assert {"unreachable": "cannot be reached (connection: Connection error.): start it, or point "
+                           "training_config.training_args.method_args.judge.base_url at it",
+            "unknown model": "has no such model (404 The model `other-judge` does not exist.): set "
+                             "training_config.training_args.method_args.judge.model_id to a model it serves",
+            "bare number": "answered '0.175' where the template 'rubric' asks for a JSON object with a numeric score "
+                           "(reply: json)"}[case] in err, err
+    assert not (tmp_path / "run").exists()

@@ -18,6 +18,7 @@ from elastic_launcher.local.run import child_pids
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from judge_server import JudgeServer  # noqa: E402
+from training.contract.judge import EXAMPLE_COMPLETION  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_rlaif")]
 RECIPE = "llama/tiny_llama_grpo_rlaif"
@@ -45,7 +46,10 @@ def rehearsal(tmp_path_factory):
                                f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
                                "local.timeout=500", f"output_dir={tmp / 'out'}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=600)
-        asked = [r["text"] for r in server.requests]
+        # The verdicts asked: the launcher's probe before the run (an example completion) is none.
+        asked = [r["text"] for r in server.requests if EXAMPLE_COMPLETION not in r["text"]]
+        probes = len(server.requests) - len(asked)
+    assert probes == 1
     return done, tmp / "run", tmp / "run" / "fixed", asked
 
 
@@ -137,3 +141,31 @@ print(json.dumps({{"score": v.score, "failure": v.failure, "retries": j.costs().
         assert got["failure"].startswith("refused: 403 AccessDeniedException") and got["retries"] == 0
     else:
         assert got == {"score": 0.5, "failure": None, "retries": 0}
+
+
+def test_a_judge_that_dies_after_the_start_is_said_each_step_and_stops_the_run_with_a_checkpoint(tmp_path):
+    """The judge answers the launcher's probe, then refuses every request (400, not retried): each
+    step warns naming it, the kind and one failure; the flat groups are blamed on it; after
+    judge.max_failed_steps (3) such steps the run stops with one error line and that step's
+    checkpoint, whatever on_failure (drop) says."""
+    from judge_server import Fault
+
+    with JudgeServer() as server:
+        server.faults.extend([Fault()] + [Fault(status=400)] * 1000)
+        done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+                               f"recipes.training_config.training_args.method_args.judge.base_url={server.url}/v1",
+                               "recipes.training_config.training_args.max_steps=10",
+                               f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    judge = f"openai/tiny-judge at {server.url}/v1"
+    assert (f"error: the judge {judge} failed every verdict for 3 steps in a row (training_config.training_args."
+            f"method_args.judge.max_failed_steps=3)") in done.stderr, done.stderr[-3000:]
+    warnings = [r for r in records(tmp_path / "run") if r.get("event") == "warning"]
+    assert [w["step"] for w in warnings if w["message"].startswith(f"the judge {judge}: 32 of 32 verdicts failed")] \
+        == [1, 2, 3], warnings
+    assert "one of them: status: 400 scripted 400" in warnings[0]["message"]
+    assert any("the judge's verdicts failed (32 status of 32 calls), not the reward's shape" in w["message"]
+               for w in warnings)
+    assert max(r["step"] for r in records(tmp_path / "run") if "reward" in r) == 3
+    assert (tmp_path / "run" / "checkpoints" / "step-00000003" / "COMPLETE").exists()

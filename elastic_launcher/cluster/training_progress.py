@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from training.contract.curves import CHART, REDRAW_S
 
 RECENT_STEPS = 20  # the speed and the ETA come from the last steps of the current launch
+RECENT_WARNINGS = 3  # the warnings status shows: the newest of the current launch
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Progress:
     since: float | None = None  # when the current state began
     run_dir: str | None = None  # the trainer's, on the job's volume
     judge: dict = field(default_factory=dict)  # GRPO with an LLM judge: its account of the last step (judge_*)
+    warnings: list[str] = field(default_factory=list)  # the trainer's newest warnings since it last started
 
 
 def progress(records: list[dict]) -> Progress:
@@ -81,7 +83,8 @@ def progress(records: list[dict]) -> Progress:
         checkpoint_time=checkpoints[-1]["time"] if checkpoints else None,
         reward=last.get("reward"), reward_std=last.get("reward_std"), kl=last.get("kl"),
         eta_s=eta, run_dir=start.get("run_dir"), judge={k: v for k, v in last.items() if k.startswith("judge_")},
-        history=list((resume or {}).get("history") or start.get("history") or []), since=since)
+        history=list((resume or {}).get("history") or start.get("history") or []), since=since,
+        warnings=[r["message"] for r in events if r.get("event") == "warning" and r.get("launch") == launch][-RECENT_WARNINGS:])
 
 
 def duration(seconds: float | None) -> str:
@@ -130,6 +133,7 @@ def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[s
         lines.append("  " + ", ".join(numbers))
     if p.judge:
         lines.append("  " + judge_line(p.judge))
+    lines += [f"  warning: {w}" for w in p.warnings]
     checkpoint = (f"step {p.checkpoint_step}, {duration(now - p.checkpoint_time)} ago" if p.checkpoint_step is not None
                   else "none yet")
     eta = f"; ETA {duration(p.eta_s)} at the current speed" if p.eta_s is not None else ""

@@ -57,6 +57,9 @@ class JudgeSettings:
     requests_per_minute: float | None = ranged(None, gt=0)  # all ranks together
     tokens_per_minute: float | None = ranged(None, gt=0)  # input + output, all ranks together
     on_failure: str = one_of("drop", "zero", "stop")  # a verdict that fails after its retries
+    # Steps in a row whose every verdict failed before the run stops (with a checkpoint), whatever
+    # on_failure says: dropping a verdict is for a flaky judge, not a dead one.
+    max_failed_steps: int = ranged(3, ge=1)
 
     @property
     def scheme(self) -> str:
@@ -65,6 +68,11 @@ class JudgeSettings:
     @property
     def model(self) -> str:
         return self.model_id.partition("/")[2]
+
+    @property
+    def label(self) -> str:
+        """The judge as messages name it: its model id and, where given, its server."""
+        return self.model_id + (f" at {self.base_url}" if self.base_url else "")
 
     def share(self, rank: int, world_size: int) -> tuple[int, float | None, float | None]:
         """This rank's workers, requests and tokens per minute: shares that sum to the recipe's limits
@@ -235,15 +243,20 @@ def api_key(settings: JudgeSettings) -> str:
     return value
 
 
-def check_judge(settings: JudgeSettings, examples: list[tuple[str, object, dict]], reference) -> None:
-    """The dry run's check of the template against the data's sampled rows (where, prompt, columns):
-    every one renders. `reference(columns)`: the row's reference answer or None."""
-    tmpl = template(settings.prompt_template)
+EXAMPLE_COMPLETION = "an example completion"  # what the dry run renders the template with, and asks a local run's judge
+
+
+def example_requests(settings: JudgeSettings, examples: list[tuple[str, object, dict]], reference) -> list[JudgeRequest]:
+    """The template rendered with each of the data's sampled rows (where, prompt, columns) and an
+    example completion: the dry run's check that every one renders. `reference(columns)`: the row's
+    reference answer or None."""
+    tmpl, requests = template(settings.prompt_template), []
     for where, prompt, columns in examples:
         try:
-            render(tmpl, settings, prompt, "an example completion", columns, reference(columns))
+            requests.append(render(tmpl, settings, prompt, EXAMPLE_COMPLETION, columns, reference(columns)))
         except ConfigError as e:
             raise ConfigError(f"{e} (the row at {where})") from None
+    return requests
 
 
 def describe(settings: JudgeSettings, prompts: int, generations: int, largest_world: int, call_tokens: int) -> list[str]:

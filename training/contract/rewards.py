@@ -209,9 +209,10 @@ def check_reward(spec: str, columns: set[str] | None, key: str = "method_args.re
 
 
 def check_rewards(specs: list[str], weights: list[float] | None, columns: set[str] | None, judge: dict | None = None,
-                  examples: list[tuple[str, object, dict]] = (), options: RewardOptions = RewardOptions()) -> None:
+                  examples: list[tuple[str, object, dict]] = (), options: RewardOptions = RewardOptions()) -> list:
     """The dry run's check of `method_args.rewards`, `reward_weights` and `judge`, before anything is
-    written. `examples`: sampled rows (where, prompt, columns) the judge's template must render with."""
+    written. `examples`: sampled rows (where, prompt, columns) the judge's template must render with;
+    returns what the judge would be asked of them (training.contract.judge.JudgeRequest)."""
     from training.contract import judge as llm_judge
 
     if not specs:
@@ -226,9 +227,10 @@ def check_rewards(specs: list[str], weights: list[float] | None, columns: set[st
         if judge:
             raise ConfigError(f"{llm_judge.KEY} is set but method_args.rewards does not name it: add "
                               f"{llm_judge.NAME} to the rewards, e.g. rewards: [{llm_judge.NAME}]")
-        return
-    llm_judge.check_judge(llm_judge.judge_settings(judge), list(examples),
-                          lambda row_columns: reference_or_none({k: [v] for k, v in row_columns.items()}, 0, options))
+        return []
+    return llm_judge.example_requests(
+        llm_judge.judge_settings(judge), list(examples),
+        lambda row_columns: reference_or_none({k: [v] for k, v in row_columns.items()}, 0, options))
 
 
 # --- running ------------------------------------------------------------------------------------------

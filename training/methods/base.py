@@ -98,6 +98,11 @@ class TrainingMethod:
         """Every warning `watch` has given in this process."""
         return []
 
+    def failing(self) -> str | None:
+        """Why the run must stop after this step (checkpointed first), once `watch` has seen it: GRPO's
+        judge that failed every verdict for `max_failed_steps` steps."""
+        return None
+
     def audited(self) -> dict[str, list]:
         """What samples.jsonl records of this rank's step beyond its sample ids (logging.audit_samples),
         as lists the trainer joins over ranks: GRPO's completions."""

@@ -40,7 +40,7 @@ from training.model.lora import adapter_layers, adapters_disabled
 from training.model.structure import layer_kinds
 from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
                                      low_var_kl, rollout_correction_weights, token_sum)
-from training.rl.learning_signals import SignalWatch
+from training.rl.learning_signals import JudgeWatch, SignalWatch
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
@@ -216,6 +216,8 @@ class GRPO(TrainingMethod):
         self._logprob_s = 0.0  # the step's scoring of its completions before the updates
         self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
         self.signals = SignalWatch()
+        self.judge_watch = None if self.judge_settings is None else \
+            JudgeWatch(self.judge_settings.label, self.judge_settings.max_failed_steps)
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -480,7 +482,14 @@ class GRPO(TrainingMethod):
         return clipped_policy_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
 
     def watch(self, record: dict) -> list[str]:
-        return self.signals(record)
+        said = []
+        if self.judge_watch is not None:  # first: a failing judge is why the groups are flat
+            judge = getattr(self.rewards, "judge", None)
+            said = self.judge_watch(record, judge.last_failure if judge is not None else None)
+        return said + self.signals(record)
+
+    def failing(self) -> str | None:
+        return self.judge_watch.dead() if self.judge_watch is not None else None
 
     def warnings(self) -> list[str]:
         return list(self.signals.said.values())

@@ -25,7 +25,8 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from training.contract.judge import (JudgeRequest, JudgeSettings, UnreadableReply, api_key, parse_score, render,
+from training.contract.errors import ConfigError
+from training.contract.judge import (KEY, JudgeRequest, JudgeSettings, UnreadableReply, api_key, parse_score, render,
                                      template, verdict_key)
 
 MAX_BACKOFF_S = 30.0
@@ -78,7 +79,8 @@ class OpenAIJudge:
         except openai.APIConnectionError as e:
             raise CallFailed("connection", str(e)) from None
         except openai.APIStatusError as e:
-            raise CallFailed("status", f"{e.status_code} {e.message}"[:200], e.status_code,
+            message = e.message.removeprefix(f"Error code: {e.status_code} - ")  # the SDK's, said once
+            raise CallFailed("status", f"{e.status_code} {message}"[:200], e.status_code,
                              _retry_after(e.response.headers)) from None
         usage = reply.usage
         return (reply.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
@@ -119,6 +121,42 @@ class ConverseJudge:
         texts = [block["text"] for block in reply["output"]["message"]["content"] if "text" in block]
         usage = reply.get("usage", {})
         return "".join(texts), usage.get("inputTokens", 0), usage.get("outputTokens", 0)
+
+
+PROBE_RETRIES = 2  # a server that is down stays down: the probe does not wait out num_retries' backoff
+
+
+def why_failed(failed: CallFailed) -> str:
+    """What a failed call says of the judge, and what to change."""
+    if failed.kind in ("timeout", "connection"):
+        return f"cannot be reached ({failed.kind}: {failed}): start it, or point {KEY}.base_url at it"
+    if failed.status == 404:
+        return f"has no such model ({failed}): set {KEY}.model_id to a model it serves"
+    if failed.status in REFUSED_STATUSES:
+        return f"refused the credentials ({failed}): check {KEY}.api_key_env (or the pod's AWS role)"
+    return f"answered {failed}"
+
+
+def probe(settings: JudgeSettings, request: JudgeRequest) -> None:
+    """Before a local run trains: the judge asked once, as a step would ask it, so that a server that
+    cannot be reached, a model it does not serve or a reply the template cannot read is one line
+    before anything trains, not a run whose every verdict is dropped."""
+    client = (ConverseJudge if settings.scheme == "bedrock" else OpenAIJudge)(settings, 1)
+    for attempt in range(PROBE_RETRIES + 1):
+        try:
+            text, _, _ = client.ask(request.text)
+            break
+        except CallFailed as failed:
+            if not failed.retried or attempt == PROBE_RETRIES:
+                raise ConfigError(f"{KEY}: the judge {settings.label} {why_failed(failed)}") from None
+            time.sleep(failed.retry_after if failed.retry_after is not None else 0.5 * 2 ** attempt)
+    try:
+        parse_score(text, request.reply, settings.range)
+    except UnreadableReply:
+        asked = "a JSON object with a numeric score" if request.reply == "json" else "a number"
+        raise ConfigError(f"{KEY}: the judge {settings.label} answered {text[:120]!r} where the template "
+                          f"{settings.prompt_template!r} asks for {asked} (reply: {request.reply}): use a template "
+                          f"whose reply the judge gives, or a judge that follows it") from None
 
 
 class Bucket:
@@ -256,6 +294,7 @@ class Judge:
         self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
         self.first_request: float | None = None
         self.refused: str | None = None  # 401/403: every later call is refused too
+        self.last_failure: str | None = None  # the newest verdict that failed: what the step's warning shows
         # The first call goes alone: credentials that are refused cost one call, not a step's worth.
         self.first_call, self.first_answered = True, threading.Event()
         self.queue: queue.Queue = queue.Queue()
@@ -356,7 +395,8 @@ class Judge:
         with self.lock:
             name = f"judge_failed_{failed.kind}"
             setattr(self.step_costs, name, getattr(self.step_costs, name) + 1)
-        return Verdict(None, f"{failed.kind}: {failed}", step)
+            self.last_failure = f"{failed.kind}: {failed}"
+        return Verdict(None, self.last_failure, step)
 
     # --- the step's account ---
     def waited(self, seconds: float) -> None:

@@ -7,6 +7,9 @@ a run burns compute without learning, each said once, naming the key to change.
   answers and the model learns to fill the budget.
 - Runaway KL: the policy far from the reference, step after step (a reward being gamed, or a learning
   rate too high for the task).
+- A failing judge (RLAIF): a step where more than half its verdicts failed is said at once, and a run
+  whose every verdict failed for `judge.max_failed_steps` steps in a row stops: its groups are flat
+  because nothing judged them, whatever the reward's shape.
 """
 
 from __future__ import annotations
@@ -25,11 +28,27 @@ class Signal:
     message: Callable[[dict], str]
 
 
+def judge_failures(record: dict) -> dict[str, int]:
+    """A step's failed verdicts by kind (timeout, connection, status, unreadable)."""
+    return {k.removeprefix("judge_failed_"): int(v) for k, v in record.items() if k.startswith("judge_failed_") and v}
+
+
+def _judged_badly(record: dict) -> bool:
+    return sum(judge_failures(record).values()) > record.get("judge_calls", 0) / 2
+
+
+def _no_signal(r: dict) -> str:
+    flat = f"no learning signal: {r['flat_groups']:.0%} of the groups scored all their completions alike for {STEPS} steps"
+    if _judged_badly(r):
+        failed = ", ".join(f"{n} {kind}" for kind, n in judge_failures(r).items())
+        return (f"{flat}: the judge's verdicts failed ({failed} of {r['judge_calls']:.0f} calls), not the reward's "
+                f"shape: fix the judge (the warnings above name it)")
+    return (f"{flat}, so their advantages are 0: make the reward graded or raise {KEY}.method_args.num_generations "
+            f"or {KEY}.method_args.temperature")
+
+
 SIGNALS = (
-    Signal("no_signal", lambda r: r.get("flat_groups", 0) > 0.9,
-           lambda r: f"no learning signal: {r['flat_groups']:.0%} of the groups scored all their completions alike "
-                     f"for {STEPS} steps, so their advantages are 0: make the reward graded or raise "
-                     f"{KEY}.method_args.num_generations or {KEY}.method_args.temperature"),
+    Signal("no_signal", lambda r: r.get("flat_groups", 0) > 0.9, _no_signal),
     Signal("cut", lambda r: r.get("cut_fraction", 0) > 0.9,
            lambda r: f"{r['cut_fraction']:.0%} of the completions were cut at max_new_tokens for {STEPS} steps: the "
                      f"rewards score unfinished answers; raise {KEY}.method_args.max_new_tokens or reward answers "
@@ -56,3 +75,31 @@ class SignalWatch:
                 self.said[signal.name] = signal.message(record)
                 new.append(self.said[signal.name])
         return new
+
+
+@dataclass
+class JudgeWatch:
+    """Fed every step's record and one failed verdict of this rank's, if any: a warning for each
+    step where more than half the verdicts failed, and `dead()` once every verdict failed for
+    `max_failed_steps` steps in a row (every rank reads the same record: they stop together)."""
+
+    judge: str  # its model id and server
+    max_failed_steps: int
+    dead_steps: int = 0  # steps in a row whose every verdict failed
+
+    def __call__(self, record: dict, a_failure: str | None) -> list[str]:
+        calls, failed = record.get("judge_calls", 0), judge_failures(record)
+        every = calls > 0 and sum(failed.values()) >= calls and not record.get("judge_cached")
+        self.dead_steps = self.dead_steps + 1 if every else 0
+        if not calls or not _judged_badly(record):
+            return []
+        kinds = ", ".join(f"{n} {kind}" for kind, n in failed.items())
+        return [f"the judge {self.judge}: {sum(failed.values())} of {calls:.0f} verdicts failed at step "
+                f"{record.get('step')} ({kinds})" + (f"; one of them: {a_failure}" if a_failure else "")]
+
+    def dead(self) -> str | None:
+        if self.dead_steps < self.max_failed_steps:
+            return None
+        return (f"the judge {self.judge} failed every verdict for {self.dead_steps} steps in a row "
+                f"({KEY}.method_args.judge.max_failed_steps={self.max_failed_steps}): nothing judges the completions; "
+                f"fix the judge and restart, the run resumes from this step")

@@ -524,6 +524,10 @@ class Trainer:
                 reset_peak_memory(self.device)  # the next record's peak is its logging window's
             for warning in self.method.watch(record):
                 self.log.event(event="warning", step=self.state.step, message=warning)
+            failing = self.method.failing()
+            if failing:  # every rank read the same record: all stop here, with this step's checkpoint
+                self._save(blocking=True)
+                raise RewardError(f"{failing} (step-{self.state.step} checkpointed)")
             if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
                 self.log.log(self.evaluate())
             if self.checkpointer.pending and not writing:  # every rank's background write is done
