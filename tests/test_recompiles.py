@@ -57,6 +57,22 @@ def test_an_uneven_size_with_an_empty_micro_batch_and_evaluation_compiles_once_p
         assert all(re.search(r"size mismatch at index 1\b", reason) for reason in reasons), reasons
 
 
+def test_llama4_compiles_without_activation_checkpointing_within_the_layers_limit(tmp_path, monkeypatch):
+    """No checkpointing wraps the compiled layers: the routers' logits are recorded inside them, and
+    the rows reach the experts' loop (CPU) there. Recorded into one list, whose length dynamo guards,
+    and split by the data's counts, each layer compiled graphs of its own until torch's recompile
+    limit ended the run. Now it trains within the layers' own limit (which the trainer enforces), its
+    routers balanced at every step."""
+    monkeypatch.setenv("ELASTIC_COMPILE_BACKEND", "aot_eager")
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.model_config.compile=true",
+                             "recipes.training_config.model_config.activation_checkpointing=none",
+                             "recipes.training_config.training_args.max_steps=3", recipe="llama/tiny_llama4_sft")
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=1, timeout=400)
+    balanced = [r.get("router_balance_loss") for r in records(run_dir) if "loss" in r]
+    assert len(balanced) == 3 and all(b is not None and b > 0 for b in balanced), balanced
+
+
 def test_every_micro_batch_of_a_run_builds_the_same_flex_mask():
     """transformers compiles flex attention's mask builder: packed rows, a row of one sample, padding
     rows and an empty micro-batch all build their masks with one mask function, so after the first

@@ -443,6 +443,7 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str, master_weights: str 
         shard(model.lm_head)
     for layer in decoder_layers(model):
         shard(layer)
+        _one_checkpointing_wrapper(type(layer))
     shard(model)
     for unit in model.modules():
         if isinstance(unit, FSDPModule):
@@ -450,6 +451,16 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str, master_weights: str 
             unit.set_force_sum_reduction_for_comms(True)  # a plain sum on every backend (gloo has no premultiplied sum)
     reshard_after_forward(model)
     return model
+
+
+def _one_checkpointing_wrapper(cls: type) -> None:
+    """FSDP's subclass of a decoder layer (FSDP<Layer>) is wrapped again by transformers'
+    GradientCheckpointingLayer, so its forward passes through `forward_with_checkpointing` twice,
+    and a compiled layer guards on which of the two closures it is in: two graphs where one does.
+    The subclass keeps its parent's wrapper, which checkpoints as the outermost one."""
+    parent = next((c.forward for c in cls.__mro__[1:] if "forward" in vars(c)), None)
+    if "forward" in vars(cls) and parent is not None and getattr(cls.forward, "__wrapped__", None) is parent:
+        cls.forward = parent
 
 
 def reshard_after_forward(model: CausalLM) -> None:

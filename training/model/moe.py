@@ -39,6 +39,11 @@ def expert_outputs(experts, x: torch.Tensor, expert_ids: torch.Tensor) -> torch.
         offsets = counts.cumsum(0).to(torch.int32)
         gate, up = torch._grouped_mm(x, experts.gate_up_proj, offs=offsets).chunk(2, dim=-1)
         return torch._grouped_mm(up * experts.act_fn(gate), experts.down_proj, offs=offsets)
+    return _looped(experts, x, counts)
+
+
+@torch.compiler.disable  # eager inside a compiled layer: compiled, every new split of the rows would be a graph
+def _looped(experts, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     outputs = []
     for e, rows in enumerate(x.split(counts.tolist())):
         gate, up = (rows @ experts.gate_up_proj[e]).chunk(2, dim=-1)

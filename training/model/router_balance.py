@@ -21,30 +21,35 @@ import torch
 class RouterLogits:
     """Collects each MoE layer's router logits during a training forward (forward hooks on the
     router modules transformers names in `_can_record_outputs["router_logits"]`); nothing is kept
-    outside `recording()`, so activation checkpointing's recompute in backward adds nothing."""
+    outside `recording`, so activation checkpointing's recompute in backward adds nothing."""
+
+    LOGITS = "_recorded_router_logits"  # where each router holds its forward's logits until `take`
 
     def __init__(self, model: torch.nn.Module):
         recorder = getattr(model, "_can_record_outputs", None) or {}
         spec = recorder.get("router_logits")
         self.routers = [m for m in model.modules() if spec is not None and isinstance(m, spec.target_class)]
         self.index = spec.index if spec is not None else 0
-        self.logits: list[torch.Tensor] | None = None
+        self.recording = False
         for router in self.routers:
             router.register_forward_hook(self._record)
 
     def _record(self, module, args, output) -> None:
-        if self.logits is not None:
-            self.logits.append(output[self.index])
+        # On the router, not appended to one list: the hook runs inside the compiled decoder layer,
+        # where a list's length is a guard and every layer would compile a graph of its own.
+        if self.recording:
+            setattr(module, self.LOGITS, output[self.index])
 
     def trained(self) -> bool:
         return any(p.requires_grad for router in self.routers for p in router.parameters())
 
     def start(self) -> None:
-        self.logits = []
+        self.recording = True
 
     def take(self) -> list[torch.Tensor]:
-        logits, self.logits = self.logits or [], None
-        return logits
+        """The recorded logits, layer by layer, and recording ends."""
+        self.recording = False
+        return [vars(router).pop(self.LOGITS) for router in self.routers if self.LOGITS in vars(router)]
 
 
 def document_balance_losses(router_logits: list[torch.Tensor], document_index: torch.Tensor, documents: int,
