@@ -126,7 +126,7 @@ class ConverseJudge:
 PROBE_RETRIES = 2  # a server that is down stays down: the probe does not wait out num_retries' backoff
 
 
-def why_failed(failed: CallFailed) -> str:
+def _why_failed(failed: CallFailed) -> str:
     """What a failed call says of the judge, and what to change."""
     if failed.kind in ("timeout", "connection"):
         return f"cannot be reached ({failed.kind}: {failed}): start it, or point {KEY}.base_url at it"
@@ -148,7 +148,7 @@ def probe(settings: JudgeSettings, request: JudgeRequest) -> None:
             break
         except CallFailed as failed:
             if not failed.retried or attempt == PROBE_RETRIES:
-                raise ConfigError(f"{KEY}: the judge {settings.label} {why_failed(failed)}") from None
+                raise ConfigError(f"{KEY}: the judge {settings.label} {_why_failed(failed)}") from None
             time.sleep(failed.retry_after if failed.retry_after is not None else 0.5 * 2 ** attempt)
     try:
         parse_score(text, request.reply, settings.range)
