@@ -226,8 +226,8 @@ def test_resize_in_place_2_3_2_3_1_under_the_real_agent(in_place_job, fixed_run)
     run_dir = work / "run"
     operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
     try:
-        pods = [operator.spawn_pod() for _ in range(4)]
-        operator.wait_status(pods, {"ready"}, timeout=90)  # their workers wait at the barrier
+        pods = [operator.spawn_pod() for _ in range(4)]  # four agents and workers starting at once: each
+        operator.wait_status(pods, {"ready"}, timeout=4 * 90)  # add_pod's 90 s; their workers wait at the barrier
         p0, p1, p2, p3 = pods
         first = {pod.name: workers(pod) for pod in pods}
         assert all(len(pids) == 1 for pids in first.values()), first
