@@ -86,7 +86,7 @@ def checked_data(job: Job) -> str:
             check_agent(options, tools, tc)
         if options.judge and job.settings.action in ("local", "rehearse"):  # its processes take this environment
             from training.contract.judge import api_key, check_client, judge_settings
-            from training.rl.judge import probe
+            from training.contract.judge_client import probe
 
             settings = judge_settings(options.judge)
             check_client(settings)
