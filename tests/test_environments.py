@@ -261,7 +261,7 @@ def test_a_bad_tool_call_is_an_error_reply_and_a_hung_tool_ends_its_trajectory(p
     assert [(r.status, r.content) for r, _ in replies] == [
         ("ok", "hi"), ("error", "Error: there is no tool 'nope'; the tools are echo, fail, hang, meet"),
         ("error", "Error: echo cannot take these arguments: missing a required argument: 'text'"),
-        ("error", "Error: ValueError: out of paper"), ("error", "Error: the tool call could not be read: not JSON")]
+        ("raised", "Error: ValueError: out of paper"), ("error", "Error: the tool call could not be read: not JSON")]
     assert [(r.status, r.name) for r, _ in other] == [("timeout", "hang")]  # nothing after a timeout
 
 
@@ -484,7 +484,7 @@ def test_the_docs_calculator_is_the_shipped_one_and_answers_and_errs_as_agents_s
     ((good, _), (bad, _)), = environment_pool.call_tools(
         [((0, 0, 0), [ToolCall("calculate", {"expression": "17 * 23 + 9"}),
                       ToolCall("calculate", {"expression": "__import__('os')"})])], 5.0, 2)
-    assert (good.content, bad.status) == ("400", "error") and bad.content.startswith("Error: ValueError: cannot evaluate")
+    assert (good.content, bad.status) == ("400", "raised") and bad.content.startswith("Error: ValueError: cannot evaluate")
     answer = [{"role": "assistant", "content": "It is 400."}]
     assert environment_pool.score(f"{ROOT / 'data' / 'calculator_env.py'}:used_the_calculator", None, [None], [answer],
                                   {}, {}, [(0, 0, 0)]) == [1.0]
@@ -585,8 +585,55 @@ def test_an_openenv_environment_over_http_is_an_agents_environment(echo_server, 
                                            (keys[1], [ToolCall("step", {"message": "hi"})])], 5.0, 2)
     assert [(r.status, r.content) for r, _ in replies[0]] == [
         ("ok", '{"echoed_message": "hello"}'), ("ok", '{"echoed_message": "bye"}'),
-        ("error", "Error: RuntimeError: the episode is over: answer without calling the environment again")]
+        ("raised", "Error: RuntimeError: the episode is over: answer without calling the environment again")]
     assert ("/step", {"action": {"message": "hi"}}) in seen
     assert environment_pool.score(f"{tmp_path / 'echo_env.py'}:echoed", None, [None] * 2, ["a", "b"], {}, {},
                                   keys) == [8.0, 2.0]
     environment_pool._live.clear()
+
+
+UNREACHABLE = f'''
+import sys
+sys.path.insert(0, {str(ROOT / "data")!r})
+from agent_tiny_env import SecretNumbers, found
+
+
+class Unreachable(SecretNumbers):
+    def lookup(self, word: str) -> str:
+        """Look up the secret number of a word.
+
+        Args:
+            word: The word whose secret number to return.
+        """
+        raise ConnectionError("the secrets service refused the connection")
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_an_environment_whose_every_tool_call_fails_is_said_each_step_and_stops_the_run_with_a_checkpoint(tmp_path):
+    """The tiny agent's environment, its service down: every `lookup` raises. Each step warns naming
+    the environment, the kind and one reply; after tool_max_failed_steps (2) such steps the run stops
+    with one error line and that step's checkpoint, instead of training on error replies."""
+    import subprocess
+    import sys
+
+    from conftest import records
+
+    (tmp_path / "env.py").write_text(UNREACHABLE)
+    spec = f"{tmp_path / 'env.py'}:Unreachable"
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "recipes=llama/tiny_llama_agent", "action=local",
+                           f"{AGENT_ARG}environment={spec}", f"{AGENT_ARG}rewards=[{tmp_path / 'env.py'}:found]",
+                           f"+{AGENT_ARG}tool_max_failed_steps=2", "recipes.training_config.training_args.max_steps=6",
+                           f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=360)
+    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (f"error: the environment {spec} failed every tool call for 2 steps in a row (training_config."
+            f"training_args.method_args.tool_max_failed_steps=2)") in done.stderr, done.stderr[-3000:]
+    warnings = [r for r in records(tmp_path / "run") if r.get("event") == "warning"]
+    failed = [w for w in warnings if w["message"].startswith(f"the environment {spec}: ")]
+    assert [w["step"] for w in failed] == [1, 2], warnings
+    assert re.search(r"(\d+) of \1 tool calls failed at step 1 \(\d+ raised\); one of them: lookup: Error: "
+                     r"ConnectionError: the secrets service refused the connection$", failed[0]["message"]), failed
+    assert max(r["step"] for r in records(tmp_path / "run") if "reward" in r) == 2
+    assert (tmp_path / "run" / "checkpoints" / "step-00000002" / "COMPLETE").exists()

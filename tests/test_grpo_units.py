@@ -493,9 +493,9 @@ def test_a_failing_judge_is_said_each_step_it_fails_and_stops_the_run_once_it_is
     """A step where more than half the verdicts failed: one warning naming the judge, the kinds with
     counts and one failure; flat groups are blamed on the judge, not the reward's shape; every verdict
     failed for max_failed_steps steps in a row: the run must stop (a success in between resets it)."""
-    from training.rl.learning_signals import JudgeWatch, SignalWatch
+    from training.rl.learning_signals import FailureWatch, SignalWatch, judge_service
 
-    watch, signals = JudgeWatch("openai/j at http://judge:8000/v1", max_failed_steps=3), SignalWatch()
+    watch, signals = FailureWatch(judge_service("openai/j at http://judge:8000/v1"), max_failed_steps=3), SignalWatch()
     ok = {"flat_groups": 0.2, "judge_calls": 32, "judge_cached": 0, "judge_failed_connection": 0}
     dead = {**ok, "flat_groups": 1.0, "judge_failed_connection": 32}
     assert watch({**ok, "step": 1, "judge_failed_timeout": 16}, "timeout: slow") == []  # half: flaky, not said
@@ -514,6 +514,32 @@ def test_a_failing_judge_is_said_each_step_it_fails_and_stops_the_run_once_it_is
     assert said == ["no learning signal: 100% of the groups scored all their completions alike for 3 steps: the "
                     "judge's verdicts failed (32 connection of 32 calls), not the reward's shape: fix the judge (the "
                     "warnings above name it)"]
+
+
+def test_an_environment_whose_tools_fail_is_said_and_stops_the_run_once_every_call_fails():
+    """An agent's tools that raise or time out are the environment's failures (a call the model got
+    wrong is not): said each step where more than half failed, with one of them; every call failed for
+    tool_max_failed_steps steps in a row: the run must stop."""
+    from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service
+
+    watch, signals = FailureWatch(environment_service("envs.py:Sandbox"), max_failed_steps=2), SignalWatch()
+    model_erred = {"tool_calls": 16, "tool_errors": 16, "tool_raised": 0, "tool_timeouts": 0}
+    assert watch({**model_erred, "step": 1}, None) == [] and watch.dead_steps == 0
+    down = {"tool_calls": 20, "tool_errors": 16, "tool_raised": 12, "tool_timeouts": 4}  # 4 calls the model got wrong
+    assert watch({**down, "step": 2}, "run: Error: ConnectionRefusedError: [Errno 111]") == [
+        "the environment envs.py:Sandbox: 16 of 16 tool calls failed at step 2 (12 raised, 4 timeout); one of them: "
+        "run: Error: ConnectionRefusedError: [Errno 111]"]
+    assert watch.dead() is None
+    watch({**down, "step": 3}, None)
+    assert watch.dead() == (
+        "the environment envs.py:Sandbox failed every tool call for 2 steps in a row (training_config.training_args."
+        "method_args.tool_max_failed_steps=2): the model learns from error replies; fix the environment and restart, "
+        "the run resumes from this step")
+    assert watch({"tool_calls": 0, "step": 4}, None) == [] and watch.dead() is None  # no calls: nothing to say
+    said = [signals({**down, "flat_groups": 1.0}) for _ in range(3)][2]
+    assert said == ["no learning signal: 100% of the groups scored all their completions alike for 3 steps: the "
+                    "environment's tools failed (12 raised, 4 timeout of 16 calls), not the reward's shape: fix the "
+                    "environment (the warnings above name it)"]
 
 
 # --- memory: the rollout's phase and the updates' -----------------------------------------------------

@@ -208,7 +208,7 @@ def start_and_wait(operator: Operator, run_dir: Path, pods, after_step: int, ste
 @pytest.fixture
 def in_place_job(tmp_path, image_python):
     return tmp_path, dry_run(tmp_path, "recipes.elastic_policy.in_place=true",
-                             "recipes.elastic_policy.graceful_shutdown_timeout=20"), image_python
+                             "recipes.elastic_policy.graceful_shutdown_timeout=60"), image_python
 
 
 def test_resize_in_place_2_3_2_3_1_under_the_real_agent(in_place_job, fixed_run):

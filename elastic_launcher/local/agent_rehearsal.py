@@ -65,6 +65,9 @@ class AgentRehearsal(Rehearsal):
     def running(self) -> bool:
         return bool(self.job) or super().running()
 
+    def logs(self) -> Path:
+        return self.agents.work
+
     def execute(self, decision) -> None:
         """As the operator scales up: a launch or resize onto more nodes than there are pods first
         adds the pods and is carried out once they are ready (in place: their workers imported and

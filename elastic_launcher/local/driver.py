@@ -23,8 +23,12 @@ POLL_SECONDS = 0.2
 
 
 class Rehearsal:
-    def __init__(self, plan: Plan, local: LocalJob, trace: list[TraceEvent], min_stable_period: float, log_path: Path):
-        self.plan, self.local, self.trace = plan, local, list(trace)
+    def __init__(self, plan: Plan, local: LocalJob, trace: list[TraceEvent], min_stable_period: float, log_path: Path,
+                 max_retries: int):
+        """`max_retries`: the manifest's jobMaxRetryCount (cluster.job_max_retry_count): the operator
+        restarts a failed job that often, then fails it."""
+        self.plan, self.local, self.trace, self.max_retries = plan, local, list(trace), max_retries
+        self.failures = 0
         self.policy = plan.policy
         args = plan.sizes[0].config.training_config.training_args
         if args.max_epochs:
@@ -34,7 +38,7 @@ class Rehearsal:
         self.max_steps = args.max_steps
         self.timeline = Timeline()
         self.operator = Operator([s.nodes for s in plan.sizes], plan.policy, min_stable_period, self.timeline.started)
-        self.log = open(log_path, "ab")
+        self.log_path, self.log = log_path, open(log_path, "ab")
         self.proc = None
         self.dying = False  # a worker was killed: the job is failing, not to be stopped gracefully
 
@@ -53,6 +57,10 @@ class Rehearsal:
     def exit_code(self) -> int | None:
         """The job's exit code once it ended by itself (done or failed), else None."""
         return self.proc.poll() if self.proc is not None else None
+
+    def logs(self) -> Path:
+        """Where a failed job's workers wrote."""
+        return self.log_path
 
     def forget_job(self, code: int) -> None:
         """The job ended by itself with exit `code`: nothing of it is left to stop."""
@@ -146,6 +154,12 @@ class Rehearsal:
                     return
                 self.operator.failed(now)
                 self.timeline.add("failure", code=code, step=self.progress(), available=self.operator.available)
+                self.failures += 1
+                if self.failures > self.max_retries:
+                    raise LauncherError(
+                        f"the job failed {self.failures} times, the last with exit code {code} at step "
+                        f"{self.progress()}: past cluster.job_max_retry_count={self.max_retries}, the operator fails it "
+                        f"(see {self.logs()}); fix the cause, or raise cluster.job_max_retry_count")
             elif not self.dying:  # while dying, the job is torn down after the lost worker
                 self.execute(self.operator.decide(now))
             if self.running() and not self.dying:

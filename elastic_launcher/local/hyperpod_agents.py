@@ -15,12 +15,15 @@ tell what any agent ever reported.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from elastic_launcher.errors import LauncherError
 from training.contract.config_files import NODE_LOCAL_DIR_ENV
 
 
@@ -37,6 +41,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_ports() -> range:
+    """The kernel's range for `bind(0)` and the local end of outgoing connections."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+class MasterPort:
+    """The job's one master port, held for the operator's life. It is free between two sizes (no server
+    listens while the workers re-form), so it lies outside the ephemeral range, where no `bind(0)` and
+    no outgoing connection (the agents' status polls, another job's gloo pairs) can take it meanwhile;
+    a lock file per port keeps two operators on this machine from choosing the same one."""
+
+    def __init__(self):
+        ephemeral = _ephemeral_ports()
+        candidates = range(10000, ephemeral.start) if ephemeral.start > 11000 else range(ephemeral.stop, 65536)
+        locks = Path(tempfile.gettempdir()) / "elastic-launcher-master-ports"
+        locks.mkdir(exist_ok=True)
+        offset = random.randrange(len(candidates))
+        for i in range(len(candidates)):
+            port = candidates[(offset + i) % len(candidates)]
+            lock = open(locks / f"{port}.lock", "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                with socket.socket() as s:  # nothing else listens there now
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("", port))
+            except OSError:
+                lock.close()
+                continue
+            self.port, self._lock = port, lock
+            return
+        raise LauncherError(f"no free port in {candidates.start}-{candidates.stop - 1} for the job's master port")
+
+    def release(self) -> None:
+        self._lock.close()
 
 
 @dataclass(frozen=True)
@@ -89,7 +133,8 @@ class Operator:
         self.fault_count = 0
         # The job's one master port (the operator's status.masterPort), the same at every /start: a
         # worker that stays through a resize re-forms its process group on the port it used before.
-        self.master_port = free_port()
+        self._master_port = MasterPort()
+        self.master_port = self._master_port.port
         self.history: list[tuple[float, str, str]] = []  # (time, pod, status) at every change
         self._last: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -205,3 +250,4 @@ class Operator:
             if pod.proc.poll() is None:
                 os.killpg(pod.proc.pid, signal.SIGKILL)
                 pod.proc.wait()
+        self._master_port.release()

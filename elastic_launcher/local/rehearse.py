@@ -80,7 +80,8 @@ def run(job: Job) -> int:
     if settings.agent_python:  # the agents' environment runs the reference too: the same torch
         local = dataclasses.replace(local, python=settings.agent_python)
     local.run_dir.mkdir(parents=True, exist_ok=True)
-    args = (plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log")
+    args = (plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log",
+            job.settings.cluster.job_max_retry_count)
     rehearsal = AgentRehearsal(*args, container=container_of(job, plan, local.config_dir), venv_bin=venv_bin) \
         if settings.agent_python else Rehearsal(*args)
     print(f"rehearsing {plan.job_name} in {run_dir}"

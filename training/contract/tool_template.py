@@ -26,7 +26,9 @@ PROBE_REPLY = "probe-reply-7f3a"
 class ToolReply:
     name: str
     content: str
-    status: str = "ok"  # ok | error (the model sees the error) | timeout (the trajectory ends)
+    # ok | error (a call the tool could not take; the model sees the error) | raised (the tool raised; the
+    # model sees the error, and the environment's failures are watched) | timeout (the trajectory ends)
+    status: str = "ok"
 
 
 def assistant_message(calls: list[ToolCall]) -> dict:

@@ -20,6 +20,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from training.model.lora import adapter_layers, adapters_disabled
 from training.model.structure import layer_kinds
 from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
                                      low_var_kl, rollout_correction_weights, token_sum)
-from training.rl.learning_signals import JudgeWatch, SignalWatch
+from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
@@ -109,6 +110,7 @@ class Args:  # training_args.method_args, with verl's defaults
     tool_timeout: float = ranged(60.0, gt=0)  # seconds per tool call; past it the trajectory ends
     max_concurrency: int = ranged(32, ge=1)  # tool calls at once on a rank
     on_tool_timeout: str = one_of("drop", "zero", "score")  # a timed-out trajectory's reward: left out, 0, or scored
+    tool_max_failed_steps: int = ranged(3, ge=1)  # steps in a row whose every tool call raised or timed out: then stop
 
 
 # Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
@@ -116,8 +118,8 @@ ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "
                 "rollout_s", "reward_s", "weight_sync_s", "logprob_s", "dropped")
 # An agent's, after them: the trajectories' turns, calls, errors and timeouts, how they ended, and the rollout's
 # wait for its environments (then one count of calls per tool)
-AGENT_SUMS = ("turns", "tool_calls", "tool_errors", "tool_timeouts", "ended_max_turns", "ended_max_total_tokens",
-              "environment_s")
+AGENT_SUMS = ("turns", "tool_calls", "tool_errors", "tool_raised", "tool_timeouts", "ended_max_turns",
+              "ended_max_total_tokens", "environment_s")
 UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy", "correction")
 
 
@@ -216,8 +218,16 @@ class GRPO(TrainingMethod):
         self._logprob_s = 0.0  # the step's scoring of its completions before the updates
         self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
         self.signals = SignalWatch()
-        self.judge_watch = None if self.judge_settings is None else \
-            JudgeWatch(self.judge_settings.label, self.judge_settings.max_failed_steps)
+        # The services the rewards depend on, each with this rank's newest failure of it: first the judge,
+        # whose failures are why the groups are flat.
+        self.service_watches: list[tuple[FailureWatch, Callable[[], str | None]]] = []
+        if self.judge_settings is not None:
+            self.service_watches.append((FailureWatch(judge_service(self.judge_settings.label),
+                                                      self.judge_settings.max_failed_steps),
+                                         lambda: self.rewards.judge.last_failure))
+        if options.environment:
+            self.service_watches.append((FailureWatch(environment_service(options.environment),
+                                                      options.tool_max_failed_steps), self._a_tool_failure))
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -482,14 +492,15 @@ class GRPO(TrainingMethod):
         return clipped_policy_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
 
     def watch(self, record: dict) -> list[str]:
-        said = []
-        if self.judge_watch is not None:  # first: a failing judge is why the groups are flat
-            judge = getattr(self.rewards, "judge", None)
-            said = self.judge_watch(record, judge.last_failure if judge is not None else None)
+        said = [warning for watch, a_failure in self.service_watches for warning in watch(record, a_failure())]
         return said + self.signals(record)
 
     def failing(self) -> str | None:
-        return self.judge_watch.dead() if self.judge_watch is not None else None
+        return next((dead for watch, _ in self.service_watches if (dead := watch.dead())), None)
+
+    def _a_tool_failure(self) -> str | None:
+        completions = self._step_rollout.completions if self._step_rollout is not None else []
+        return next((c.trace.failure for group in completions for c in group if c.trace.failure), None)
 
     def warnings(self) -> list[str]:
         return list(self.signals.said.values())
@@ -540,7 +551,7 @@ class GRPO(TrainingMethod):
     def _agent_sums(self, rollout: Rollout) -> list[float]:
         traces = [c.trace for group in rollout.completions for c in group]
         return [sum(len(t.turns) for t in traces), sum(sum(t.calls.values()) for t in traces),
-                sum(t.errors for t in traces), sum(t.timeouts for t in traces),
+                sum(t.errors for t in traces), sum(t.raised for t in traces), sum(t.timeouts for t in traces),
                 sum(t.ended == "max_turns" for t in traces), sum(t.ended == "max_total_tokens" for t in traces),
                 self.engine.environment_s, *(sum(t.calls.get(name, 0) for t in traces) for name in self._tool_names)]
 
@@ -585,7 +596,8 @@ class GRPO(TrainingMethod):
         agent = dict(zip(AGENT_SUMS, sums))
         return {"turns_mean": agent["turns"] / trajectories, "tool_calls_mean": agent["tool_calls"] / trajectories,
                 **{f"tool_calls_{name}": n / trajectories for name, n in zip(self._tool_names, sums[len(AGENT_SUMS):])},
-                "tool_errors": agent["tool_errors"], "tool_timeouts": agent["tool_timeouts"],
+                "tool_calls": agent["tool_calls"], "tool_errors": agent["tool_errors"],
+                "tool_raised": agent["tool_raised"], "tool_timeouts": agent["tool_timeouts"],
                 "ended_max_turns": agent["ended_max_turns"] / trajectories,
                 "ended_max_total_tokens": agent["ended_max_total_tokens"] / trajectories,
                 "environment_s": agent["environment_s"] / self.run.plan.dp_size}

@@ -45,7 +45,9 @@ class Trace:
     turns: list[dict] = field(default_factory=list)  # {"model": text, "calls": [...], "replies": [...]}
     calls: dict[str, int] = field(default_factory=dict)  # by tool
     errors: int = 0  # calls answered with an error the model read
+    raised: int = 0  # of them, calls where the tool itself raised
     timeouts: int = 0
+    failure: str | None = None  # its first call that raised or timed out, as the model read it
     ended: str = ""  # one of ENDINGS
     environment_s: float = 0.0  # its tools' own time
 
@@ -207,8 +209,11 @@ class AgentRollout:
         t.trace.turns[-1]["replies"] = [{"name": r.name, "content": r.content, "status": r.status} for r in replies]
         for reply, seconds in results:
             t.trace.calls[reply.name] = t.trace.calls.get(reply.name, 0) + 1
-            t.trace.errors += reply.status == "error"
+            t.trace.errors += reply.status in ("error", "raised")
+            t.trace.raised += reply.status == "raised"
             t.trace.timeouts += reply.status == "timeout"
+            if reply.status in ("raised", "timeout") and t.trace.failure is None:
+                t.trace.failure = f"{reply.name}: {reply.content}"
             t.trace.environment_s += seconds
         if t.trace.timeouts:
             t.trace.ended = "tool_timeout"

@@ -129,7 +129,7 @@ def _call(environment, call: ToolCall, timeout_s: float, slots: threading.Bounde
     if thread.is_alive():
         return ToolReply(call.name, f"Error: {call.name} took more than {timeout_s:g} s", "timeout")
     if "error" in outcome:
-        return ToolReply(call.name, f"Error: {outcome['error']}", "error")
+        return ToolReply(call.name, f"Error: {outcome['error']}", "raised")
     return ToolReply(call.name, reply_content(outcome.get("value")))
 
 

@@ -43,6 +43,10 @@ def _no_signal(r: dict) -> str:
         failed = ", ".join(f"{n} {kind}" for kind, n in judge_failures(r).items())
         return (f"{flat}: the judge's verdicts failed ({failed} of {r['judge_calls']:.0f} calls), not the reward's "
                 f"shape: fix the judge (the warnings above name it)")
+    if sum(tool_failures(r).values()) > tools_run(r) / 2:
+        failed = ", ".join(f"{n} {kind}" for kind, n in tool_failures(r).items())
+        return (f"{flat}: the environment's tools failed ({failed} of {tools_run(r):.0f} calls), not the reward's "
+                f"shape: fix the environment (the warnings above name it)")
     return (f"{flat}, so their advantages are 0: make the reward graded or raise {KEY}.method_args.num_generations "
             f"or {KEY}.method_args.temperature")
 
@@ -77,29 +81,69 @@ class SignalWatch:
         return new
 
 
+@dataclass(frozen=True)
+class Service:
+    """What a step's rewards depend on and that can fail: an LLM judge's verdicts, an environment's tools."""
+
+    kind: str  # "judge", "environment"
+    label: str  # which one: its model and server, its class
+    calls: str  # what it is asked, singular: "verdict", "tool call"
+    counts: Callable[[dict], tuple[float, dict[str, int]]]  # a step's record -> (calls, failed calls by kind)
+    setting: str  # the key bounding the steps in a row whose every call failed
+    without: str  # what a run goes on with while it is dead
+
+    @property
+    def name(self) -> str:
+        return f"the {self.kind} {self.label}"
+
+
+def judge_service(label: str) -> Service:
+    return Service("judge", label, "verdict",
+                   lambda r: (r.get("judge_calls", 0) + r.get("judge_cached", 0), judge_failures(r)),
+                   f"{KEY}.method_args.judge.max_failed_steps", "nothing judges the completions")
+
+
+TOOL_FAILURES = (("raised", "tool_raised"), ("timeout", "tool_timeouts"))  # (kind, the step record's count)
+
+
+def tools_run(record: dict) -> float:
+    """A step's tool calls that reached a tool: not those the model got wrong (no such tool, unreadable,
+    arguments that do not fit), which say nothing of the environment."""
+    return record.get("tool_calls", 0) - record.get("tool_errors", 0) + record.get("tool_raised", 0)
+
+
+def tool_failures(record: dict) -> dict[str, int]:
+    return {kind: int(record[key]) for kind, key in TOOL_FAILURES if record.get(key)}
+
+
+def environment_service(spec: str) -> Service:
+    """An agent's environment fails where its tools raise or time out."""
+    return Service("environment", spec, "tool call", lambda r: (tools_run(r), tool_failures(r)),
+                   f"{KEY}.method_args.tool_max_failed_steps", "the model learns from error replies")
+
+
 @dataclass
-class JudgeWatch:
-    """Fed every step's record and one failed verdict of this rank's, if any: a warning for each
-    step where more than half the verdicts failed, and `dead()` once every verdict failed for
+class FailureWatch:
+    """Fed every step's record and one failed call of this rank's, if any: a warning for each step
+    where more than half of the service's calls failed, and `dead()` once every call failed for
     `max_failed_steps` steps in a row (every rank reads the same record: they stop together)."""
 
-    judge: str  # its model id and server
+    service: Service
     max_failed_steps: int
-    dead_steps: int = 0  # steps in a row whose every verdict failed
+    dead_steps: int = 0  # steps in a row whose every call failed
 
     def __call__(self, record: dict, a_failure: str | None) -> list[str]:
-        calls, failed = record.get("judge_calls", 0), judge_failures(record)
-        every = calls > 0 and sum(failed.values()) >= calls and not record.get("judge_cached")
-        self.dead_steps = self.dead_steps + 1 if every else 0
-        if not calls or not _judged_badly(record):
+        calls, failed = self.service.counts(record)
+        self.dead_steps = self.dead_steps + 1 if calls and sum(failed.values()) >= calls else 0
+        if not calls or sum(failed.values()) <= calls / 2:
             return []
         kinds = ", ".join(f"{n} {kind}" for kind, n in failed.items())
-        return [f"the judge {self.judge}: {sum(failed.values())} of {calls:.0f} verdicts failed at step "
+        return [f"{self.service.name}: {sum(failed.values())} of {calls:.0f} {self.service.calls}s failed at step "
                 f"{record.get('step')} ({kinds})" + (f"; one of them: {a_failure}" if a_failure else "")]
 
     def dead(self) -> str | None:
         if self.dead_steps < self.max_failed_steps:
             return None
-        return (f"the judge {self.judge} failed every verdict for {self.dead_steps} steps in a row "
-                f"({KEY}.method_args.judge.max_failed_steps={self.max_failed_steps}): nothing judges the completions; "
-                f"fix the judge and restart, the run resumes from this step")
+        return (f"{self.service.name} failed every {self.service.calls} for {self.dead_steps} steps in a row "
+                f"({self.service.setting}={self.max_failed_steps}): {self.service.without}; fix the {self.service.kind} and "
+                f"restart, the run resumes from this step")
