@@ -959,3 +959,33 @@ def test_a_rehearsal_names_the_first_step_whose_completions_differ_from_the_fixe
     drifted = run("drifted", [(1, [[1, 0, [5]]]), (2, [[2, 0, [6]]]), (3, [[3, 0, [8]]])])
     assert first_difference(redone, fixed) is None  # a step redone after a failure counts by its last attempt
     assert first_difference(drifted, fixed) == 3
+
+
+
+def test_a_rehearsal_says_when_a_verdict_or_an_environments_reply_differed_before_the_completions(tmp_path):
+    """The trainer does not make a judge's verdicts or an environment's replies: where one differs first
+    (the same completion scored otherwise, the same turn answered otherwise), the report says so."""
+    import json
+
+    from elastic_launcher.local.report import first_input_difference
+
+    def row(sample, judge, replies=("7",)):
+        return {"sample_id": sample, "index": 0, "completion": "It is 7.", "rewards": {"judge": judge, "found": 1.0},
+                "turns": [{"model": "<tool_call>lookup</tool_call>", "replies": [{"content": r} for r in replies]},
+                          {"model": "It is 7."}]}
+
+    def run(name, readable_by_step):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_text("".join(
+            json.dumps({"step": s, "sample_ids": [1], "readable": r}) + "\n" for s, r in readable_by_step))
+        return tmp_path / name
+
+    fixed = run("fixed", [(1, [row(1, 0.5)]), (2, [row(2, 0.5)]), (3, [row(3, 0.5)])])
+    judged = run("judged", [(1, [row(1, 0.5)]), (2, [row(2, None)]), (3, [row(3, 0.5)])])
+    replied = run("replied", [(1, [row(1, 0.5, replies=("8",))]), (2, [row(2, 0.5)]), (3, [row(3, 0.5)])])
+    assert first_input_difference(judged, fixed, until=3) == (
+        "the judge's verdict on sample 2's completion 0 at step 2 (None here, 0.5 in the fixed-size run)")
+    assert first_input_difference(replied, fixed, until=None) == (
+        "the environment's reply in turn 1 of sample 1's completion 0 at step 1")
+    assert first_input_difference(judged, fixed, until=1) is None  # the completions differed first
+    assert first_input_difference(fixed, fixed, until=None) is None

@@ -36,7 +36,7 @@ def settings(server, **overrides) -> JudgeSettings:
 def judge(server, tmp_path, rank=0, world_size=1, size="s1", **overrides):
     from training.rl.judge import Judge
 
-    return Judge(settings(server, **overrides), rank, world_size, tmp_path / "ledger", size, f"rank{rank}")
+    return Judge(settings(server, **overrides), rank, world_size, tmp_path, size, f"rank{rank}")
 
 
 def ask(j, completions, step=1, prompts=None):
@@ -244,17 +244,42 @@ def test_the_ledger_answers_a_redone_step_at_another_size_and_keeps_only_what_a_
     assert len(server.requests) == asked and again.costs().judge_cached == 4
     # A checkpoint of step 5: only step 6's verdict can be needed; the earlier size's files folded in.
     again.checkpointed(5, first=True)
-    files = sorted(p.name for p in (tmp_path / "ledger").glob("*.jsonl"))
+    files = sorted(p.name for p in (tmp_path / "judge_ledger").glob("*.jsonl"))
     assert files == ["b-rank0.jsonl"]
-    kept = [json.loads(line) for line in (tmp_path / "ledger" / "b-rank0.jsonl").read_text().splitlines()]
+    kept = [json.loads(line) for line in (tmp_path / "judge_ledger" / "b-rank0.jsonl").read_text().splitlines()]
     assert [e["step"] for e in kept] == [6] and again.costs().judge_ledger == 1
     assert ask(judge(server, tmp_path, size="c"), ["5"], step=6)[0].score == 1.0 and len(server.requests) == asked
+
+
+def test_an_audited_runs_every_verdict_is_kept_and_a_replaying_run_takes_them_without_asking(server, tmp_path,
+                                                                                               monkeypatch):
+    """With audit_samples, a run's judge keeps every verdict (failed ones too) past the ledger's pruning;
+    a run started with ELASTIC_JUDGE_REPLAY on it (a rehearsal's reference) takes those verdicts and
+    asks the judge only for completions the first run never had."""
+    from training.contract.judge import REPLAY_ENV
+    from training.rl.judge import Judge
+
+    elastic = tmp_path / "elastic"
+    first = Judge(settings(server), 0, 1, elastic, "a", "rank0", audit=True)
+    server.faults.append(Fault(status=400))  # not retried: the verdict fails
+    assert ask(first, ["1"], step=1)[0].failure.startswith("status: 400")
+    assert ask(first, ["2x"], step=2)[0].score == 0.5
+    first.checkpointed(2, first=True)  # the ledger keeps nothing a resume from step 2 needs
+    first.close()
+    assert not (elastic / "judge_ledger" / "a-rank0.jsonl").read_text()
+    asked = len(server.requests)
+    monkeypatch.setenv(REPLAY_ENV, str(elastic))
+    reference = Judge(settings(server), 0, 1, tmp_path / "reference", "r", "rank0")
+    replayed = ask(reference, ["1"], step=1) + ask(reference, ["2x"], step=2)
+    assert [(v.score, (v.failure or "")[:11]) for v in replayed] == [(None, "status: 400"), (0.5, "")]
+    assert len(server.requests) == asked and reference.costs().judge_cached == 2
+    assert ask(reference, ["7"], step=3)[0].failure is None and len(server.requests) == asked + 1
 
 
 def test_a_line_cut_by_a_killed_process_is_skipped(server, tmp_path):
     j = judge(server, tmp_path)
     ask(j, ["12"])
-    with open(tmp_path / "ledger" / "s1-rank0.jsonl", "a") as f:
+    with open(tmp_path / "judge_ledger" / "s1-rank0.jsonl", "a") as f:
         f.write('{"key": "abc", "sco')
     assert judge(server, tmp_path, size="s2").ledger.get("abc") is None
     request = render(j.template, j.settings, "What is 0 plus 1?", "12", {"answer": "1"}, None)

@@ -376,7 +376,7 @@ def test_a_tiny_model_served_by_vllm_on_cpu_judges_through_the_openai_client(reh
         settings = judge_settings({"model_id": "openai/tiny-judge", "base_url": f"http://127.0.0.1:{port}/v1",
                                    "prompt_template": "summary", "num_retries": 0, "timeout": 60,
                                    "sampling_params": {"temperature": 0.0, "max_completion_tokens": 8}})
-        judge = Judge(settings, 0, 1, tmp_path / "ledger", "a", "rank0")
+        judge = Judge(settings, 0, 1, tmp_path, "a", "rank0")
         (verdict,) = judge.submit(["What is 2 plus 4?"], ["6"], {}, lambda row: None, 1).result(120)
         costs = judge.costs()
         assert costs.judge_calls == 1 and costs.judge_input_tokens > 0 and costs.judge_output_tokens > 0

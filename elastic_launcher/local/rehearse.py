@@ -32,6 +32,7 @@ from elastic_launcher.local.run import (STILL_STOPPING, LocalJob, interrupts_def
                                         run_dir_of, sigterm_as_interrupt, stop_job, stop_signal)
 from elastic_launcher.planning.plan import make_plan
 from training.contract.errors import ConfigError
+from training.contract.judge import REPLAY_ENV
 from training.contract.methods import method_facts
 from training.contract.records import read_records
 
@@ -90,8 +91,10 @@ def run(job: Job) -> int:
     with sigterm_as_interrupt():
         try:
             rehearsal.run(settings.timeout)
-            if settings.compare:
-                run_reference(rehearsal, dataclasses.replace(local, run_dir=reference_dir), settings.timeout)
+            if settings.compare:  # the same judge's verdicts as the elastic run's: the trainer is what is compared
+                run_reference(rehearsal, dataclasses.replace(local, run_dir=reference_dir,
+                                                             extra_env=((REPLAY_ENV, str(local.run_dir)),)),
+                              settings.timeout)
         except KeyboardInterrupt as interrupt:
             grace = plan.policy.graceful_shutdown_timeout
             if rehearsal.running():

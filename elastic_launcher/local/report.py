@@ -10,6 +10,7 @@ from pathlib import Path
 
 from elastic_launcher.local.timeline import Timeline
 from training.contract.curves import CHART, draw
+from training.contract.judge import NAME as JUDGE
 from training.contract.records import committed, read_records
 
 
@@ -41,6 +42,7 @@ class Report:
     max_rel_diff: float | None = None  # of the compared metric, over the steps
     samples_identical: bool | None = None  # the consumed sample ids, and GRPO's completions
     first_differing_step: int | None = None  # the first step whose samples differ from the fixed-size run's
+    first_input_difference: str | None = None  # a judge's verdict or an environment's reply that differed first
     matched: bool | None = None  # None: no comparison run
 
     def summary(self) -> str:
@@ -61,7 +63,9 @@ class Report:
             what = "consumed sample ids" + (" and completions" if self.compared_metric != "loss" else "")
             lines.append(f"vs fixed-size run: {verdict}: max relative {self.compared_metric} difference "
                          f"{self.max_rel_diff:.2e}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}"
-                         + (f" from step {self.first_differing_step}" if self.first_differing_step else ""))
+                         + (f" from step {self.first_differing_step}" if self.first_differing_step else "")
+                         + (f"; first to differ: {self.first_input_difference}, not the trainer's doing"
+                            if self.first_input_difference else ""))
         return "\n".join(lines)
 
 
@@ -108,6 +112,7 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compare
         report.max_rel_diff = max((abs(got.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
                                   default=float("inf"))
         report.first_differing_step = first_difference(run_dir, reference_dir)
+        report.first_input_difference = first_input_difference(run_dir, reference_dir, report.first_differing_step)
         report.samples_identical = report.first_differing_step is None
         report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
@@ -122,6 +127,30 @@ def first_difference(run_dir: Path, reference_dir: Path) -> int | None:
                  for ours, theirs in [(committed(run_dir, "samples.jsonl", key), committed(reference_dir, "samples.jsonl", key))]
                  for step in set(ours) | set(theirs) if ours.get(step) != theirs.get(step)]
     return min(differing, default=None)
+
+
+def first_input_difference(run_dir: Path, reference_dir: Path, until: int | None) -> str | None:
+    """What the trainer does not make that differs first between two runs, up to step `until` (their
+    first differing samples) or the end: a reward given to the same completion (a judge's verdict),
+    or an environment's reply to the same turn. None where the trainer's own output differs first."""
+    ours, theirs = (committed(d, "samples.jsonl", "readable") for d in (run_dir, reference_dir))
+    for step in sorted(s for s in set(ours) & set(theirs) if until is None or s <= until):
+        mine = {(r["sample_id"], r["index"]): r for r in ours[step]}
+        for other in theirs[step]:
+            key = (other["sample_id"], other["index"])
+            if (row := mine.get(key)) is None:
+                continue
+            what = f"sample {key[0]}'s completion {key[1]} at step {step}"
+            for turn, (a, b) in enumerate(zip(row.get("turns", []), other.get("turns", []))):
+                if a["model"] != b["model"]:
+                    break
+                if a.get("replies") != b.get("replies"):
+                    return f"the environment's reply in turn {turn + 1} of {what}"
+            if row["completion"] == other["completion"] and row["rewards"] != other["rewards"]:
+                name = next(n for n in row["rewards"] if row["rewards"][n] != other["rewards"].get(n))
+                label = "the judge's verdict" if name == JUDGE else f"the reward {name}"
+                return f"{label} on {what} ({row['rewards'][name]} here, {other['rewards'].get(name)} in the fixed-size run)"
+    return None
 
 
 def _first_start(records: list[dict], launch: dict) -> float | None:

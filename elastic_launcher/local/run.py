@@ -46,6 +46,7 @@ class LocalJob:
     run_dir: Path
     nproc_per_node: int
     python: str = sys.executable  # the interpreter (and so the torch) the job runs on
+    extra_env: tuple[tuple[str, str], ...] = ()  # more of the workers' environment
 
     def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
         cmd = [self.python, "-m", "torch.distributed.run", "--standalone",
@@ -73,7 +74,8 @@ class LocalJob:
         return {**os.environ, NUM_NODES_ENV: str(nodes), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "PYTHONUNBUFFERED": "1",
                 "TMPDIR": str(tmp), "PYTHONPATH": path,
-                NODE_LOCAL_DIR_ENV: str(self.node_local_dir("{node_rank}"))}  # the trainer fills in its node
+                NODE_LOCAL_DIR_ENV: str(self.node_local_dir("{node_rank}")),  # the trainer fills in its node
+                **dict(self.extra_env)}
 
     def start(self, nodes: int, stop_at_step: int | None = None, log=None, pause_at: list[int] = ()) -> subprocess.Popen:
         """torchrun in its own session (so a resize can signal the whole job at once), dying with us."""

@@ -24,6 +24,11 @@ from pathlib import Path
 from training.contract.errors import ConfigError
 from training.contract.typed import build, one_of, ranged
 
+# A rehearsal's reference run reads the elastic run's verdicts (training.rl.judge): where they are kept
+# (under audit_samples, never pruned), and the variable naming the run directory to take them from.
+HISTORY = "judge_verdicts"
+REPLAY_ENV = "ELASTIC_JUDGE_REPLAY"
+
 KEY = "training_config.training_args.method_args.judge"
 NAME = "judge"  # its name in method_args.rewards
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "judge_templates"

@@ -47,6 +47,7 @@ class RunInfo:
     compute_dtype: torch.dtype = torch.float32  # what the forward computes in (mixed_precision)
     train_rows: int = 0  # the training data's rows (an epoch's samples)
     template_kwargs: dict | None = None  # the chat template's arguments (enable_thinking), as the data renders it
+    audit: bool = False  # logging.audit_samples: keep what reproduces the run (a judge's every verdict)
 
 
 class TrainingMethod:

@@ -250,8 +250,8 @@ class GRPO(TrainingMethod):
 
             size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
             dist.broadcast_object_list(size, src=0)
-            self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir / "judge_ledger",
-                                       size[0], f"rank{run.rank}")
+            self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
+                                       f"rank{run.rank}", audit=run.audit)
 
     def _agent(self, sampler, run):
         from training.contract.environments import KEY

@@ -11,6 +11,11 @@ Every verdict, failed ones too, is written to the ledger as it arrives (<run dir
 file per process), keyed by its content (training.contract.judge.verdict_key): a step redone after a
 stop, a resize or a lost node takes the verdicts it had without asking the judge again, at any world
 size. A checkpoint prunes what no resume from it can need (verdicts of the steps it holds).
+
+With `logging.audit_samples`, every verdict is also kept, never pruned, in <run dir>/judge_verdicts/:
+what the judge said over the whole run. A run started with ELASTIC_JUDGE_REPLAY=<another run's
+directory> takes that run's verdicts before asking (a rehearsal's fixed-size reference reads the
+elastic run's: the same completions get the same verdicts, failed ones too, each asked once).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from training.contract.judge import (JudgeRequest, JudgeSettings, UnreadableReply, parse_score, render, template,
-                                     verdict_key)
+from training.contract.judge import (HISTORY, REPLAY_ENV, JudgeRequest, JudgeSettings, UnreadableReply, parse_score,
+                                     render, template, verdict_key)
 from training.contract.judge_client import REFUSED_STATUSES, CallFailed, ConverseJudge, OpenAIJudge
 
 MAX_BACKOFF_S = 30.0
@@ -91,17 +96,18 @@ class Verdict:
 
 class Ledger:
     """Verdicts by key: read from every file of <dir> at the start, each new one appended to this
-    process's own file as it arrives."""
+    process's own file as it arrives (and, with `history`, to its file there, never pruned)."""
 
-    def __init__(self, directory: Path, size: str, name: str):
+    def __init__(self, directory: Path, size: str, name: str, history: Path | None = None):
         self.directory, self.size, self.lock = directory, size, threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
-        self.verdicts: dict[str, Verdict] = {}
-        for path in sorted(directory.glob("*.jsonl")):
-            self.verdicts.update(_read(path))
+        self.verdicts = read_verdicts(directory)
         self.path = directory / f"{size}-{name}.jsonl"
         self.own = sum(1 for _ in open(self.path)) if self.path.exists() else 0
         self._file = open(self.path, "a")
+        if history is not None:
+            history.mkdir(parents=True, exist_ok=True)
+        self._history = open(history / f"{size}-{name}.jsonl", "a") if history is not None else None
 
     def get(self, key: str) -> Verdict | None:
         with self.lock:
@@ -111,8 +117,9 @@ class Ledger:
         with self.lock:
             self.verdicts[key] = verdict
             if not self._file.closed:  # a call that outlived its method's size: kept in memory only
-                self._file.write(_line(key, verdict))
-                self._file.flush()
+                for file in filter(None, (self._file, self._history)):
+                    file.write(_line(key, verdict))
+                    file.flush()
                 self.own += 1
 
     def prune(self, step: int, others_too: bool) -> None:
@@ -134,6 +141,16 @@ class Ledger:
 
     def close(self) -> None:
         self._file.close()
+        if self._history is not None:
+            self._history.close()
+
+
+def read_verdicts(directory: Path) -> dict[str, Verdict]:
+    """Every verdict of the files in `directory` (none if it does not exist)."""
+    verdicts = {}
+    for path in sorted(directory.glob("*.jsonl")):
+        verdicts.update(_read(path))
+    return verdicts
 
 
 def _line(key: str, verdict: Verdict) -> str:
@@ -156,14 +173,18 @@ class Judge:
     """The judge of one rank: `submit` a group's completions, get a Future of their scores (None
     where a verdict failed); `costs()` what the step took."""
 
-    def __init__(self, settings: JudgeSettings, rank: int, world_size: int, ledger_dir: Path, size: str, name: str):
-        """`size`: an id the processes of this world size share; `name` this process's among them."""
+    def __init__(self, settings: JudgeSettings, rank: int, world_size: int, run_dir: Path, size: str, name: str,
+                 audit: bool = False):
+        """`size`: an id the processes of this world size share; `name` this process's among them;
+        `audit`: keep every verdict in the run's history too."""
         self.settings, self.template = settings, template(settings.prompt_template)
         workers, rpm, tpm = settings.share(rank, world_size)
         self.client = (ConverseJudge if settings.scheme == "bedrock" else OpenAIJudge)(settings, workers)
         self.requests = Bucket(rpm) if rpm else None
         self.tokens = Bucket(tpm) if tpm else None
-        self.ledger = Ledger(ledger_dir, size, name)
+        self.ledger = Ledger(run_dir / "judge_ledger", size, name, run_dir / HISTORY if audit else None)
+        replay = os.environ.get(REPLAY_ENV)
+        self.replayed = read_verdicts(Path(replay) / HISTORY) if replay else {}
         self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
         self.first_request: float | None = None
         self.refused: str | None = None  # 401/403: every later call is refused too
@@ -190,7 +211,10 @@ class Judge:
         with self.lock:
             if self.first_request is None:
                 self.first_request = time.monotonic()
-            if (known := self.ledger.get(key)) is not None:
+            known = self.ledger.get(key)
+            if known is None and (replayed := self.replayed.get(key)) is not None:
+                known = Verdict(replayed.score, replayed.failure, -1)  # into this run's ledger below
+            if known is not None:
                 self.step_costs.judge_cached += 1
                 if known.step < step:  # needed again by a later step: kept as long as that one needs it
                     known = Verdict(known.score, known.failure, step)
