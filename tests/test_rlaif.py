@@ -82,13 +82,13 @@ def test_a_rehearsal_with_a_flaky_judge_matches_its_fixed_size_run_and_asks_each
 
 
 def test_the_tiny_rlaif_twin_learns_what_its_judge_rewards(rehearsal):
-    _, _, fixed_dir, _ = rehearsal
+    _, run_dir, fixed_dir, _ = rehearsal
     rewards = [rewards_by_step(fixed_dir)[s] for s in range(1, 31)]
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > 2 * first, (first, last)
     step = next(r for r in records(fixed_dir) if r.get("step") == 30 and "reward" in r)
-    assert step["judge_calls"] + step["judge_cached"] == 32 and step["judge_input_tokens"] > 0
-    assert step["reward"] == step["reward_judge"]
+    assert step["judge_calls"] + step["judge_cached"] == 32 and step["reward"] == step["reward_judge"]
+    assert all(r["judge_input_tokens"] > 0 for r in records(run_dir) if r.get("judge_calls"))  # the elastic run asked
 
 
 def test_a_rank_killed_outright_takes_its_reward_process_with_it(tmp_path):

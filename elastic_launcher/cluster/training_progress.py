@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from training.contract.curves import CHART, REDRAW_S
+from training.contract.judge import failed_verdicts
 
 RECENT_STEPS = 20  # the speed and the ETA come from the last steps of the current launch
 RECENT_WARNINGS = 3  # the warnings status shows: the newest of the current launch
@@ -100,7 +101,7 @@ def duration(seconds: float | None) -> str:
 
 def judge_line(j: dict) -> str:
     """A step's account of its LLM judge (training.rl.judge.Costs) in a line."""
-    failed = {k.removeprefix("judge_failed_"): int(v) for k, v in j.items() if k.startswith("judge_failed_") and v}
+    failed = failed_verdicts(j)
     return (f"judge, last step: {j.get('judge_calls', 0):.0f} calls, {j.get('judge_cached', 0):.0f} from the ledger, "
             f"{j.get('judge_retries', 0):.0f} retries, failed {', '.join(f'{n} {k}' for k, n in failed.items()) or 0}, "
             f"{j.get('judge_dropped', 0):.0f} dropped; {j.get('judge_input_tokens', 0):,.0f} tokens in, "

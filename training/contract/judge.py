@@ -36,6 +36,11 @@ SCHEMES = ("bedrock", "openai")
 REPLY_SCHEMA = {"type": "object", "properties": {"score": {"type": "number"}}, "required": ["score"]}
 
 
+def failed_verdicts(record: dict) -> dict[str, int]:
+    """A step record's failed verdicts by kind (timeout, connection, status, unreadable)."""
+    return {k.removeprefix("judge_failed_"): int(v) for k, v in record.items() if k.startswith("judge_failed_") and v}
+
+
 @dataclass(frozen=True)
 class JudgeSampling:
     """The judge's own sampling (the vendor's `sampling_params`)."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from training.contract.judge import failed_verdicts as judge_failures
+
 KEY = "training_config.training_args"
 STEPS = 3  # consecutive steps a condition holds before it is said
 
@@ -26,11 +28,6 @@ class Signal:
     name: str
     holds: Callable[[dict], bool]  # of a step's record
     message: Callable[[dict], str]
-
-
-def judge_failures(record: dict) -> dict[str, int]:
-    """A step's failed verdicts by kind (timeout, connection, status, unreadable)."""
-    return {k.removeprefix("judge_failed_"): int(v) for k, v in record.items() if k.startswith("judge_failed_") and v}
 
 
 def _judged_badly(record: dict) -> bool:
