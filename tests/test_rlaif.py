@@ -88,7 +88,7 @@ def test_the_tiny_rlaif_twin_learns_what_its_judge_rewards(rehearsal):
     assert last > 2 * first, (first, last)
     step = next(r for r in records(fixed_dir) if r.get("step") == 30 and "reward" in r)
     assert step["judge_calls"] + step["judge_cached"] == 32 and step["reward"] == step["reward_judge"]
-    assert all(r["judge_input_tokens"] > 0 for r in records(run_dir) if r.get("judge_calls"))  # the elastic run asked
+    assert sum(r.get("judge_input_tokens", 0) for r in records(run_dir)) > 0  # the elastic run asked, its reference not
 
 
 def test_a_rank_killed_outright_takes_its_reward_process_with_it(tmp_path):
