@@ -10,7 +10,8 @@ reply format the template asks for (a JSON object when the text asks for one, el
 
 Tests drive it in-process (`JudgeServer`): `faults` scripts the next replies (a status with its
 Retry-After, a slow reply, an unreadable one), `api_key` makes it refuse other keys, `models` makes it
-answer 404 for other models (as vLLM's server does), and `requests` records what it was asked.
+answer 404 for other models (as vLLM's server does), `requests` records what it was asked and `peak`
+the most requests it answered at once.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class JudgeServer:
     def __init__(self, port: int = 0, api_key: str | None = None, models: set[str] | None = None):
         self.faults: deque[Fault] = deque()
         self.api_key, self.models, self.requests, self.lock = api_key, models, [], threading.Lock()
+        self.in_flight = self.peak = 0  # requests being answered now, and the most at once
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +65,16 @@ class JudgeServer:
                 pass
 
             def do_POST(self):
+                with server.lock:
+                    server.in_flight += 1
+                    server.peak = max(server.peak, server.in_flight)
+                try:
+                    self._answer()
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _answer(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 converse = self.path.endswith("/converse")
                 if converse:
