@@ -105,9 +105,10 @@ class Ledger:
         self.path = directory / f"{size}-{name}.jsonl"
         self.own = sum(1 for _ in open(self.path)) if self.path.exists() else 0
         self._file = open(self.path, "a")
+        self._history = None
         if history is not None:
             history.mkdir(parents=True, exist_ok=True)
-        self._history = open(history / f"{size}-{name}.jsonl", "a") if history is not None else None
+            self._history = open(history / self.path.name, "a")
 
     def get(self, key: str) -> Verdict | None:
         with self.lock:
