@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from training.contract.environments import load_environment, tool_methods
-from training.contract.rewards import call_reward
+from training.contract.rewards import call_reward, taken
 from training.contract.tool_calls import ToolCall
 from training.contract.tool_template import ToolReply, reply_content
 
@@ -68,17 +68,10 @@ def start_episodes(spec: str, episodes: list[tuple[Key, dict, int]]) -> list[str
     observations = []
     for key, columns, seed in episodes:
         environment = cls()
-        observation = environment.reset(**_taken(environment.reset, {**columns, "seed": seed}))
+        observation = environment.reset(**taken(environment.reset, {**columns, "seed": seed}))
         _live[key] = environment
         observations.append(None if observation is None else reply_content(observation))
     return observations
-
-
-def _taken(fn: Callable, offered: dict) -> dict:
-    parameters = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        return offered
-    return {k: v for k, v in offered.items() if k in parameters}
 
 
 def call_tools(batch: list[tuple[Key, list[ToolCall]]], timeout_s: float, max_concurrency: int) -> list[list[tuple]]:
