@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from elastic_launcher import ROOT
+from training.contract.config import deep_merge
 from training.contract.errors import ConfigError
 
 USER_RECIPES_ENV = "LAUNCHER_RECIPES"
@@ -86,8 +87,8 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
             out: dict = {}
             for entry in data.get("defaults") or []:
                 if isinstance(entry, str) and entry.startswith("/recipes/") and entry.endswith("@_here_"):
-                    out = _deep_merge(out, merged(entry[len("/recipes/"):-len("@_here_")]))
-            files[name] = _deep_merge(out, {k: v for k, v in data.items() if k != "defaults"})
+                    out = deep_merge(out, merged(entry[len("/recipes/"):-len("@_here_")]))
+            files[name] = deep_merge(out, {k: v for k, v in data.items() if k != "defaults"})
         return files[name]
 
     recipe_data = merged(recipe)
@@ -101,8 +102,3 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
     return f"{method}, {'LoRA' if lora else 'full'}, {policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out

@@ -31,6 +31,15 @@ def get_path(obj: Any, path: str) -> Any:
     return obj
 
 
+def deep_merge(base: dict, override: dict) -> dict:
+    """OmegaConf.merge's semantics (mappings merge recursively, everything else is replaced) on
+    plain, already resolved data, at a tenth of its cost: a plan merges once per node count."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 # --- schema ----------------------------------------------------------------------------------------
 @dataclass
 class UnevenBatch:
