@@ -206,7 +206,7 @@ def test_a_bad_preference_row_names_its_line(tmp_path):
 
     path = tmp_path / "prefs.jsonl"
     path.write_text('{"prompt": "a?", "chosen": "b.", "rejected": "c."}\n{"prompt": "a?", "chosen": "b.", "rejected": 3}\n')
-    with pytest.raises(ConfigError, match=f"bad training row at {path} line 2: expected text or a list of messages"):
+    with pytest.raises(ConfigError, match=f"bad training row at {path} line 2: rejected must be text or a list of messages, got int"):
         build_dataset(DatasetConfig(train_data=str(path)), tiny_tokenizer(), data_format="pairs")
 
 

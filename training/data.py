@@ -26,8 +26,9 @@ import torch
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.errors import ConfigError
 from training.contract.data_files import READERS, held_out_split, is_local, json_line, split_files
-from training.contract.data_formats import (check_messages, conversation, no_chat_template, no_preference_columns,
-                                           plain_text, prompt_and_columns, prompt_format, row_format)
+from training.contract.data_formats import (as_messages, check_messages, conversation, no_chat_template,
+                                           no_preference_columns, plain_text, prompt_and_columns, prompt_format,
+                                           row_format)
 
 IGNORE_INDEX = -100
 _READY = "READY"
@@ -259,25 +260,16 @@ def _drop_detail(dropped: dict[str, int]) -> str:
     return ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
 
 
-def _chat(value, role: str) -> list[dict]:
-    """A preference field as messages: text becomes one turn of `role`, a message list stays."""
-    if isinstance(value, str):
-        return [{"role": role, "content": value}]
-    if isinstance(value, list):
-        return value
-    raise ValueError(f"expected text or a list of messages, got {type(value).__name__}")
-
-
 def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
     """(chosen, rejected) conversations of a preference row, in the layouts open datasets use:
     `prompt`/`chosen`/`rejected` as text, or `chosen`/`rejected` as whole conversations (with an
     optional `prompt` of text or messages, prepended unless they already start with it)."""
     if "chosen" not in row or "rejected" not in row:
         raise ValueError("a preference row needs 'chosen' and 'rejected' (and optionally 'prompt')")
-    prompt = _chat(row["prompt"], "user") if row.get("prompt") is not None else []
+    prompt = as_messages(row["prompt"], "user", "prompt") if row.get("prompt") is not None else []
     out = []
     for side in ("chosen", "rejected"):
-        turns = _chat(row[side], "assistant")
+        turns = as_messages(row[side], "assistant", side)
         starts_with_prompt = any(m.get("role") != "assistant" for m in turns[:1] if isinstance(m, dict))
         out.append(turns if starts_with_prompt or not prompt else prompt + turns)
     if _prompt_of(out[0]) != _prompt_of(out[1]):

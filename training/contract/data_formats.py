@@ -46,8 +46,9 @@ def row_format(chosen: str, columns: list[str], messages_key: str, train_data: s
         f"datasets.messages_key")
 
 
-def _turns(value, role: str, field: str) -> list[dict]:
-    """A prompt/completion side as messages: text becomes one turn of `role`, a message list stays."""
+def as_messages(value, role: str, field: str) -> list[dict]:
+    """A row's field (a prompt, a completion, a preference's side) as messages: text becomes one turn
+    of `role`, a message list stays."""
     if isinstance(value, str):
         return [{"role": role, "content": value}]
     if isinstance(value, list):
@@ -90,7 +91,7 @@ def conversation(row: dict, fmt: str, messages_key: str) -> list[dict]:
     if fmt == "alpaca":
         return _alpaca(row)
     if fmt == "prompt_completion":
-        return _turns(row["prompt"], "user", "prompt") + _turns(row["completion"], "assistant", "completion")
+        return as_messages(row["prompt"], "user", "prompt") + as_messages(row["completion"], "assistant", "completion")
     raise ValueError(f"rows of format {fmt!r} are not conversations")
 
 
