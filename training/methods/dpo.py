@@ -14,7 +14,6 @@ pairs, so the loss is their mean at every size.
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, collate_pairs
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
-from training.model.lora import adapter_layers, adapters_disabled
+from training.model.lora import adapter_layers, reference_of
 
 SEQUENCES_PER_SAMPLE = 2  # chosen and rejected
 PACKING = False  # pairs are compared sequence by sequence
@@ -78,16 +77,11 @@ class DPO(TrainingMethod):
         if not adapter_layers(model):
             self.reference = frozen_copy()
 
-    @contextmanager
-    def _reference_model(self, model):
-        with adapters_disabled(model) if self.reference is None else nullcontext():
-            yield self.reference if self.reference is not None else model
-
     def pair_scores(self, model, micro: dict) -> tuple[torch.Tensor, PairScores]:
         """(the policy's per-sequence log-probabilities, the pairs' scores) of one micro-batch."""
         batch = model_inputs(micro, self.device)
         n, tokens = micro["pairs"], (batch["labels"] != IGNORE_INDEX).sum(dim=1)
-        with torch.no_grad(), self._reference_model(model) as reference:
+        with torch.no_grad(), reference_of(model, self.reference) as reference:
             ref = reference(**batch, per_sequence=True)
         policy = model(**batch, per_sequence=True)
         return policy, PairScores(policy[:n], policy[n:2 * n], ref[:n], ref[n:2 * n], tokens[:n], tokens[n:2 * n])

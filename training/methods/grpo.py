@@ -21,7 +21,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, TrainerSta
 from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
-from training.model.lora import adapter_layers, adapters_disabled
+from training.model.lora import adapter_layers, reference_of
 from training.model.structure import layer_kinds
 from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
                                      low_var_kl, rollout_correction_weights, token_sum)
@@ -328,11 +327,6 @@ class GRPO(TrainingMethod):
         if getattr(self, "engine", None) is not None:  # none where only the memory trace prepared the method
             self.engine.close()
 
-    @contextmanager
-    def _reference_model(self, model):
-        with adapters_disabled(model) if self.reference is None else nullcontext():
-            yield self.reference if self.reference is not None else model
-
     # --- data ---
     def collate(self, rows):
         return {"prompts": rows, "sample_ids": [r["sample_ids"][0] for r in rows], "label_tokens": 0,
@@ -434,7 +428,7 @@ class GRPO(TrainingMethod):
             if old_log_probs:
                 batch["old_log_probs"] = model(**inputs, per_token=True)[0]
             if self.options.kl_coef > 0:
-                with self._reference_model(model) as reference:
+                with reference_of(model, self.reference) as reference:
                     batch["ref_log_probs"] = reference(**inputs, per_token=True)[0]
         return batch
 

@@ -7,7 +7,7 @@ merged or adapter-only weights an export writes."""
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -81,6 +81,14 @@ def adapters_disabled(model: torch.nn.Module):
     finally:
         for layer in layers:
             layer._disable_adapters = False
+
+
+@contextmanager
+def reference_of(model: torch.nn.Module, frozen: torch.nn.Module | None):
+    """The model a method's reference log-probabilities come from (DPO's, GRPO's KL): its frozen copy
+    where one was made, else the policy itself with its LoRA adapters off, the base model."""
+    with adapters_disabled(model) if frozen is None else nullcontext():
+        yield frozen if frozen is not None else model
 
 
 def with_adapters(hf_model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
