@@ -158,6 +158,20 @@ class Terminated(KeyboardInterrupt):
 STILL_STOPPING = "still stopping: the workers are saving a checkpoint"
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _handling_stops(handler):
+    """`handler` for Ctrl-C and SIGTERM inside the block; the handlers before it restored after."""
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """SIGTERM stops a job as Ctrl-C does. Only the first of them raises (Terminated for SIGTERM): a
@@ -167,16 +181,12 @@ def sigterm_as_interrupt():
         os.write(sys.stderr.fileno(), f"{STILL_STOPPING}\n".encode())  # not print(): it may interrupt a print
 
     def first(signum, frame):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, later)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _handling_stops(first):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -186,12 +196,8 @@ def patient(message: str):
     def remind(signum, frame):
         os.write(sys.stderr.fileno(), f"{message}\n".encode())  # not print(): a handler may interrupt a print
 
-    previous = {sig: signal.signal(sig, remind) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _handling_stops(remind):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -199,13 +205,8 @@ def interrupts_deferred():
     """Ctrl-C or SIGTERM inside the block is raised when it ends: a job launched inside is tracked
     by the time the interrupt reaches the code that stops it, never left running unseen."""
     caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _handling_stops(lambda signum, frame: caught.append(signum)):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if caught:  # raised by the handler in place (sigterm_as_interrupt's notes a later signal only)
         handler = signal.getsignal(caught[0])
         if callable(handler):
