@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import scratch  # noqa: E402
 from elastic_launcher.cli import main as launcher  # noqa: E402
-from elastic_launcher.local.hyperpod_agents import Container, Operator  # noqa: E402
+from elastic_launcher.local.hyperpod_agents import Container, AgentOperator  # noqa: E402
 from scripts.image_venv import ensure as image_venv  # noqa: E402
 from training.contract.records import read_records  # noqa: E402
 
@@ -87,7 +87,7 @@ def in_place_resizes(venv_bin: Path, sizes: list[int]) -> list[dict]:
     """One in-place job through `sizes` (e.g. 2, 1, 2, ...): each resize's downtime and its split."""
     with scratch() as tmp:
         container, run_dir = agent_job(Path(tmp), in_place=True)
-        operator = Operator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
+        operator = AgentOperator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
         try:
             pods = [operator.add_pod() for _ in range(max(sizes))]  # their workers wait at the barrier
             began = operator.start(pods[:sizes[0]])
@@ -122,7 +122,7 @@ def agent_fresh_start(venv_bin: Path, nodes: int) -> float:
     """Seconds from /start to the first step of a new job under agents without in-place restart."""
     with scratch() as tmp:
         container, run_dir = agent_job(Path(tmp), in_place=False)
-        operator = Operator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
+        operator = AgentOperator(container, Path(tmp) / "pods", venv_bin, cwd=ROOT)
         try:
             pods = [operator.add_pod() for _ in range(nodes)]
             began = operator.start(pods)

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT, committed_samples, losses, own_processes, records, train, wait_for
 from elastic_launcher.local.run import child_pids
-from elastic_launcher.local.hyperpod_agents import Container, Operator
+from elastic_launcher.local.hyperpod_agents import Container, AgentOperator
 from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
@@ -84,7 +84,7 @@ def assert_matches_a_fixed_size_run(run_dir: Path, fixed: Path) -> None:
 def test_resize_2_3_1_under_the_real_agent(job, fixed_run):
     work, container, python = job
     run_dir = work / "run"
-    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    operator = AgentOperator(container, work / "pods", Path(python).parent, cwd=ROOT)
     timings: dict[str, list[float]] = {"stop_to_ready": [], "start_to_step": []}
 
     def graceful_stop(pods, apart=0.0):
@@ -200,7 +200,7 @@ def workers(pod) -> list[int]:
     return child_pids(pod.proc.pid, running=True)
 
 
-def start_and_wait(operator: Operator, run_dir: Path, pods, after_step: int, steps: int = 3, apart: float = 0.0) -> None:
+def start_and_wait(operator: AgentOperator, run_dir: Path, pods, after_step: int, steps: int = 3, apart: float = 0.0) -> None:
     operator.start(pods, operator.progress(operator.pods), apart=apart)
     wait_step(run_dir, after_step + steps, len(pods))
 
@@ -224,7 +224,7 @@ def test_resize_in_place_2_3_2_3_1_under_the_real_agent(in_place_job, fixed_run)
     work, container, python = in_place_job
     assert "--inprocess-restart" in container.args
     run_dir = work / "run"
-    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    operator = AgentOperator(container, work / "pods", Path(python).parent, cwd=ROOT)
     try:
         pods = [operator.spawn_pod() for _ in range(4)]  # four agents and workers starting at once: each
         operator.wait_status(pods, {"ready"}, timeout=4 * 90)  # add_pod's 90 s; their workers wait at the barrier
@@ -283,7 +283,7 @@ def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(i
     steps since that checkpoint are done again, and the run equals a fixed-size one."""
     work, container, python = in_place_job
     run_dir = work / "run"
-    operator = Operator(container, work / "pods", Path(python).parent, cwd=ROOT)
+    operator = AgentOperator(container, work / "pods", Path(python).parent, cwd=ROOT)
     try:
         p0, p1 = operator.add_pod(), operator.add_pod()
         first = workers(p0) + workers(p1)

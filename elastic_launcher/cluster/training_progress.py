@@ -15,7 +15,7 @@ RECENT_WARNINGS = 3  # the warnings status shows: the newest of the current laun
 
 
 @dataclass(frozen=True)
-class Progress:
+class JobProgress:
     state: str  # training | loading | stopping | finished | no progress yet
     step: int = 0
     max_steps: int | None = None
@@ -40,9 +40,9 @@ class Progress:
     warnings: list[str] = field(default_factory=list)  # the trainer's newest warnings since it last started
 
 
-def progress(records: list[dict]) -> Progress:
+def progress(records: list[dict]) -> JobProgress:
     if not records:
-        return Progress("no progress yet")
+        return JobProgress("no progress yet")
     starts = [r for r in records if r.get("event") == "start"]
     start = starts[-1] if starts else {}
     launch = start.get("launch")
@@ -74,7 +74,7 @@ def progress(records: list[dict]) -> Progress:
     epochs = None
     if start.get("max_epochs") and max_steps:
         epochs = start["max_epochs"] * last.get("step", 0) / max_steps
-    return Progress(
+    return JobProgress(
         state=state, step=last.get("step", 0), max_steps=max_steps, epochs=epochs, loss=last.get("loss"),
         eval_loss=evals[-1]["eval_loss"] if evals else None,
         reward_accuracy=(evals[-1] if evals else last).get("eval_rewards_accuracy", last.get("rewards_accuracy")),
@@ -109,7 +109,7 @@ def judge_line(j: dict) -> str:
             f"{j.get('judge_wait_s', 0):.1f} s waited by the step")
 
 
-def describe(p: Progress, now: float, target_nodes: str | None = None) -> list[str]:
+def describe(p: JobProgress, now: float, target_nodes: str | None = None) -> list[str]:
     """The lines `action=status` prints below the job and pod rows."""
     if p.state == "no progress yet":
         return ["training: no progress line in the rank-0 log yet (the job is starting: pulling the image, "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from elastic_launcher import ROOT
 from elastic_launcher.errors import LauncherError
-from elastic_launcher.local.hyperpod_agents import Container, Operator, Pod
+from elastic_launcher.local.hyperpod_agents import Container, AgentOperator, Pod
 from elastic_launcher.local.driver import Rehearsal
 from elastic_launcher.local.run import interrupts_deferred
 from elastic_launcher.render.manifests import render
@@ -55,7 +55,7 @@ def container_of(job, plan, config_dir: Path) -> Container:
 class AgentRehearsal(Rehearsal):
     def __init__(self, *args, container: Container, venv_bin: Path):
         super().__init__(*args)
-        self.agents = Operator(container, self.local.run_dir / "pods", venv_bin, cwd=ROOT,
+        self.agents = AgentOperator(container, self.local.run_dir / "pods", venv_bin, cwd=ROOT,
                                worker_args=[f"--run-dir={self.local.run_dir}",
                                             f"--pause-at-steps={','.join(map(str, self.pause_steps()))}"])
         self.pods: list[Pod] = []  # the nodes the job holds now or held last, in rank order

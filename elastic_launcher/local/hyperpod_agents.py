@@ -119,7 +119,7 @@ class Pod:
         return f"http://127.0.0.1:{self.port}{path}"
 
 
-class Operator:
+class AgentOperator:
     def __init__(self, container: Container, work: Path, venv_bin: Path, cwd: Path, worker_args: list[str] = ()):
         """Pods run `container` from `venv_bin` in `cwd`, their files under `work`; `worker_args` go
         after the container's own to the training entrypoint (a rehearsal's run directory, its pauses)."""

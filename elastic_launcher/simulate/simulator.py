@@ -62,7 +62,7 @@ class Throughput:
 
 
 @dataclass(frozen=True)
-class Costs:
+class ResizeCosts:
     """Seconds each phase of a resize or failure takes."""
 
     stop_s: float  # signal -> every worker exited, checkpoint saved
@@ -112,7 +112,7 @@ class Simulation:
     """One job under one operator policy on one trace, in virtual time."""
 
     def __init__(self, name: str, sizes: list[int], plan: Plan, trace: list[TraceEvent], throughput: Throughput,
-                 costs: Costs, total_steps: int, horizon_s: float, min_stable: float = 0.0, policy=None):
+                 costs: ResizeCosts, total_steps: int, horizon_s: float, min_stable: float = 0.0, policy=None):
         self.name, self.sizes = name, sizes
         self.policy = policy or plan.policy
         self.operator = Operator(sizes, self.policy, min_stable)
@@ -273,7 +273,7 @@ def measured_throughput(run_dir: Path, nproc_per_node: int, efficiency: float) -
     return Throughput(measured, efficiency, f"measured in {run_dir}")
 
 
-def measured_costs(report_path: Path) -> Costs:
+def measured_costs(report_path: Path) -> ResizeCosts:
     report = json.loads(Path(report_path).read_text())
     transitions = report.get("transitions", [])
 
@@ -284,14 +284,14 @@ def measured_costs(report_path: Path) -> Costs:
     start = mean("relaunch_to_first_step_s", "resize") or mean("relaunch_to_first_step_s", "failure")
     if start is None:
         raise ConfigError(f"simulate.costs={str(report_path)!r} records no resize: rehearse a trace with at least one")
-    return Costs(stop_s=mean("signal_to_exit_s", "resize") or 0.0, start_s=start,
+    return ResizeCosts(stop_s=mean("signal_to_exit_s", "resize") or 0.0, start_s=start,
                  first_start_s=report.get("first_start_s") or start,
                  teardown_s=mean("signal_to_exit_s", "failure") or 0.0, source=f"measured in {report_path}")
 
 
-def modelled_costs(plan: Plan, s) -> Costs:
+def modelled_costs(plan: Plan, s) -> ResizeCosts:
     gb = s.checkpoint_gb if s.checkpoint_gb is not None else _checkpoint_gb(plan)
-    return Costs(stop_s=s.graceful_stop_s + gb / s.write_gb_per_s, start_s=s.restart_s + gb / s.read_gb_per_s + s.warmup_s,
+    return ResizeCosts(stop_s=s.graceful_stop_s + gb / s.write_gb_per_s, start_s=s.restart_s + gb / s.read_gb_per_s + s.warmup_s,
                  first_start_s=s.restart_s + s.warmup_s, teardown_s=s.graceful_stop_s,
                  source=f"modelled: {gb:,.0f} GB checkpoint at {s.write_gb_per_s:g} GB/s write, {s.read_gb_per_s:g} "
                         f"GB/s read, {s.graceful_stop_s:g} s stop, {s.restart_s:g} s restart, {s.warmup_s:g} s warm-up")
