@@ -38,7 +38,7 @@ def test_the_launcher_settings_come_from_their_dataclasses_alone():
 def test_the_trainers_fallbacks_are_the_launchers_defaults(monkeypatch):
     """Without the env var the launcher renders, a worker waits for its own stop signal as long as
     the default policy's graceful timeout, the value the launcher renders for it."""
-    from elastic_launcher.planning.plan import ElasticPolicy
+    from elastic_launcher.config.policy import ElasticPolicy
     from training.contract.config_files import STOP_WAIT_ENV
     from training.runtime.elastic import stop_wait_s
 

@@ -159,3 +159,10 @@ def test_a_new_method_is_one_new_module(tmp_path):
     got, sft = losses(tmp_path / "weighted"), losses(tmp_path / "sft")
     assert got.keys() == sft.keys() == {1, 2}
     assert abs(got[1] - 2 * sft[1]) <= 1e-6 * sft[1]
+
+
+def test_the_launchers_configuration_sits_below_its_plan():
+    """Composition and the recipe's own blocks (elastic_policy, hardware) are read by the planner and
+    everything above it, and import none of them."""
+    graph = import_graph()
+    assert not imports_outside(graph, "elastic_launcher.config", ("elastic_launcher.config", "training.contract"))

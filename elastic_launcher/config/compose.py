@@ -17,7 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import LauncherSettings
 from elastic_launcher.config.user_recipes import options, user_dirs
-from elastic_launcher.planning.plan import ElasticPolicy, Hardware
+from elastic_launcher.config.policy import ElasticPolicy, Hardware
 from training.contract.config import JobConfig
 from training.contract.errors import ConfigError
 

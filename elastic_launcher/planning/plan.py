@@ -8,8 +8,8 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from elastic_launcher.config.policy import ElasticPolicy, Hardware
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, VLLM_ASLEEP_GIB, Allowance,
                                               MemoryEstimate, ModelShape, estimate, trace_inputs, traced)
@@ -17,42 +17,13 @@ from elastic_launcher.planning.model_config import (check_shape, local_config, l
                                                     shape_of)
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, deep_merge, get_path
-from training.contract.config_files import GRACEFUL_SHUTDOWN_TIMEOUT_S
 from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
 from training.contract.methods import completion_budget, method_facts, sampling_options
-from training.contract.typed import build, ranged
+from training.contract.typed import build
 from training.contract.vllm_builds import batch_invariance_refusal
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-@dataclass
-class ElasticPolicy:
-    """The recipe's `elastic_policy` block (the sagemaker-hyperpod-recipes keys, off by default)."""
-
-    is_elastic: bool = False
-    min_nodes: int = 1
-    max_nodes: int = 1
-    replica_increment_step: int | None = None
-    replica_discrete_values: list[int] | None = None  # default: scale_config node counts in [min, max]
-    use_graceful_shutdown: bool = True
-    graceful_shutdown_timeout: int = ranged(GRACEFUL_SHUTDOWN_TIMEOUT_S, ge=0)  # seconds to checkpoint and exit after SIGUSR1
-    scaling_timeout: int = ranged(600, ge=0)  # capacity must stay available this long before a scale-up
-    faulty_timeout: int = ranged(300, ge=0)  # wait for replacement capacity before scaling down after a fault
-    scale_up_snooze_time: int = ranged(0, ge=0)  # no scale-up for this long after a restart
-    # Resize in place (HyperPod only): the agent's in-process restart keeps the workers of staying pods
-    # alive through a resize; a worker that cannot rejoin within graceful_shutdown_timeout is restarted.
-    in_place: bool = False
-
-
-@dataclass
-class Hardware:
-    """The recipe's top-level hardware facts: what its scale configs were sized for, and the shape of
-    its model (the launcher reads no model hub) for the memory estimate."""
-
-    instance_types: list[str] | None = None  # None: any; else the dry run warns outside this list
-    model_shape: dict[str, Any] | None = None  # transformers config keys (hidden_size, ...); default: the architecture
 
 
 @dataclass(frozen=True)
