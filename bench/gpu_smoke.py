@@ -125,7 +125,7 @@ def host_syncs(configs: Path, run_dir: Path, device) -> tuple[str, str]:
 
     from training.runtime.arguments import parse_args
     from training.runtime.elastic import ElasticStop
-    from training.runtime.train import Process, Trainer
+    from training.trainer import Process, Trainer
 
     trainer = Trainer(Process(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop()))
     try:
@@ -158,7 +158,7 @@ def memory_against_plan(tmp: Path, nproc: int, data: Path) -> list[tuple[str, st
     """Peak reserved GiB of the llama_1b shape's steps against trace + allowance, FSDP and HSDP."""
     from elastic_launcher.planning.memory import Allowance, with_allowance
     from training.contract.config import load_job_config
-    from training.model.memory_trace import trace_step
+    from training.memory_trace import trace_step
 
     rows = []
     for name, degree in [("fsdp", nproc)] + ([("hsdp", nproc // 2)] if nproc >= 2 else []):

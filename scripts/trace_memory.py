@@ -83,7 +83,7 @@ def trace_one(job: tuple[str, tuple, int, dict]) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from training.model.memory_trace import trace_step
+    from training.memory_trace import trace_step
 
     recipe, overrides, nodes, inputs = job
     try:

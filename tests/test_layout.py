@@ -166,3 +166,29 @@ def test_the_launchers_configuration_sits_below_its_plan():
     everything above it, and import none of them."""
     graph = import_graph()
     assert not imports_outside(graph, "elastic_launcher.config", ("elastic_launcher.config", "training.contract"))
+
+
+# The trainer's layers, top to bottom: an import points down or within its layer. The run's driver on
+# top, then the methods, the parts they use, the model, the process's services and data, the contract.
+TRAINING_LAYERS = (
+    ("training.__main__", "training.trainer", "training.memory_trace"),
+    ("training.methods",),
+    ("training.rl", "training.export"),
+    ("training.model",),
+    ("training.runtime", "training.state", "training.data", "training.tracking", "training.doctor"),
+    ("training.contract",),
+)
+
+
+def training_layer(module: str) -> int:
+    return next(i for i, prefixes in enumerate(TRAINING_LAYERS)
+                if any(module == p or module.startswith(p + ".") for p in prefixes))
+
+
+def test_the_trainers_imports_only_point_down_its_layers():
+    graph = import_graph()
+    modules = [m for m in graph if m.startswith("training.")]
+    assert all(training_layer(m) is not None for m in modules)  # every module has its layer
+    upward = [(m, d) for m in modules for d in graph[m]
+              if d.startswith("training.") and training_layer(d) < training_layer(m)]
+    assert not upward

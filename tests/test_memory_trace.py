@@ -1,4 +1,4 @@
-"""The memory trace of the trainer's step (training/model/memory_trace.py), held against what can be
+"""The memory trace of the trainer's step (training/memory_trace.py), held against what can be
 counted exactly, and the FSDP units it exposed. The traces run in a process of their own: each
 starts a fake process group of the traced world size."""
 
@@ -29,7 +29,7 @@ warnings.filterwarnings("ignore")
 from dataclasses import asdict, replace
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.planning.plan import make_plan
-from training.model.memory_trace import trace_step
+from training.memory_trace import trace_step
 from training.model.causal_lm import build_model
 shape, results = json.loads(sys.argv[1]), []
 for case in json.loads(sys.argv[2]):
@@ -178,7 +178,7 @@ def test_scoring_rows_one_by_one_holds_one_rows_logits_at_a_time():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from training.model.loss import LossHead
-    from training.model.memory_trace import LiveMemory
+    from training.memory_trace import LiveMemory
 
     rows, tokens, hidden, vocab = 8, 4096, 1024, 128256
     with FakeTensorMode():
@@ -230,7 +230,7 @@ warnings.filterwarnings("ignore")
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.planning.plan import make_plan
 from transformers.models.qwen3_5 import modeling_qwen3_5
-import training.model.memory_trace as memory_trace
+import training.memory_trace as memory_trace
 
 def fallback(*args, **kwargs):
     raise AssertionError("the trace reached the torch fallback")

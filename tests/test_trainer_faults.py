@@ -89,7 +89,7 @@ os.environ["WORLD_SIZE"] = "2"
 from training.runtime.elastic import STOP_KEY, STOPPED_KEY, ElasticStop
 stop = ElasticStop()
 from torch.distributed import TCPStore
-import training.runtime.train as train_module
+import training.trainer as train_module
 
 store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
@@ -226,7 +226,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from training.runtime.elastic import ElasticStop
 from training.runtime.arguments import parse_args
-from training.runtime.train import Process, Trainer
+from training.trainer import Process, Trainer
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
@@ -261,7 +261,7 @@ def counted_tolist(self):
 torch.Tensor.tolist = counted_tolist
 
 import dataclasses
-import training.runtime.train as train_module
+import training.trainer as train_module
 loaded, load = [], train_module.load_job_config
 train_module.load_job_config = lambda path: loaded.append((path, load(path))) or loaded[-1][1]
 trainer = Trainer(Process(parse_args(["--config-dir", sys.argv[1], "--run-dir", sys.argv[2]]), ElasticStop()))

@@ -11,7 +11,7 @@ from training.contract.batching import plan_batches
 from training.contract.config import TrainingArgs, UnevenBatch
 from training.contract.errors import ConfigError
 from training.data import IGNORE_INDEX, collate, tokenize_chat
-from training.runtime.train import finishing_fits, lr_factor
+from training.trainer import finishing_fits, lr_factor
 from training.state.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
 from training.state.sampler import GlobalBatchSampler
 

@@ -1,7 +1,7 @@
 """Will it fit? The peak memory of one training process per GPU.
 
 Traced where it can be: `scripts/trace_memory.py` runs the trainer's own step on fake tensors
-(training/model/memory_trace.py) at each catalogue recipe's real shape and sizes and keeps the peaks in
+(training/memory_trace.py) at each catalogue recipe's real shape and sizes and keeps the peaks in
 traced_memory.json beside this file (your own recipes' in your recipe directory: config/user_recipes.py),
 keyed by everything the peak depends on (`trace_inputs`). A
 size whose inputs were traced shows the traced peak plus the allowance for what the trace cannot

@@ -61,22 +61,3 @@ class AgentBarrier:
             print(f"in place: start {self.starts} at world size {os.environ['WORLD_SIZE']} ({kept})",
                   file=sys.stderr, flush=True)
         return released
-
-
-def warm_up(config_dir: str) -> None:
-    """What a fresh worker's first start imports (transformers' configuration and modeling modules
-    for the job's model, the data libraries), imported while it waits for the operator: a pod added
-    for a scale-up waits at the barrier before the resize reaches it, and these imports (4-7 s on CPU,
-    measured) would otherwise be the resize's downtime. Best effort: what fails here, the start
-    itself reports."""
-    try:
-        import datasets  # noqa: F401
-        import torchdata.stateful_dataloader  # noqa: F401
-
-        from training.contract.config import load_job_config
-        from training.contract.config_files import BASE_CONFIG_FILE
-        from training.model.causal_lm import import_model_code
-
-        import_model_code(load_job_config(os.path.join(config_dir, BASE_CONFIG_FILE)).training_config.model_config)
-    except Exception:  # noqa: BLE001
-        pass

@@ -50,7 +50,7 @@ from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
 from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
-from training.runtime.in_place import AgentBarrier, in_place_requested, warm_up  # noqa: E402
+from training.runtime.in_place import AgentBarrier, in_place_requested  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
 from training.runtime.snapshot import model_files  # noqa: E402
@@ -598,6 +598,25 @@ class Trainer:
         gc.collect()
         if self.on_gpu:
             torch.cuda.empty_cache()
+
+
+def warm_up(config_dir: str) -> None:
+    """What a fresh worker's first start imports (transformers' configuration and modeling modules
+    for the job's model, the data libraries), imported while it waits for the operator: a pod added
+    for a scale-up waits at the barrier before the resize reaches it, and these imports (4-7 s on CPU,
+    measured) would otherwise be the resize's downtime. Best effort: what fails here, the start
+    itself reports."""
+    try:
+        import datasets  # noqa: F401
+        import torchdata.stateful_dataloader  # noqa: F401
+
+        from training.contract.config import load_job_config
+        from training.contract.config_files import BASE_CONFIG_FILE
+        from training.model.causal_lm import import_model_code
+
+        import_model_code(load_job_config(os.path.join(config_dir, BASE_CONFIG_FILE)).training_config.model_config)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
