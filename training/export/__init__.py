@@ -5,6 +5,8 @@ Written at the last step when `training_args.save_hf_ckpt` is set, or from any c
     python -m training.export --checkpoint RUN_DIR/checkpoints/step-N --out DIR [--config FILE]
     torchrun --nproc-per-node=8 -m training.export ...   # a model too large for one process
 
+(the command line: training/export/__main__.py).
+
 Parameters are gathered one at a time (each gather a collective on every rank) and rank 0 writes
 them into safetensors shards of at most 5 GB, so no rank ever holds more than its own shards, one
 gathered tensor and one output shard. For LoRA, `<out>` holds the merged model (W + scaling * B @ A,
@@ -14,7 +16,6 @@ written to a temporary directory first and renamed when complete.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -122,62 +123,3 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
                lambda d: config_of_adapters.save_pretrained(d))
         written.append(adapter_dir)
     return written
-
-
-def main(argv=None) -> int:
-    """Export one complete checkpoint (under torchrun or as a single process)."""
-    from dataclasses import replace
-
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
-    from training.contract.config import load_job_config
-    from training.contract.errors import ConfigError, report
-    from training.model.causal_lm import build_sharded_model
-    from training.runtime.snapshot import model_files
-    from training.runtime.topology import Topology, start_process_group
-    from training.state.checkpoint import CheckpointError, fingerprint, load_weights
-
-    parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a complete checkpoint directory (.../checkpoints/step-N)")
-    parser.add_argument("--out", required=True, help="the Hugging Face directory to write")
-    parser.add_argument("--config", help="the run's training config (default: job_config.yaml in the run directory)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
-    args = parser.parse_args(argv)
-    try:
-        checkpoint = Path(args.checkpoint)
-        if not checkpoint.is_dir():
-            found = [p.name for p in complete_checkpoints(checkpoint.parent)]
-            raise ConfigError(f"--checkpoint {checkpoint} does not exist: "
-                              + (f"complete checkpoints in {checkpoint.parent}: {', '.join(found)}" if found else
-                                 "give a step-<8 digits> directory under <run dir>/checkpoints, e.g. step-00000020"))
-        if not (checkpoint / COMPLETE).exists():
-            raise ConfigError(f"--checkpoint {checkpoint} is not a complete checkpoint (no {COMPLETE} marker): "
-                              f"its save was cut short; export the previous step-N directory")
-        out = Path(args.out)
-        taken = [d for d in (out, out.with_name(out.name + "_adapter")) if d.exists()]
-        if taken and not args.overwrite:
-            raise ConfigError(f"--out {out}: {taken[0]} already exists: choose another --out or pass --overwrite")
-        config = Path(args.config) if args.config else checkpoint.parent.parent / "job_config.yaml"
-        if not config.exists():
-            raise ConfigError(f"no training config at {config}: pass --config <the run's config-n<N>.yaml>")
-        cfg = load_job_config(config)
-        topo = Topology.from_env()
-        device = start_process_group(topo)
-        mc = replace(cfg.training_config.model_config, compile=False)  # one pass: nothing to compile for
-        # A LoRA checkpoint holds the adapters only: the base is read from the model's files.
-        model = build_sharded_model(mc, cfg.training_config.training_args.seed,
-                                    init_device_mesh(device.type, (topo.world_size,)), device.type == "cuda",
-                                    resuming=True, source=model_files(mc, topo))
-        load_weights(checkpoint, model, checkpointed_weights(mc), fingerprint(cfg), topo.rank, topo.world_size)
-        for path in export_hf(model, cfg, out, topo.rank == 0):
-            if topo.rank == 0:
-                print(f"wrote {path}", flush=True)
-    except (ConfigError, CheckpointError) as e:
-        return report(e)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
