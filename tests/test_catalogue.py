@@ -18,7 +18,8 @@ from conftest import ROOT, VENDOR_GRPO, VENDOR_GRPO_KEYS, method_of
 from elastic_launcher.config.compose import compose, to_plain
 from elastic_launcher.config.user_recipes import catalogue
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
-from elastic_launcher.planning.plan import fallback_estimate, make_plan, rollout_phases, scale_config_key
+from elastic_launcher.planning.plan import fallback_estimate, make_plan, scale_config_key
+from elastic_launcher.planning.rollouts import rollout_phases
 from training.contract.errors import ConfigError
 from training.contract.methods import sampling_options
 

@@ -450,11 +450,12 @@ def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_worl
     """By who samples: the trainer's sampler and vLLM's CPU build (locally) always, vLLM on GPUs only
     with its batch-invariant kernels."""
     from elastic_launcher.config.compose import compose, to_plain
-    from elastic_launcher.planning.plan import make_plan, rollout_reproducibility
+    from elastic_launcher.planning.plan import make_plan
+    from elastic_launcher.planning.rollouts import rollout_reproducibility
 
     def line(*overrides, recipe=None):
-        recipe = to_plain(compose([*(recipe or GRPO_8B), *overrides])[0])["recipes"]
-        return rollout_reproducibility(make_plan(recipe))
+        plan = make_plan(to_plain(compose([*(recipe or GRPO_8B), *overrides])[0])["recipes"])
+        return rollout_reproducibility(plan.base.training_config, plan.instance)
 
     assert line(recipe=["recipes=llama/tiny_llama_grpo"]).startswith("the trainer's own sampler: a completion is the "
                                                                       "same at any world size, bitwise")

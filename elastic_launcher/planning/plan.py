@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 
 from elastic_launcher.config.policy import ElasticPolicy, Hardware
 from elastic_launcher.planning.instances import InstanceType, lookup
-from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, VLLM_ASLEEP_GIB, Allowance,
-                                              MemoryEstimate, ModelShape, estimate, trace_inputs, traced)
+from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstimate, ModelShape, estimate,
+                                              trace_inputs, traced)
 from elastic_launcher.planning.model_config import (check_shape, local_config, local_model_dir, readable_shape,
                                                     shape_of)
+from elastic_launcher.planning.rollouts import check_phases, check_rollout_engine, rollout_phases
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, deep_merge, get_path
 from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
 from training.contract.methods import completion_budget, method_facts, sampling_options
 from training.contract.typed import build
-from training.contract.vllm_builds import batch_invariance_refusal
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -111,97 +111,6 @@ class Plan:
 
     def size(self, nodes: int) -> SizePlan | None:
         return next((s for s in self.sizes if s.nodes == nodes), None)
-
-
-def _check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc, model_shape: dict | None) -> None:
-    """GRPO: a size where its rollout or its updates would not fit is refused, naming what to change
-    (an out-of-memory rollout loses the step's work every time it is retried), and so is a vLLM
-    share of the GPU that cannot hold the model's weights (vLLM would refuse to start)."""
-    limit, key = FIT_SHARE * instance.gpu_memory_gib, "training_config.training_args.method_args"
-    options = sampling_options(tc)
-    vllm = options.rollout_engine == "vllm"
-    if vllm and model_shape:
-        weights = 2 * ModelShape.from_config(model_shape).params / options.rollout_tensor_parallel_size / GIB
-        share = options.rollout_gpu_memory_utilization * instance.gpu_memory_gib
-        if weights >= share:
-            raise ConfigError(f"{key}.rollout_gpu_memory_utilization={options.rollout_gpu_memory_utilization:g} gives "
-                              f"vLLM {share:.0f} GiB of each GPU, not enough for the model's bf16 weights over "
-                              f"rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} GPUs ({weights:.0f} "
-                              f"GiB) and a KV cache: raise either")
-
-    def over(phase: str, gib: float) -> str:
-        return (f"at {nodes} nodes GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
-                f"{instance.gpu_memory_gib:g} GiB of {instance.name}")
-
-    if memory.rollout_gib > limit:
-        fix = f"lower {key}.rollout_gpu_memory_utilization" if vllm else \
-            f"set {key}.rollout_engine=vllm, or lower num_generations or max_new_tokens"
-        raise ConfigError(f"{over('rollouts', memory.rollout_gib)}: {fix}, or raise min_nodes")
-    if memory.total_gib > limit:
-        raise ConfigError(f"{over('updates', memory.total_gib)}: lower micro_train_batch_size or {key}.max_new_tokens"
-                          + (f", lower {key}.rollout_gpu_memory_utilization" if vllm else "") + ", or raise min_nodes")
-
-
-def _check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
-    """GRPO's vLLM rollouts: engines that fit within a node, and batch invariance only where vLLM has
-    kernels for it (GPUs on a cluster: render.manifests checks them, as a local run takes vLLM's
-    CPU build)."""
-    options = sampling_options(tc)
-    if options is None or options.rollout_engine != "vllm":
-        return
-    key = "training_config.training_args.method_args"
-    if nproc % options.rollout_tensor_parallel_size:
-        raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
-                          f"the {nproc} processes of a node: an engine's GPUs are within one node")
-    refusal = batch_invariance_refusal(ModelShape.from_config(model_shape).mixers) if model_shape else None
-    if options.rollout_batch_invariant and refusal:
-        raise ConfigError(refusal)
-
-
-def check_cluster_rollouts(plan: Plan) -> None:
-    """A cluster job's vLLM rollouts need GPUs: the image's vLLM is its CUDA build (a local run takes
-    vLLM's CPU build)."""
-    options = sampling_options(plan.base.training_config)
-    if options is not None and options.rollout_engine == "vllm" and not plan.instance.gpus:
-        raise ConfigError(f"training_config.training_args.method_args.rollout_engine=vllm needs GPUs, and "
-                          f"{plan.instance.name} has none (the image's vLLM is its CUDA build; action=local runs vLLM's "
-                          f"CPU build): set rollout_engine=trainer or a GPU instance type")
-
-
-def rollout_reproducibility(plan: Plan) -> str | None:
-    """GRPO: whether a completion is the same at any world size (and so across a resize), by who
-    samples; None for other methods."""
-    options = sampling_options(plan.base.training_config)
-    if options is None:
-        return None
-    if options.environment:
-        return (f"an agent's trajectories on the trainer's own sampler: the same at any world size, bitwise, where its "
-                f"environment ({options.environment}) answers the same calls alike; one that reaches a service or "
-                f"keeps state beyond its trajectory makes them valid draws but not a fixed-size run's")
-    if options.rollout_engine == "trainer":
-        return "the trainer's own sampler: a completion is the same at any world size, bitwise"
-    if not plan.instance.gpus:
-        return ("vLLM's CPU build (action=local): a completion is the same at any world size, bitwise (its fp32 "
-                "kernels do not depend on the batch)")
-    if options.rollout_batch_invariant:
-        return "vLLM, batch invariant: a completion is the same at any world size, bitwise (slower sampling)"
-    return ("vLLM without batch invariance: a completion depends on the requests batched with it, so after a resize "
-            "the completions are valid draws but not a fixed-size run's (method_args.rollout_batch_invariant=true "
-            "makes them the same)")
-
-
-def judge_lines(plan: Plan) -> list[str]:
-    """GRPO with an LLM judge among its rewards: the dry run's lines on it (training.contract.judge)."""
-    from training.contract.judge import NAME, describe, judge_settings
-
-    options = sampling_options(plan.base.training_config)
-    if options is None or NAME not in (options.rewards or ()):
-        return []
-    settings = judge_settings(options.judge)
-    call_tokens = options.max_prompt_length + completion_budget(options) + 300 + \
-        settings.sampling_params.max_completion_tokens  # 300: a template's own words
-    return describe(settings, plan.base.training_config.training_args.train_batch_size, options.num_generations,
-                    max(s.devices for s in plan.sizes), call_tokens)
 
 
 def scale_config_key(key) -> int:
@@ -364,7 +273,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
         if refusal:
             raise ConfigError(refusal)
         nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
-        _check_rollout_engine(cfg.training_config, nproc, hardware.model_shape or mc.architecture)
+        check_rollout_engine(cfg.training_config, nproc, hardware.model_shape or mc.architecture)
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")
@@ -375,7 +284,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                  sharding="hsdp" if degree < nodes * nproc else "fsdp")
         cfg = dataclasses.replace(cfg, training_config=dataclasses.replace(cfg.training_config, model_config=mc))
         if memory is not None and memory.rollout_gib is not None:
-            _check_phases(memory, instance, nodes, cfg.training_config, hardware.model_shape)
+            check_phases(memory, instance, nodes, cfg.training_config, hardware.model_shape)
         sizes.append(SizePlan(nodes, nproc, cfg, batch, entry is not None, memory))
 
     first = sizes[0]
@@ -480,24 +389,6 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
                     loss_chunk_tokens=mc.loss_chunk_tokens,
                     sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
                     master_weights=mc.master_weights, allowance=allowance)
-
-
-def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: InstanceType) -> MemoryEstimate:
-    """GRPO's two phases on one GPU, beside the sharded state: the rollout (the trainer's own
-    sampler: the gathered model and one group's KV cache; vLLM: the engine awake, its share of the
-    GPU) and the updates (the training step; a vLLM engine asleep beside it). Other methods: the step."""
-    o = sampling_options(tc)
-    if o is None:
-        return step
-    if o.rollout_engine == "vllm":
-        awake = o.rollout_gpu_memory_utilization * instance.gpu_memory_gib
-        return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
-                                   rollout_gib=step.state_gib + awake + CUDA_CONTEXT_GIB)
-    shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
-    # the KV cache of a group's batch; an agent's later turns are generated row by row
-    tokens = max(o.num_generations * (o.max_prompt_length + o.max_new_tokens), o.max_prompt_length + completion_budget(o))
-    sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB
-    return dataclasses.replace(step, rollout_gib=step.state_gib + sampling + CUDA_CONTEXT_GIB)
 
 
 def checkpoint_gb(model_shape: dict, mc) -> float:

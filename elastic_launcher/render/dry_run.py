@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
-from elastic_launcher.planning.plan import Plan, judge_lines, rollout_reproducibility
+from elastic_launcher.planning.plan import Plan
+from elastic_launcher.planning.rollouts import judge_lines, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
 from training.contract.methods import method_facts, sampling_options
@@ -114,9 +115,9 @@ def summary(plan: Plan, target: str) -> str:
         lines.append("GRPO's phases, GiB/GPU rollout / updates: " + ", ".join(  # ~ as in the table: not traced
             f"{s.nodes} node(s) {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
-    if reproducibility := rollout_reproducibility(plan):
+    if reproducibility := rollout_reproducibility(plan.base.training_config, plan.instance):
         lines.append(f"rollouts: {reproducibility}")
-    lines += judge_lines(plan)
+    lines += judge_lines(plan.base.training_config, max(s.devices for s in plan.sizes))
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):

@@ -13,7 +13,8 @@ import yaml
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
-from elastic_launcher.planning.plan import Plan, check_cluster_rollouts, node_local_gib
+from elastic_launcher.planning.plan import Plan, node_local_gib
+from elastic_launcher.planning.rollouts import check_cluster_rollouts
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob
 from training.contract.config_files import IN_PLACE_ENV, NODE_LOCAL_DIR_ENV, NODE_LOCAL_MOUNT, STOP_WAIT_ENV
@@ -138,7 +139,7 @@ def check_judge_key(plan: Plan, cluster: ClusterSettings) -> None:
 
 
 def render(plan: Plan, cluster: ClusterSettings, target: str, namespace: str, recipe: str) -> Rendered:
-    check_cluster_rollouts(plan)
+    check_cluster_rollouts(plan.base.training_config, plan.instance)
     check_judge_key(plan, cluster)
     if target not in TEMPLATES:
         raise ConfigError(f"target={target!r} is not one of {', '.join(TEMPLATES)}")
