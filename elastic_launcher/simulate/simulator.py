@@ -30,17 +30,9 @@ from elastic_launcher.capacity.sizing_policy import Operator
 from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.errors import make_dir
 from elastic_launcher.job import Job
-from elastic_launcher.planning.plan import Plan
+from elastic_launcher.planning.plan import Plan, checkpoint_gb
 from training.contract.errors import ConfigError
 from training.contract.records import read_records
-
-# Parameters of the shipped recipes' models (for checkpoint sizes): weights + AdamW moments in fp32
-# are 12 bytes per trained parameter. LoRA trains about 0.5% of them (r 16 on all linear layers).
-MODEL_PARAMS = {"meta-llama/Llama-3.2-1B-Instruct": 1.24e9, "meta-llama/Llama-3.1-8B-Instruct": 8.03e9,
-                "meta-llama/Llama-3.3-70B-Instruct": 70.6e9, "openai/gpt-oss-20b": 20.9e9,
-                "openai/gpt-oss-120b": 116.8e9}
-BYTES_PER_TRAINED_PARAM = 12
-LORA_TRAINED_SHARE = 0.005
 
 
 # --- models ----------------------------------------------------------------------------------------
@@ -298,13 +290,14 @@ def modelled_costs(plan: Plan, s) -> ResizeCosts:
 
 
 def _checkpoint_gb(plan: Plan) -> float:
+    """The plan's checkpoint size, from the model's shape (the recipe's hardware.model_shape or its
+    inline architecture)."""
     mc = plan.sizes[0].config.training_config.model_config
-    params = MODEL_PARAMS.get(mc.model_name_or_path or "")
-    if params is None:
+    try:
+        return checkpoint_gb(plan.hardware.model_shape or mc.architecture, mc)
+    except (ConfigError, KeyError, TypeError):
         raise ConfigError(f"simulate.checkpoint_gb is not set and the size of model {mc.model_name_or_path!r} is not "
-                          f"known: set simulate.checkpoint_gb=<GB> (or simulate.costs=<rehearsal_report.json>)")
-    share = LORA_TRAINED_SHARE if mc.lora else 1.0
-    return params * share * BYTES_PER_TRAINED_PARAM / 1e9
+                          f"known: set simulate.checkpoint_gb=<GB> (or simulate.costs=<rehearsal_report.json>)") from None
 
 
 # --- policies, sweep, report -----------------------------------------------------------------------
