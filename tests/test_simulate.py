@@ -144,7 +144,7 @@ def test_the_chart_shows_the_elastic_job_where_it_matters(launch, tmp_path):
     """On flickering capacity a baseline never finishes within the 60-day horizon: the chart still
     ends just after the elastic job does, draws the elastic job last, and marks its resizes,
     its starting/stopping spans and the idle nodes; the title names job, trace and policy."""
-    from elastic_launcher.simulate.simulator import chart_data
+    from elastic_launcher.simulate.chart import chart_data
 
     outcomes = [outcome("simulate.capacity=spot_flicker.csv", "simulate.repeat_daily=true", policy=name)
                 for name in ("elastic", "static at min", "static at max")]
