@@ -625,6 +625,7 @@ def test_an_environment_whose_every_tool_call_fails_is_said_each_step_and_stops_
     done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "recipes=llama/tiny_llama_agent", "action=local",
                            f"{AGENT_ARG}environment={spec}", f"{AGENT_ARG}rewards=[{tmp_path / 'env.py'}:found]",
                            f"+{AGENT_ARG}tool_max_failed_steps=2", "recipes.training_config.training_args.max_steps=6",
+                           "recipes.training_config.training_args.train_batch_size=4",
                            f"local.run_dir={tmp_path / 'run'}", f"output_dir={tmp_path / 'out'}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=360)
     assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]

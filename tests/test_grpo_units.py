@@ -683,6 +683,33 @@ def test_a_reward_that_cannot_be_called_is_one_line_at_the_dry_run(user_file, sp
     assert "\n" not in str(e.value)
 
 
+def test_a_file_loaded_by_many_threads_at_once_is_run_once_and_found_whole(tmp_path):
+    """An agent's reward process starts several groups' environments at once, each on a thread: every
+    thread gets the file's class, none a module still being run."""
+    import threading
+
+    from training.contract.rewards import load_reward
+
+    (tmp_path / "slow_env.py").write_text("import time\ntime.sleep(0.5)\nRUNS = []\nRUNS.append(1)\n\n\n"
+                                          "class Env:\n    pass\n")
+    start, found, errors = threading.Barrier(8), [], []
+
+    def load():
+        start.wait()
+        try:
+            found.append(load_reward(f"{tmp_path / 'slow_env.py'}:Env"))
+        except Exception as e:  # noqa: BLE001 - what a thread got instead of the class
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(found) == 8 and len(set(found)) == 1
+    assert sys.modules[found[0].__module__].RUNS == [1]
+
+
 def test_a_rewards_metric_is_named_by_its_function_wherever_its_file_lies():
     assert metric_names(["math_verify", "/job/data/r.py:digits", "pkg.mod:score"]) == ["math_verify", "digits", "score"]
     assert metric_names(["a.py:score", "b.py:score", "format"]) == ["a.py:score", "b.py:score", "format"]

@@ -29,6 +29,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -127,6 +128,9 @@ BUILT_INS: dict[str, Callable] = {"math_verify": math_verify, "exact_match": exa
 
 # --- loading and checking --------------------------------------------------------------------------
 
+_LOADING = threading.RLock()  # reentrant: a file being loaded may name another (its environment's rewards)
+
+
 def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
     """The function `spec` names: a built-in, `path/to/file.py:function` or `package.module:function`.
     A missing file, module or function is a one-line ConfigError naming it."""
@@ -142,18 +146,19 @@ def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
             raise ConfigError(f"{key}: the file {where} of {spec!r} does not exist (paths are relative to the "
                               f"directory the job runs in)")
         module_name = f"reward_functions_{abs(hash(str(path)))}"
-        if str(path.parent) not in sys.path:  # a reward file imports the modules that sit beside it
-            sys.path.append(str(path.parent))
-        if module_name not in sys.modules:
-            loader = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[module_name] = module
-            try:
-                loader.loader.exec_module(module)
-            except Exception as e:
-                del sys.modules[module_name]
-                raise ConfigError(f"{key}: importing {where} failed: {type(e).__name__}: {e}") from None
-        module = sys.modules[module_name]
+        with _LOADING:  # threads of one process (an agent's resets) find a file's module whole, run once
+            if str(path.parent) not in sys.path:  # a reward file imports the modules that sit beside it
+                sys.path.append(str(path.parent))
+            if module_name not in sys.modules:
+                loader = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(loader)
+                sys.modules[module_name] = module
+                try:
+                    loader.loader.exec_module(module)
+                except Exception as e:
+                    del sys.modules[module_name]
+                    raise ConfigError(f"{key}: importing {where} failed: {type(e).__name__}: {e}") from None
+            module = sys.modules[module_name]
     else:
         try:
             module = importlib.import_module(where)
