@@ -8,7 +8,6 @@ import math
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

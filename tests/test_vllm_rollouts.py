@@ -204,7 +204,7 @@ import sys
 import time
 
 from training.methods.grpo import GRPO
-from training.runtime import train
+from training import trainer
 from training.runtime.elastic import FAULT, ElasticStop
 
 updates, faulted = GRPO.updates, []
@@ -238,9 +238,9 @@ if __name__ == "__main__":
     from training.runtime.arguments import parse_args
 
     STOP = ElasticStop()
-    train.in_place_requested, train.AgentBarrier = (lambda: True), LocalBarrier
+    trainer.in_place_requested, trainer.AgentBarrier = (lambda: True), LocalBarrier
     GRPO.updates = faulted_in_step_3
-    sys.exit(train.main(parse_args(), stop=STOP))
+    sys.exit(trainer.main(parse_args(), stop=STOP))
 '''
 
 

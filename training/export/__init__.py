@@ -24,7 +24,7 @@ from typing import Iterator
 import torch
 
 from training.contract.config import JobConfig
-from training.model.lora import adapter_config, adapter_tensors, checkpointed_weights
+from training.model.lora import adapter_config, adapter_tensors
 from training.model.stored_layout import file_tensors
 
 SHARD_BYTES = 5 * 10**9

@@ -14,6 +14,7 @@ from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
 from training.contract.config import load_job_config
 from training.contract.errors import ConfigError, report
 from training.model.causal_lm import build_sharded_model
+from training.model.lora import checkpointed_weights
 from training.runtime.snapshot import model_files
 from training.runtime.topology import Topology, start_process_group
 from training.state.checkpoint import CheckpointError, fingerprint, load_weights
