@@ -61,6 +61,7 @@ class MasterPort:
     def __init__(self):
         ephemeral = _ephemeral_ports()
         candidates = range(10000, ephemeral.start) if ephemeral.start > 11000 else range(ephemeral.stop, 65536)
+        candidates = candidates or range(10000, 20000)  # the whole range is ephemeral: the lock alone guards it
         locks = Path(tempfile.gettempdir()) / "elastic-launcher-master-ports"
         locks.mkdir(exist_ok=True)
         offset = random.randrange(len(candidates))
