@@ -30,20 +30,37 @@ class Signal:
     message: Callable[[dict], str]
 
 
-def _judged_badly(record: dict) -> bool:
-    return sum(judge_failures(record).values()) > record.get("judge_calls", 0) / 2
+def judge_calls(record: dict) -> tuple[float, dict[str, int]]:
+    """A step's verdicts (asked or from the ledger) and its failed ones by kind."""
+    return record.get("judge_calls", 0) + record.get("judge_cached", 0), judge_failures(record)
+
+
+TOOL_FAILURES = (("raised", "tool_raised"), ("timeout", "tool_timeouts"))  # (kind, the step record's count)
+
+
+def tool_calls(record: dict) -> tuple[float, dict[str, int]]:
+    """A step's tool calls that reached a tool (not those the model got wrong: no such tool, unreadable,
+    arguments that do not fit, which say nothing of the environment) and its failed ones by kind."""
+    reached = record.get("tool_calls", 0) - record.get("tool_errors", 0) + record.get("tool_raised", 0)
+    return reached, {kind: int(record[key]) for kind, key in TOOL_FAILURES if record.get(key)}
+
+
+def _mostly_failed(calls: float, failed: dict[str, int]) -> bool:
+    return calls > 0 and sum(failed.values()) > calls / 2
+
+
+def _listed(failed: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in failed.items())
 
 
 def _no_signal(r: dict) -> str:
     flat = f"no learning signal: {r['flat_groups']:.0%} of the groups scored all their completions alike for {STEPS} steps"
-    if _judged_badly(r):
-        failed = ", ".join(f"{n} {kind}" for kind, n in judge_failures(r).items())
-        return (f"{flat}: the judge's verdicts failed ({failed} of {r['judge_calls']:.0f} calls), not the reward's "
-                f"shape: fix the judge (the warnings above name it)")
-    if sum(tool_failures(r).values()) > tools_run(r) / 2:
-        failed = ", ".join(f"{n} {kind}" for kind, n in tool_failures(r).items())
-        return (f"{flat}: the environment's tools failed ({failed} of {tools_run(r):.0f} calls), not the reward's "
-                f"shape: fix the environment (the warnings above name it)")
+    for kind, what, counts in (("judge", "the judge's verdicts", judge_calls),
+                               ("environment", "the environment's tools", tool_calls)):
+        calls, failed = counts(r)
+        if _mostly_failed(calls, failed):
+            return (f"{flat}: {what} failed ({_listed(failed)} of {calls:.0f} calls), not the reward's shape: fix the "
+                    f"{kind} (the warnings above name it)")
     return (f"{flat}, so their advantages are 0: make the reward graded or raise {KEY}.method_args.num_generations "
             f"or {KEY}.method_args.temperature")
 
@@ -95,27 +112,13 @@ class Service:
 
 
 def judge_service(label: str) -> Service:
-    return Service("judge", label, "verdict",
-                   lambda r: (r.get("judge_calls", 0) + r.get("judge_cached", 0), judge_failures(r)),
-                   f"{KEY}.method_args.judge.max_failed_steps", "nothing judges the completions")
-
-
-TOOL_FAILURES = (("raised", "tool_raised"), ("timeout", "tool_timeouts"))  # (kind, the step record's count)
-
-
-def tools_run(record: dict) -> float:
-    """A step's tool calls that reached a tool: not those the model got wrong (no such tool, unreadable,
-    arguments that do not fit), which say nothing of the environment."""
-    return record.get("tool_calls", 0) - record.get("tool_errors", 0) + record.get("tool_raised", 0)
-
-
-def tool_failures(record: dict) -> dict[str, int]:
-    return {kind: int(record[key]) for kind, key in TOOL_FAILURES if record.get(key)}
+    return Service("judge", label, "verdict", judge_calls, f"{KEY}.method_args.judge.max_failed_steps",
+                   "nothing judges the completions")
 
 
 def environment_service(spec: str) -> Service:
     """An agent's environment fails where its tools raise or time out."""
-    return Service("environment", spec, "tool call", lambda r: (tools_run(r), tool_failures(r)),
+    return Service("environment", spec, "tool call", tool_calls,
                    f"{KEY}.method_args.tool_max_failed_steps", "the model learns from error replies")
 
 
@@ -132,11 +135,10 @@ class FailureWatch:
     def __call__(self, record: dict, a_failure: str | None) -> list[str]:
         calls, failed = self.service.counts(record)
         self.dead_steps = self.dead_steps + 1 if calls and sum(failed.values()) >= calls else 0
-        if not calls or sum(failed.values()) <= calls / 2:
+        if not _mostly_failed(calls, failed):
             return []
-        kinds = ", ".join(f"{n} {kind}" for kind, n in failed.items())
         return [f"{self.service.name}: {sum(failed.values())} of {calls:.0f} {self.service.calls}s failed at step "
-                f"{record.get('step')} ({kinds})" + (f"; one of them: {a_failure}" if a_failure else "")]
+                f"{record.get('step')} ({_listed(failed)})" + (f"; one of them: {a_failure}" if a_failure else "")]
 
     def dead(self) -> str | None:
         if self.dead_steps < self.max_failed_steps:
