@@ -118,16 +118,15 @@ def test_cispo_keeps_every_tokens_gradient_weighed_by_the_clipped_ratio():
                                           ("importance_sampling", importance_sampling_loss),
                                           ("cispo", lambda l, o, a: cispo_loss(l, o, a, 0.2, 0.28))])
 def test_loss_fn_chooses_the_policy_loss(loss_fn, fn):
-    from types import SimpleNamespace
-
     from training.contract.methods import method_facts
-    from training.methods.grpo import GRPO
+    from training.rl.algorithms import POLICY_LOSSES
 
     options = method_facts("grpo").build_args({"loss_fn": loss_fn, "clip_ratio_high": 0.28})
     logp, old, adv = loss_inputs(5)
-    got = GRPO._policy_loss(SimpleNamespace(options=options), logp, old, adv)
+    got = POLICY_LOSSES[options.loss_fn](logp, old, adv, options)
     assert all(torch.equal(a, b) for a, b in zip(got, fn(logp, old, adv)))
-    with pytest.raises(ConfigError, match="loss_fn='grpo' is not one of ppo, importance_sampling, cispo"):
+    # the config offers the registry's losses, no other
+    with pytest.raises(ConfigError, match=f"loss_fn='grpo' is not one of {', '.join(POLICY_LOSSES)}:"):
         method_facts("grpo").build_args({"loss_fn": "grpo"})
 
 
@@ -961,7 +960,7 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
     prompts = [{"sample_ids": [0], "prompt_ids": [5]}, {"sample_ids": [1], "prompt_ids": [6]}]
     sums = GRPO.eval_sums(method, None, {"prompts": prompts})
     assert drawn == [(2, 4, 0.7)]
-    metrics = GRPO.eval_metrics(method, sums.tolist())
+    metrics = GRPO.eval_metrics(method, sums)
     assert metrics["eval_reward"] == pytest.approx(3.5 / 8)
     for k in (1, 2, 4):
         assert metrics[f"eval_pass@{k}"] == pytest.approx((pass_at_k(4, 1, k) + pass_at_k(4, 2, k)) / 2)

@@ -335,13 +335,15 @@ def test_an_evaluation_records_its_own_judge_account():
 
     from training.contract.methods import method_facts
     from training.methods.grpo import GRPO
+    from dataclasses import asdict
+
     from training.rl.judge import Costs
 
     options = method_facts("grpo").build_args({"eval_group_size": 2})
-    method = SimpleNamespace(options=options, run=SimpleNamespace(plan=SimpleNamespace(dp_size=2)))
-    method._judge_metrics = lambda sums, dropped: GRPO._judge_metrics(method, sums, dropped)
+    method = SimpleNamespace(options=options, run=SimpleNamespace(plan=SimpleNamespace(dp_size=2)),
+                             rewards=SimpleNamespace(judge=object()))
     costs = Costs(judge_calls=12, judge_failed_status=2, judge_s=3.0, judge_ledger=40)
-    metrics = GRPO.eval_metrics(method, [5.0, 10.0, 6.0, *costs.values()])
+    metrics = GRPO.eval_metrics(method, {"reward": 5.0, "scored": 10.0, "prompts": 6.0, **asdict(costs)})
     assert metrics["eval_reward"] == 0.5 and metrics["eval_judge_calls"] == 12
     assert metrics["eval_judge_dropped"] == 2 and metrics["eval_judge_s"] == 1.5  # the ranks' mean
     assert "eval_judge_ledger" not in metrics

@@ -53,6 +53,7 @@ from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
 from training.runtime.in_place import AgentBarrier, in_place_requested  # noqa: E402
 from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
                                       reset_peak_memory)
+from training.runtime.named_sums import added, packed, unpacked  # noqa: E402
 from training.runtime.snapshot import model_files  # noqa: E402
 from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,  # noqa: E402
                                       end_process_group, start_process_group)
@@ -386,26 +387,27 @@ class Trainer:
         updates = self.method.updates(self.model, micro_batches, self.state.step)
         if updates is None:
             raise StepAbandoned("rollout")
-        tokens, loss_sum, extra, norms = 0, 0, 0, []
+        tokens, loss_sum, sums, norms = 0, 0, {}, []
         updating = time.perf_counter()
         for done, update in enumerate(updates):
             if done and self._abandon_between_updates(done, len(updates), updating):
                 raise StepAbandoned("updates")
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
             dist.all_reduce(counts)
-            update_loss, update_extra = self.method.forward_backward(self.model, update, counts[0], self.plan.global_batch,
+            update_loss, update_sums = self.method.forward_backward(self.model, update, counts[0], self.plan.global_batch,
                                                                      documents=counts[3])
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), ta.max_grad_norm, foreach=True)
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # over every rank
             self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            tokens, loss_sum, extra = tokens + counts, loss_sum + update_loss, extra + update_extra
+            tokens, loss_sum, sums = tokens + counts, loss_sum + update_loss, added(sums, update_sums)
             norms.append(grad_norm)
         flags = self.on_device([self.stop.requested, self.checkpointer.writing])
-        stats = torch.cat([loss_sum.double().reshape(1), flags, extra.double(), self.method.step_stats().double()])
+        names, sums = packed(added(sums, self.method.step_stats()), self.device)
+        stats = torch.cat([loss_sum.double().reshape(1), flags, sums])
         dist.all_reduce(stats)
-        loss_sum, stop, writing, *extra = stats.tolist()
+        loss_sum, stop, writing, *totals = stats.tolist()
         grad_norm = sum(float(n) for n in norms) / len(norms)  # the updates' mean
         skipped = not math.isfinite(grad_norm)
         if skipped:
@@ -418,7 +420,7 @@ class Trainer:
         self.state.step += 1
         self.state.consumed_samples += self.plan.global_batch
         record = self._step_record(loss_sum, skipped, lr, grad_norm, tokens.tolist(),
-                                   time.perf_counter() - started, extra)
+                                   time.perf_counter() - started, unpacked(names, totals))
         return record, bool(stop), bool(writing)
 
     def _abandon_between_updates(self, done: int, total: int, updating: float) -> bool:
@@ -436,10 +438,10 @@ class Trainer:
         return self._largest_over_ranks(vote) == 2.0
 
     def _step_record(self, loss_sum: float, skipped: bool, lr: float, grad_norm: float, tokens: list[float],
-                     elapsed: float, extra: list[float]) -> dict:
+                     elapsed: float, sums: dict[str, float]) -> dict:
         """The metrics record of the step just taken (its fields: training.contract.records)."""
         label_tokens, input_tokens, squared_lengths, _ = tokens
-        record = {"step": self.state.step, **self.method.step_metrics(loss_sum, extra, label_tokens, self.plan.global_batch),
+        record = {"step": self.state.step, **self.method.step_metrics(loss_sum, sums, label_tokens, self.plan.global_batch),
                   "lr": lr, "grad_norm": grad_norm, "tokens": int(input_tokens),
                   "label_tokens": int(label_tokens), "tokens_per_s": input_tokens / elapsed,
                   "tokens_per_s_per_device": input_tokens / elapsed / self.topo.world_size, "step_time": elapsed,
@@ -464,12 +466,15 @@ class Trainer:
         mine = list(range(self.topo.rank, len(val), self.topo.world_size))
         rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
         self.model.eval()
+        sums = {}
         with torch.no_grad():
-            sums = sum(self.method.eval_sums(self.model, self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]]))
-                       for i in range(rounds))
+            for i in range(rounds):
+                batch = self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]])
+                sums = added(sums, self.method.eval_sums(self.model, batch))
         self.model.train()
-        dist.all_reduce(sums)
-        return {"step": self.state.step, **self.method.eval_metrics(sums.tolist())}
+        names, totals = packed(sums, self.device)
+        dist.all_reduce(totals)
+        return {"step": self.state.step, **self.method.eval_metrics(unpacked(names, totals.tolist()))}
 
     def _audit(self, micro_batches: list[dict]) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]

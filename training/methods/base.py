@@ -85,10 +85,10 @@ class TrainingMethod:
         rank, when a stop came before any update: the step is abandoned (and redone after a restart)."""
         return [micro_batches]
 
-    def step_stats(self) -> torch.Tensor:
-        """Sums of the step beyond its updates' (GRPO's rollout), summed over ranks by the trainer;
-        step_metrics reads them after the updates' sums."""
-        return torch.zeros(0, device=self.device)
+    def step_stats(self) -> dict:
+        """Sums of the step beyond its updates' (GRPO's rollout) by name, summed over ranks by the
+        trainer (training.runtime.named_sums) and handed to step_metrics with the updates' sums."""
+        return {}
 
     def watch(self, record: dict) -> list[str]:
         """Warnings that this step's metrics record makes true (each said once a run): where a run
@@ -115,17 +115,17 @@ class TrainingMethod:
         over every rank (label tokens, samples, packed documents): FSDP sums the ranks' gradients, so
         the step's gradient is the fixed-size run's at every data-parallel size, and a micro-batch's
         is the same number at every size. Returns (local loss sum, local sums of the method's step
-        statistics), both summed over ranks by the trainer."""
+        statistics by name), both summed over ranks by the trainer."""
         raise NotImplementedError
 
-    def step_metrics(self, loss_sum: float, stats: list[float], label_tokens: float, global_batch: int) -> dict:
-        """The step's `loss` and the method's own metrics, from the sums over every rank."""
+    def step_metrics(self, loss_sum: float, sums: dict[str, float], label_tokens: float, global_batch: int) -> dict:
+        """The step's `loss` and the method's own metrics, from the sums by name over every rank."""
         raise NotImplementedError
 
-    def eval_sums(self, model, batch: dict) -> torch.Tensor:
-        """One validation micro-batch's sums (float64, a fixed length), summed over batches and ranks."""
+    def eval_sums(self, model, batch: dict) -> dict:
+        """One validation micro-batch's sums by name, summed over batches and ranks."""
         raise NotImplementedError
 
-    def eval_metrics(self, sums: list[float]) -> dict:
+    def eval_metrics(self, sums: dict[str, float]) -> dict:
         """The evaluation record's metrics (`eval_loss`, ...) from the summed `eval_sums`."""
         raise NotImplementedError

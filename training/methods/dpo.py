@@ -23,6 +23,7 @@ from training.contract.typed import one_of, ranged
 from training.data import IGNORE_INDEX, collate_pairs
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
+from training.runtime.named_sums import added
 
 SEQUENCES_PER_SAMPLE = 2  # chosen and rejected
 PACKING = False  # pairs are compared sequence by sequence
@@ -59,10 +60,15 @@ def dpo_loss(s: PairScores, beta: float, loss_type: str) -> tuple[torch.Tensor, 
     return losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
 
 
-def reward_stats(sums: list[float], pairs: float) -> dict:
+def pair_sums(chosen: torch.Tensor, rejected: torch.Tensor) -> dict:
+    """The implicit rewards' sums over pairs: chosen, rejected, and the pairs whose chosen scored higher."""
+    return {"chosen": chosen.sum(), "rejected": rejected.sum(), "right": (chosen > rejected).sum().float()}
+
+
+def reward_stats(sums: dict[str, float], pairs: float) -> dict:
     """Mean implicit rewards of chosen and rejected completions, their margin, and the share of
-    pairs whose chosen completion scored higher (from summed [chosen, rejected, right] values)."""
-    chosen, rejected, right = (v / max(pairs, 1) for v in sums)
+    pairs whose chosen completion scored higher (from pair_sums summed)."""
+    chosen, rejected, right = (sums[k] / max(pairs, 1) for k in ("chosen", "rejected", "right"))
     return {"rewards_chosen": chosen, "rewards_rejected": rejected, "rewards_margin": chosen - rejected,
             "rewards_accuracy": right}
 
@@ -91,27 +97,27 @@ class DPO(TrainingMethod):
 
     def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
         scale = 1 / global_batch
-        loss_sum, stats = torch.zeros((), device=self.device), torch.zeros(3, device=self.device)
+        loss_sum, sums = torch.zeros((), device=self.device), {}
         for micro in reducing_on_the_last(model, micro_batches):
             policy, scores = self.pair_scores(model, micro)
             losses, chosen, rejected = dpo_loss(scores, self.options.beta, self.options.loss_type)
             ((losses.sum() + 0 * policy.sum()) * scale).backward()  # an empty micro-batch still joins FSDP's collectives
             loss_sum += losses.detach().sum()
-            stats += torch.stack([chosen.sum(), rejected.sum(), (chosen > rejected).sum().float()])
-        return loss_sum, stats
+            sums = added(sums, pair_sums(chosen, rejected))
+        return loss_sum, sums
 
-    def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
-        return {"loss": loss_sum / global_batch, **reward_stats(stats, global_batch)}
+    def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
+        return {"loss": loss_sum / global_batch, **reward_stats(sums, global_batch)}
 
     def eval_sums(self, model, batch):
         _, scores = self.pair_scores(model, batch)
         losses, chosen, rejected = dpo_loss(scores, self.options.beta, self.options.loss_type)
-        return torch.stack([losses.sum(), torch.tensor(float(batch["pairs"]), device=self.device),
-                            chosen.sum(), rejected.sum(), (chosen > rejected).sum()]).double()
+        sums = {"loss": losses.sum(), **pair_sums(chosen, rejected)}
+        return {"pairs": float(batch["pairs"]), **{k: v.double() for k, v in sums.items()}}  # float64 over batches
 
     def eval_metrics(self, sums):
-        total, pairs, *stats = sums
-        return {"eval_loss": total / max(pairs, 1), **{f"eval_{k}": v for k, v in reward_stats(stats, pairs).items()}}
+        pairs = sums["pairs"]
+        return {"eval_loss": sums["loss"] / max(pairs, 1), **{f"eval_{k}": v for k, v in reward_stats(sums, pairs).items()}}
 
 
 METHOD = DPO

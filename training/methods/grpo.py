@@ -38,12 +38,14 @@ from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
 from training.model.structure import layer_kinds
-from training.rl.algorithms import (cispo_loss, clipped_policy_loss, group_advantages, importance_sampling_loss,
-                                     low_var_kl, rollout_correction_weights, token_sum)
+from training.rl.algorithms import (POLICY_LOSSES, group_advantages, low_var_kl, rollout_correction_weights,
+                                     token_sum)
+from training.rl.judge import judge_metrics
 from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
+from training.runtime.named_sums import added
 
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
 PACKING = False  # each completion is scored as a sequence of its own
@@ -110,16 +112,6 @@ class Args:  # training_args.method_args, with verl's defaults
     max_concurrency: int = ranged(32, ge=1)  # tool calls at once on a rank
     on_tool_timeout: str = one_of("drop", "zero", "score")  # a timed-out trajectory's reward: left out, 0, or scored
     tool_max_failed_steps: int = ranged(3, ge=1)  # steps in a row whose every tool call raised or timed out: then stop
-
-
-# Step statistics summed over ranks: their order in `step_stats` (then one sum per reward function).
-ROLLOUT_SUMS = ("completions", "reward", "reward_sq", "groups", "flat_groups", "completion_tokens", "cut",
-                "rollout_s", "reward_s", "weight_sync_s", "logprob_s", "dropped")
-# An agent's, after them: the trajectories' turns, calls, errors and timeouts, how they ended, and the rollout's
-# wait for its environments (then one count of calls per tool)
-AGENT_SUMS = ("turns", "tool_calls", "tool_errors", "tool_raised", "tool_timeouts", "ended_max_turns",
-              "ended_max_total_tokens", "environment_s")
-UPDATE_SUMS = ("policy_loss", "kl", "clipped", "entropy", "correction")
 
 
 @dataclass
@@ -452,15 +444,14 @@ class GRPO(TrainingMethod):
         # (FSDP sums the ranks' gradients): token-mean at any size.
         scale = 1 / label_tokens.clamp(min=1)
         o = self.options
-        loss_sum, sums = torch.zeros((), device=self.device), torch.zeros(len(UPDATE_SUMS), dtype=torch.float64,
-                                                                            device=self.device)
+        loss_sum, sums = torch.zeros((), device=self.device), {}
         for micro in reducing_on_the_last(model, micro_batches):
             inputs = model_inputs(micro, self.device)
             mask = (inputs["labels"] != IGNORE_INDEX).float()
             log_probs, entropy = model(**inputs, per_token=True)
             old = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
             advantages = micro["advantages"].to(self.device, log_probs.dtype)
-            policy, clipped = self._policy_loss(log_probs, old, advantages)
+            policy, clipped = POLICY_LOSSES[o.loss_fn](log_probs, old, advantages, o)
             correction = torch.ones_like(policy)
             if "rollout_log_probs" in micro:
                 correction = rollout_correction_weights(old, micro["rollout_log_probs"].to(old), mask,
@@ -474,16 +465,9 @@ class GRPO(TrainingMethod):
             total = token_sum(loss, mask)
             (total * scale.to(total.dtype)).backward()
             loss_sum += total.detach()
-            sums += torch.stack([token_sum(t.detach(), mask) for t in (policy, kl, clipped, entropy, correction)]).double()
+            sums = added(sums, {name: token_sum(t.detach(), mask).double() for name, t in (
+                ("policy_loss", policy), ("kl", kl), ("clipped", clipped), ("entropy", entropy), ("correction", correction))})
         return loss_sum, sums
-
-    def _policy_loss(self, log_probs, old, advantages):
-        o = self.options
-        if o.loss_fn == "importance_sampling":
-            return importance_sampling_loss(log_probs, old, advantages)
-        if o.loss_fn == "cispo":
-            return cispo_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high)
-        return clipped_policy_loss(log_probs, old, advantages, o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c)
 
     def watch(self, record: dict) -> list[str]:
         said = [warning for watch, a_failure in self.service_watches for warning in watch(record, a_failure())]
@@ -522,88 +506,52 @@ class GRPO(TrainingMethod):
                 "readable": readable}
 
     # --- metrics ---
-    def step_stats(self) -> torch.Tensor:
-        """This rank's rollout sums of the step just taken (ROLLOUT_SUMS, then each reward function's
-        sum and the completions it scored; summed over ranks by the trainer); the longest completion over every rank, to `_longest`."""
+    def step_stats(self) -> dict:
+        """This rank's sums of the step's rollout by name (summed over ranks by the trainer): its
+        completions and rewards, each reward function's, the judge's and an agent's; the longest
+        completion over every rank, to `_longest`."""
         rollout, n = self._step_rollout, self.options.num_generations
         scored = [r for r in rollout.rewards if not math.isnan(r)]  # a dropped verdict scores nothing
-        flat = sum(len({r for r in rollout.rewards[g * n:(g + 1) * n] if not math.isnan(r)}) <= 1
-                   for g in range(len(rollout.groups)))
         lengths = [len(c.token_ids) for group in rollout.completions for c in group]
-        cut = sum(not c.stopped for group in rollout.completions for c in group)
         longest = torch.tensor([float(max(lengths, default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
-        values = [len(rollout.rewards), sum(scored), sum(r * r for r in scored), len(rollout.groups), flat, sum(lengths),
-                  cut, *rollout.seconds, self._logprob_s, len(rollout.rewards) - len(scored),
-                  *(sum(x for x in scores if _scored(x)) for scores in rollout.per_function.values()),
-                  *(sum(_scored(x) for x in scores) for scores in rollout.per_function.values()),
-                  *(self.rewards.judge.costs().values() if self.rewards.judge is not None else []),
-                  *(self._agent_sums(rollout) if self.options.environment else [])]
-        return torch.tensor(values, dtype=torch.float64, device=self.device)
+        generate_s, reward_s, sync_s = rollout.seconds
+        sums = {"completions": len(rollout.rewards), "reward": sum(scored), "reward_sq": sum(r * r for r in scored),
+                "groups": len(rollout.groups), "completion_tokens": sum(lengths),
+                "flat_groups": sum(len({r for r in rollout.rewards[g * n:(g + 1) * n] if not math.isnan(r)}) <= 1
+                                   for g in range(len(rollout.groups))),
+                "cut": sum(not c.stopped for group in rollout.completions for c in group),
+                "rollout_s": generate_s, "reward_s": reward_s, "weight_sync_s": sync_s, "logprob_s": self._logprob_s,
+                "dropped": len(rollout.rewards) - len(scored)}
+        for name, scores in zip(self.reward_names, rollout.per_function.values()):
+            sums[f"reward:{name}"] = sum(x for x in scores if _scored(x))
+            sums[f"scored:{name}"] = sum(_scored(x) for x in scores)
+        if self.rewards.judge is not None:
+            sums.update(dataclasses.asdict(self.rewards.judge.costs()))
+        if self.options.environment:
+            sums.update(self.engine.step_sums([c.trace for group in rollout.completions for c in group]))
+        return sums
 
-    def _agent_sums(self, rollout: Rollout) -> list[float]:
-        traces = [c.trace for group in rollout.completions for c in group]
-        return [sum(len(t.turns) for t in traces), sum(sum(t.calls.values()) for t in traces),
-                sum(t.errors for t in traces), sum(t.raised for t in traces), sum(t.timeouts for t in traces),
-                sum(t.ended == "max_turns" for t in traces), sum(t.ended == "max_total_tokens" for t in traces),
-                self.engine.environment_s, *(sum(t.calls.get(name, 0) for t in traces) for name in self._tool_names)]
-
-    def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
-        update = dict(zip(UPDATE_SUMS, stats[:len(UPDATE_SUMS)]))
-        rollout = dict(zip(ROLLOUT_SUMS, stats[len(UPDATE_SUMS):len(UPDATE_SUMS) + len(ROLLOUT_SUMS)]))
-        functions = stats[len(UPDATE_SUMS) + len(ROLLOUT_SUMS):]  # each function's sum, how many it scored, the judge's
-        k = len(self.reward_names)
-        agent = functions[len(functions) - self._agent_width:]
-        sums, scored, judged = functions[:k], functions[k:2 * k], functions[2 * k:len(functions) - self._agent_width]
-        count, tokens = max(rollout["completions"], 1), max(label_tokens, 1)
-        mean = rollout["reward"] / max(count - rollout["dropped"], 1)
-        ranks = self.run.plan.dp_size
-        rollout_s, reward_s, sync_s, logprob_s = (rollout[k] / ranks for k in ("rollout_s", "reward_s", "weight_sync_s",
-                                                                                "logprob_s"))  # the ranks' mean
+    def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
+        count, tokens, ranks = max(sums["completions"], 1), max(label_tokens, 1), self.run.plan.dp_size
+        kept = max(count - sums["dropped"], 1)
+        mean = sums["reward"] / kept
+        rollout_s = sums["rollout_s"] / ranks  # the seconds: the ranks' mean
         return {"loss": loss_sum / tokens, "reward": mean,
-                "reward_std": math.sqrt(max(rollout["reward_sq"] / max(count - rollout["dropped"], 1) - mean * mean, 0.0)),
-                **{f"reward_{name}": total / max(n, 1) for name, total, n in zip(self.reward_names, sums, scored)},
-                "flat_groups": rollout["flat_groups"] / max(rollout["groups"], 1),
-                "completion_tokens_mean": rollout["completion_tokens"] / count,
-                "completion_tokens_max": self._longest, "cut_fraction": rollout["cut"] / count,
-                "kl": update["kl"] / tokens, "clip_fraction": update["clipped"] / tokens,
-                "entropy": update["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sync_s,
-                **({"rollout_correction_weight": update["correction"] / tokens}
+                "reward_std": math.sqrt(max(sums["reward_sq"] / kept - mean * mean, 0.0)),
+                **{f"reward_{name}": sums[f"reward:{name}"] / max(sums[f"scored:{name}"], 1) for name in self.reward_names},
+                "flat_groups": sums["flat_groups"] / max(sums["groups"], 1),
+                "completion_tokens_mean": sums["completion_tokens"] / count,
+                "completion_tokens_max": self._longest, "cut_fraction": sums["cut"] / count,
+                "kl": sums["kl"] / tokens, "clip_fraction": sums["clipped"] / tokens,
+                "entropy": sums["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sums["weight_sync_s"] / ranks,
+                **({"rollout_correction_weight": sums["correction"] / tokens}
                    if self.options.rollout_correction != "none" else {}),
-                "reward_s": reward_s, "logprob_s": logprob_s,
-                "rollout_tokens_per_s": rollout["completion_tokens"] / max(rollout_s, 1e-9),
-                **(self._judge_metrics(judged, rollout["dropped"]) if len(judged) else {}),
-                **(self._agent_metrics(agent, count) if len(agent) else {})}
-
-    @property
-    def _tool_names(self) -> list[str]:
-        return [t["function"]["name"] for t in self.prompt_tools or []]
-
-    @property
-    def _agent_width(self) -> int:
-        return len(AGENT_SUMS) + len(self._tool_names) if self.options.environment else 0
-
-    def _agent_metrics(self, sums, trajectories: float) -> dict:
-        """Per trajectory: turns, calls (and per tool), errors and timeouts; the share ended by
-        max_turns or max_total_tokens; the ranks' mean wait for their environments."""
-        agent = dict(zip(AGENT_SUMS, sums))
-        return {"turns_mean": agent["turns"] / trajectories, "tool_calls_mean": agent["tool_calls"] / trajectories,
-                **{f"tool_calls_{name}": n / trajectories for name, n in zip(self._tool_names, sums[len(AGENT_SUMS):])},
-                "tool_calls": agent["tool_calls"], "tool_errors": agent["tool_errors"],
-                "tool_raised": agent["tool_raised"], "tool_timeouts": agent["tool_timeouts"],
-                "ended_max_turns": agent["ended_max_turns"] / trajectories,
-                "ended_max_total_tokens": agent["ended_max_total_tokens"] / trajectories,
-                "environment_s": agent["environment_s"] / self.run.plan.dp_size}
-
-    def _judge_metrics(self, sums, dropped: float) -> dict:
-        """The judge's account of the step (training.rl.judge.Costs): counts summed over ranks, its
-        seconds the ranks' mean; and the completions left out of their group's advantage."""
-        from training.rl.judge import Costs
-
-        ranks = self.run.plan.dp_size
-        return {**{name: value / ranks if name.endswith("_s") else value for name, value in zip(Costs.names(), sums)},
-                "judge_dropped": dropped}
+                "reward_s": sums["reward_s"] / ranks, "logprob_s": sums["logprob_s"] / ranks,
+                "rollout_tokens_per_s": sums["completion_tokens"] / max(rollout_s, 1e-9),
+                **(judge_metrics(sums, sums["dropped"], ranks) if self.rewards.judge is not None else {}),
+                **(self.engine.step_metrics(sums, count, ranks) if self.options.environment else {})}
 
     # --- evaluation: eval_group_size completions per validation prompt (one: greedy), the mean reward, pass@k ---
     def eval_sums(self, model, batch):
@@ -611,7 +559,7 @@ class GRPO(TrainingMethod):
         params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
         # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
         completions = list(self.engine.generate(prompt_groups(prompts, bool(o.environment)), o.eval_group_size, params, 0))
-        sums = [0.0] * (3 + len(o.eval_pass_k or []))
+        sums = {"reward": 0.0, "scored": 0.0, "prompts": 0.0, **{f"pass@{k}": 0.0 for k in o.eval_pass_k or []}}
         if prompts:
             totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
             if o.environment:
@@ -619,18 +567,18 @@ class GRPO(TrainingMethod):
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
             passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
-            sums = [sum(scored), len(scored), len(prompts), *(sum(pass_at_k(n, c, k) for c in passed)
-                                                              for k in o.eval_pass_k or [])]
-        judged = self.rewards.judge.costs().values() if self.rewards.judge is not None else []  # the evaluation's own
-        return torch.tensor([*sums, *judged], dtype=torch.float64, device=self.device)
+            sums = {"reward": sum(scored), "scored": len(scored), "prompts": len(prompts),
+                    **{f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) for k in o.eval_pass_k or []}}
+        if self.rewards.judge is not None:  # the evaluation's own
+            sums.update(dataclasses.asdict(self.rewards.judge.costs()))
+        return sums
 
     def eval_metrics(self, sums):
-        ks = self.options.eval_pass_k or []
-        (total, count, prompts), passes, judged = sums[:3], sums[3:3 + len(ks)], sums[3 + len(ks):]
-        return {"eval_reward": total / max(count, 1),
-                **{f"eval_pass@{k}": p / max(prompts, 1) for k, p in zip(ks, passes)},
-                **({f"eval_{k}": v for k, v in self._judge_metrics(judged, prompts * self.options.eval_group_size - count)
-                    .items() if k != "judge_ledger"} if judged else {})}  # the ledger's size: the steps' records
+        prompts, dropped = sums["prompts"], sums["prompts"] * self.options.eval_group_size - sums["scored"]
+        judged = judge_metrics(sums, dropped, self.run.plan.dp_size) if self.rewards.judge is not None else {}
+        return {"eval_reward": sums["reward"] / max(sums["scored"], 1),
+                **{f"eval_pass@{k}": sums[f"pass@{k}"] / max(prompts, 1) for k in self.options.eval_pass_k or []},
+                **{f"eval_{k}": v for k, v in judged.items() if k != "judge_ledger"}}  # the ledger's size: the steps' records
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

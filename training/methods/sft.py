@@ -47,20 +47,18 @@ class SFT(TrainingMethod):
                 balance_sum += model.balance_loss.detach() / documents.clamp(min=1)
             objective.backward()
             loss_sum += loss.detach()
-        return loss_sum, balance_sum.reshape(1) if balancing else torch.zeros(0, device=self.device)
+        return loss_sum, {"router_balance_loss": balance_sum} if balancing else {}
 
-    def step_metrics(self, loss_sum, stats, label_tokens, global_batch):
-        balance = {"router_balance_loss": stats[0]} if stats else {}  # the mean over the step's samples
-        return {"loss": loss_sum / label_tokens if label_tokens else None, **balance}
+    def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
+        balance = {"router_balance_loss": sums["router_balance_loss"]} if "router_balance_loss" in sums else {}
+        return {"loss": loss_sum / label_tokens if label_tokens else None, **balance}  # the balance: the samples' mean
 
     def eval_sums(self, model, batch):
         loss = model(**model_inputs(batch, self.device))  # stays on the device: no host sync per batch
-        count = torch.tensor(float(batch["label_tokens"]), dtype=torch.float64, device=self.device)
-        return torch.stack([loss.double(), count])
+        return {"loss": loss.double(), "label_tokens": float(batch["label_tokens"])}  # float64 over batches
 
     def eval_metrics(self, sums):
-        total, count = sums
-        return {"eval_loss": total / max(count, 1)}
+        return {"eval_loss": sums["loss"] / max(sums["label_tokens"], 1)}
 
 
 METHOD = SFT

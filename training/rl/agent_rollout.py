@@ -85,6 +85,7 @@ class AgentRollout:
                  max_turns: int, max_total_tokens: int, prompt_limit: int):
         self.sampler, self.environments, self.template, self.tokenizer = sampler, environments, template, tokenizer
         self.max_turns, self.max_total_tokens, self.prompt_limit = max_turns, max_total_tokens, prompt_limit
+        self.tool_names = [t["function"]["name"] for t in template.tools]
         self.seed = sampler.seed
         self.environment_s = 0.0  # the last rollout's wait for its environments
 
@@ -94,6 +95,27 @@ class AgentRollout:
 
     def close(self) -> None:
         self.sampler.close()
+
+    def step_sums(self, traces: list[Trace]) -> dict:
+        """This rank's sums of a step's trajectories by name (summed over ranks by the trainer): turns,
+        calls (and per tool), errors and timeouts, how they ended, and the wait for the environments."""
+        return {"turns": sum(len(t.turns) for t in traces), "tool_calls": sum(sum(t.calls.values()) for t in traces),
+                "tool_errors": sum(t.errors for t in traces), "tool_raised": sum(t.raised for t in traces),
+                "tool_timeouts": sum(t.timeouts for t in traces),
+                "ended_max_turns": sum(t.ended == "max_turns" for t in traces),
+                "ended_max_total_tokens": sum(t.ended == "max_total_tokens" for t in traces),
+                "environment_s": self.environment_s,
+                **{f"tool_calls:{name}": sum(t.calls.get(name, 0) for t in traces) for name in self.tool_names}}
+
+    def step_metrics(self, sums: dict[str, float], trajectories: float, ranks: int) -> dict:
+        """From step_sums summed over ranks: per trajectory, turns and calls (and per tool); the counts
+        of errors and timeouts; the share ended by max_turns or max_total_tokens; the ranks' mean wait."""
+        return {"turns_mean": sums["turns"] / trajectories, "tool_calls_mean": sums["tool_calls"] / trajectories,
+                **{f"tool_calls_{name}": sums[f"tool_calls:{name}"] / trajectories for name in self.tool_names},
+                **{key: sums[key] for key in ("tool_calls", "tool_errors", "tool_raised", "tool_timeouts")},
+                "ended_max_turns": sums["ended_max_turns"] / trajectories,
+                "ended_max_total_tokens": sums["ended_max_total_tokens"] / trajectories,
+                "environment_s": sums["environment_s"] / ranks}
 
     def generate(self, groups: list[PromptGroup], n: int, params: SamplingParams, step: int,
                  interrupted: Callable[[], bool] = never):

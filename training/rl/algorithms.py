@@ -9,6 +9,8 @@ MiniMax's CISPO, the losses the vendor's agentic recipes choose from (`loss_fn`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 ADVANTAGE_EPS = 1e-6  # verl's epsilon under the group's standard deviation
@@ -77,6 +79,19 @@ def cispo_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages:
     ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).detach()
     weight = ratio.clamp(1 - clip_low, 1 + clip_high)
     return -weight * advantages.unsqueeze(1) * log_probs, (weight != ratio).to(log_probs.dtype)
+
+
+# The policy losses `loss_fn` chooses from, one signature: (per-token log-probabilities of the policy, of
+# the rollout's policy, per-completion advantages, GRPO's options) -> (per-token loss, per-token 1.0
+# where a clip decided the token's loss). A new loss is one function and one line here.
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor, torch.Tensor]]
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    "ppo": lambda log_probs, old, advantages, o: clipped_policy_loss(log_probs, old, advantages, o.clip_ratio_low,
+                                                                   o.clip_ratio_high, o.clip_ratio_c),
+    "importance_sampling": lambda log_probs, old, advantages, o: importance_sampling_loss(log_probs, old, advantages),
+    "cispo": lambda log_probs, old, advantages, o: cispo_loss(log_probs, old, advantages, o.clip_ratio_low,
+                                                             o.clip_ratio_high),
+}
 
 
 def rollout_correction_weights(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor,

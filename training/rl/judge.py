@@ -79,12 +79,13 @@ class Costs:
     judge_wait_s: float = 0  # how long the step waited for verdicts once its completions were drawn
     judge_ledger: float = 0  # verdicts this process holds in the ledger now
 
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
-    def values(self) -> list[float]:
-        return [getattr(self, name) for name in self.names()]
+
+def judge_metrics(sums: dict[str, float], dropped: float, ranks: int) -> dict:
+    """The judge's account of a step from its Costs summed over ranks: the counts as summed, the
+    seconds the ranks' mean; and the completions left out of their group's advantage."""
+    return {**{f.name: sums[f.name] / ranks if f.name.endswith("_s") else sums[f.name] for f in fields(Costs)},
+            "judge_dropped": dropped}
 
 
 @dataclass(frozen=True)
