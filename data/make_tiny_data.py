@@ -81,14 +81,6 @@ def write_prompts() -> None:
             a, b = rng.randrange(10), rng.randrange(10)
             f.write(json.dumps({"id": i, "prompt": [{"role": "user", "content": f"What is {a} plus {b}?"}],
                                 "answer": str(a + b)}) + "\n")
-    # The GRPO twin's warm start (data/tiny_grpo_model): other draws of the same sums, answered with the
-    # bare number math_verify reads, so GRPO starts from a model that answers in the right shape.
-    rng = random.Random(4)
-    with open(HERE / "grpo_tiny_sft.jsonl", "w") as f:
-        for i in range(256):
-            a, b = rng.randrange(10), rng.randrange(10)
-            f.write(json.dumps({"id": i, "messages": [{"role": "user", "content": f"What is {a} plus {b}?"},
-                                                      {"role": "assistant", "content": str(a + b)}]}) + "\n")
 
 
 CHAT_TEMPLATE = (
