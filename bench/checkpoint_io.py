@@ -30,7 +30,8 @@ def worker(directory: str) -> None:
 
     from training.contract.config import ModelConfig
     from training.model.causal_lm import CausalLM, apply_fsdp, build_model
-    from training.state.checkpoint import Checkpointer, TrainState, bytes_on_disk
+    from training.state.checkpoint import Checkpointer, TrainState
+    from training.state.checkpoint_files import bytes_on_disk
 
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))

@@ -18,7 +18,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from training.model.causal_lm import attention_flops, matmul_flops_per_token  # noqa: E402
+from training.model.flops import attention_flops, matmul_flops_per_token  # noqa: E402
 from training.runtime.metrics import peak_flops, peak_memory  # noqa: E402
 
 WARMUP = 5

@@ -9,7 +9,8 @@ import torch
 
 from conftest import (ROOT, TINY_RECIPES, committed_samples, losses, records, render_configs, tiny_architecture,
                       tiny_causal_lm, train)
-from training.data import IGNORE_INDEX, tokenize_chat
+from training.batches import IGNORE_INDEX
+from training.chat_tokens import tokenize_chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 TWINS = ["qwen2", "qwen3", "llama4_text"]

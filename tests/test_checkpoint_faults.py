@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import tiny_causal_lm
-from training.state import checkpoint
+from training.state import checkpoint_files
 from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
                                        complete_checkpoints, is_checkpoint, step_dir)
 from training.state.node_local import NODE_LOCAL, SHARED, NodeLocalTier
@@ -91,7 +91,7 @@ def test_too_little_disk_space_is_refused_before_writing(tmp_path, process_group
 def test_a_run_whose_next_save_cannot_fit_is_refused_at_start(tmp_path, process_group, monkeypatch, resuming):
     """Checked before the first step: the newest checkpoint's size (+5%) when relaunching, else the
     model and AdamW state estimated from the shards, against the free space."""
-    from training.state.checkpoint import bytes_on_disk
+    from training.state.checkpoint_files import bytes_on_disk
 
     save_steps(tmp_path / "measure", 4)
     actual = bytes_on_disk(step_dir(tmp_path / "measure", 4))
@@ -138,7 +138,7 @@ def test_an_in_place_stop_puts_its_files_on_the_disk_after_the_next_start_and_on
         tmp_path, process_group, monkeypatch, released):
     """A resize in place saves without fsync; the files reach the disk when the next size has taken
     its first step (release) or at the deadline, and the checkpoint before stays until they have."""
-    monkeypatch.setattr(checkpoint, "SYNC_DEADLINE_S", 60 if released else 2)
+    monkeypatch.setattr(checkpoint_files, "SYNC_DEADLINE_S", 60 if released else 2)
     model, optimizer, ckpt = make(tmp_path, keep_last=1)
     ckpt.save(model, optimizer, TrainState(step=2))
     synced = []

@@ -10,7 +10,9 @@ import pytest
 from conftest import tiny_tokenizer
 from training.contract.config import DatasetConfig
 from training.contract.errors import ConfigError
-from training.data import IGNORE_INDEX, build_dataset, tokenize_chat
+from training.batches import IGNORE_INDEX
+from training.chat_tokens import tokenize_chat
+from training.data import build_dataset
 
 
 def write_jsonl(path, rows):

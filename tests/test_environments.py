@@ -178,7 +178,9 @@ def test_an_agents_transcripts_train_with_their_tools_and_the_replies_as_context
     answer are trained, the tool's reply is not."""
     import json
 
-    from training.data import IGNORE_INDEX, tokenize_chat
+    from training.batches import IGNORE_INDEX
+
+    from training.chat_tokens import tokenize_chat
 
     row = json.loads((ROOT / "data" / "agent_tiny_sft.jsonl").read_text().splitlines()[0])
     tok = tokenizer()
@@ -353,7 +355,7 @@ def one_group(rollout, schemas, n=2):
 
 
 def test_an_agents_trajectory_is_its_turns_and_the_tools_replies_with_the_loss_on_its_own_tokens():
-    from training.methods.grpo import training_row
+    from training.rl.experience import training_row
     from training.rl import environment_pool
     from training.rl.rollout import PromptGroup
 
@@ -458,7 +460,7 @@ def test_one_groups_tools_run_while_another_group_generates(tmp_path):
 def test_a_timed_out_trajectorys_reward_is_as_on_tool_timeout_says():
     import math
 
-    from training.methods.grpo import after_timeouts
+    from training.rl.experience import after_timeouts
     from training.rl.agent_rollout import Trace
     from training.rl.rollout import Completion
 

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from training.data import IGNORE_INDEX, collate
+from training.batches import IGNORE_INDEX, collate
 from training.methods.base import model_inputs
 
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,

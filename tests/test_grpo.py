@@ -306,9 +306,10 @@ sys.path.insert(0, sys.argv[1])
 from conftest import tiny_causal_lm
 from training.contract.batching import plan_batches
 from training.contract.config import TrainingArgs
-from training.data import BatchShape
+from training.batches import BatchShape
 from training.methods.base import RunInfo
-from training.methods.grpo import GRPO, Args, Rollout
+from training.methods.grpo import GRPO, Args
+from training.rl.experience import Experience
 from training.model.causal_lm import apply_fsdp
 from training.rl.rollout import Completion, PromptGroup
 
@@ -342,9 +343,9 @@ completions = [[Completion(s, i, tuple(int(t) for t in torch.randint(3, 97, (int
                for s in range(B)]
 rewards = torch.rand(B * N, generator=draw, dtype=torch.float64).tolist()
 mine = range(plan.offsets[rank], plan.offsets[rank] + plan.local_batches[rank])
-method._rollout = lambda model, rows, step: Rollout([PromptGroup(s, tuple(prompts[s])) for s in mine],
-                                                     [completions[s] for s in mine],
-                                                     [rewards[s * N + i] for s in mine for i in range(N)], {})
+method._rollout = lambda model, rows, step: Experience([PromptGroup(s, tuple(prompts[s])) for s in mine],
+                                                       [completions[s] for s in mine],
+                                                       [rewards[s * N + i] for s in mine for i in range(N)], {})
 rows = [{"sample_ids": [s], "prompt_ids": prompts[s]} for s in mine]
 gradients = []
 for update in method.updates(model, [{"prompts": rows}], step=0):

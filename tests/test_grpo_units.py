@@ -231,8 +231,9 @@ def test_the_samplers_log_probabilities_sit_where_the_trainer_scores_its_tokens(
     sampler they equal the trainer's forward there (the correction's ratio is 1, up to float32
     rounding: the KV-cached decode sums in another order, ~1e-6 at these magnitudes)."""
     from training.contract.config import TrainingArgs
-    from training.data import IGNORE_INDEX, BatchShape
-    from training.methods.grpo import GRPO, Args, Rollout
+    from training.batches import IGNORE_INDEX, BatchShape
+    from training.methods.grpo import GRPO, Args
+    from training.rl.experience import Experience
 
     groups = [PromptGroup(0, (5, 9, 14)), PromptGroup(1, (7, 8, 21, 22, 23))]
     params = SamplingParams(max_new_tokens=6, log_probs=True)
@@ -244,7 +245,7 @@ def test_the_samplers_log_probabilities_sit_where_the_trainer_scores_its_tokens(
     method.shape = BatchShape(4, 11, False)
     rows = [(p, i) for p in range(2) for i in range(2)]
     with torch.no_grad():
-        batch = method._micro_batch(policy, Rollout(groups, completions, [0.0] * 4, {}), torch.zeros(4), rows,
+        batch = method._micro_batch(policy, Experience(groups, completions, [0.0] * 4, {}), torch.zeros(4), rows,
                                     old_log_probs=True)
     labelled = batch["labels"] != IGNORE_INDEX
     assert int(labelled.sum()) == sum(len(c.token_ids) for group in completions for c in group)
@@ -258,8 +259,9 @@ def test_a_sequence_correction_scales_each_completions_gradient_by_its_weight(po
     """In an update whose policy is the rollout's (ratio 1), the corrected loss's gradient is the
     uncorrected one's with each completion's advantage times its weight exp(sum(old - rollout))."""
     from training.contract.config import TrainingArgs
-    from training.data import IGNORE_INDEX, BatchShape
-    from training.methods.grpo import GRPO, Args, Rollout
+    from training.batches import IGNORE_INDEX, BatchShape
+    from training.methods.grpo import GRPO, Args
+    from training.rl.experience import Experience
 
     monkeypatch.setattr(policy, "set_requires_all_reduce", lambda _: None, raising=False)  # no FSDP here
     groups = [PromptGroup(0, (5, 9, 14)), PromptGroup(1, (7, 8, 21))]
@@ -273,7 +275,7 @@ def test_a_sequence_correction_scales_each_completions_gradient_by_its_weight(po
                            rollout_correction=correction, rollout_correction_threshold=10.0), torch.device("cpu"))
         method.shape = BatchShape(4, 8, False)
         with torch.no_grad():
-            batch = method._micro_batch(policy, Rollout(groups, completions, [0.0] * 4, {}), advantages * scale, rows,
+            batch = method._micro_batch(policy, Experience(groups, completions, [0.0] * 4, {}), advantages * scale, rows,
                                         old_log_probs=True)
         labelled = (batch["labels"] != IGNORE_INDEX).float()
         if shift is not None:  # the sampler's log-probabilities: the trainer's minus shift / (completion tokens)
@@ -436,7 +438,7 @@ def test_the_trainers_sampler_stops_on_the_generation_configs_eos_ids_as_vllm_do
     the same, from the model's generation_config.json where it has one, else from its config."""
     from transformers import GenerationConfig, LlamaConfig
 
-    from training.methods.grpo import generation_eos_ids
+    from training.rl.engines import generation_eos_ids
 
     config = LlamaConfig(eos_token_id=2)
     assert generation_eos_ids(config, None) == [2]
@@ -955,8 +957,8 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
 
     method = SimpleNamespace(options=options, params=SimpleNamespace(temperature=0.7), _steps_taken=3,
                              engine=SimpleNamespace(generate=generate), device=torch.device("cpu"),
-                             rewards=SimpleNamespace(score=lambda *call: (rewards, {}), judge=None),
-                             _reward_call=lambda prompts, completions, step: ())
+                             rewards=SimpleNamespace(judge=None),
+                             maker=SimpleNamespace(score=lambda prompts, completions, step: rewards))
     prompts = [{"sample_ids": [0], "prompt_ids": [5]}, {"sample_ids": [1], "prompt_ids": [6]}]
     sums = GRPO.eval_sums(method, None, {"prompts": prompts})
     assert drawn == [(2, 4, 0.7)]

@@ -175,7 +175,8 @@ TRAINING_LAYERS = (
     ("training.methods",),
     ("training.rl", "training.export"),
     ("training.model",),
-    ("training.runtime", "training.state", "training.data", "training.tracking", "training.doctor"),
+    ("training.runtime", "training.state", "training.data", "training.batches", "training.chat_tokens",
+     "training.tracking", "training.doctor"),
     ("training.contract",),
 )
 

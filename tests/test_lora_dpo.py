@@ -10,7 +10,8 @@ import torch
 
 from conftest import (ROOT, committed_samples, losses, records, render_configs, run_launcher_process, tiny_causal_lm,
                       train)
-from training.state.checkpoint import bytes_on_disk, latest_checkpoint
+from training.state.checkpoint import latest_checkpoint
+from training.state.checkpoint_files import bytes_on_disk
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 8
@@ -122,7 +123,7 @@ def test_local_lora_run_leaves_a_merged_model_and_an_adapter(tmp_path):
 def test_dpo_loss_equals_an_independent_computation():
     """Per-sequence log-probs from the model's chunked loss path, and the sigmoid DPO loss, against
     log_softmax over transformers' own logits."""
-    from training.data import collate_pairs
+    from training.batches import collate_pairs
     from training.methods.dpo import PairScores, dpo_loss
 
     policy, reference = tiny_causal_lm(seed=0), tiny_causal_lm(seed=1)
@@ -183,7 +184,7 @@ def test_dpo_run_learns_the_preferences_and_exports_a_model(tmp_path):
 
 
 def test_preference_rows_in_both_common_layouts():
-    from training.data import preference_conversations
+    from training.chat_tokens import preference_conversations
 
     text = {"prompt": "Hi?", "chosen": "Yes.", "rejected": "No."}
     chosen, rejected = preference_conversations(text)

@@ -133,7 +133,7 @@ import torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from conftest import tiny_causal_lm
-from training.data import collate
+from training.batches import collate
 from training.methods.sft import SFT
 from training.model.causal_lm import apply_fsdp
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)

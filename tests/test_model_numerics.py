@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_causal_lm
-from training.data import IGNORE_INDEX, BatchShape, collate, pack
+from training.batches import IGNORE_INDEX, BatchShape, collate, pack
 from training.methods.base import model_inputs
 from training.model.loss import linear_cross_entropy
 

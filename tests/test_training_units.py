@@ -10,9 +10,11 @@ import pytest
 from training.contract.batching import plan_batches
 from training.contract.config import TrainingArgs, UnevenBatch
 from training.contract.errors import ConfigError
-from training.data import IGNORE_INDEX, collate, tokenize_chat
+from training.batches import IGNORE_INDEX, collate
+from training.chat_tokens import tokenize_chat
 from training.trainer import finishing_fits, lr_factor
-from training.state.checkpoint import COMPLETE, STATE_FILE, Checkpointer, latest_checkpoint, step_dir
+from training.state.checkpoint import COMPLETE, Checkpointer, latest_checkpoint, step_dir
+from training.state.checkpoint_files import STATE_FILE
 from training.state.sampler import GlobalBatchSampler
 
 from conftest import ROOT, tiny_tokenizer
@@ -301,7 +303,8 @@ def test_the_mfu_count_is_the_flops_that_run(lora):
 
     from conftest import tiny_architecture
     from training.contract.config import PeftConfig
-    from training.model.causal_lm import CausalLM, attention_flops, matmul_flops_per_token
+    from training.model.causal_lm import CausalLM
+    from training.model.flops import attention_flops, matmul_flops_per_token
     from training.model.lora import apply_lora
 
     arch = tiny_architecture("llama")

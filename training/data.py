@@ -9,7 +9,6 @@ never trips a collective timeout.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import functools
 import hashlib
@@ -21,16 +20,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
+from training.batches import IGNORE_INDEX, pack
+from training.chat_tokens import preference_conversations, tokenize_chat
 from training.contract.config import DatasetConfig, ModelConfig
-from training.contract.errors import ConfigError
 from training.contract.data_files import READERS, held_out_split, is_local, json_line, split_files
-from training.contract.data_formats import (as_messages, check_messages, conversation, no_chat_template,
+from training.contract.data_formats import (check_messages, conversation, no_chat_template,
                                            no_preference_columns, plain_text, prompt_and_columns, prompt_format,
                                            row_format)
+from training.contract.errors import ConfigError
 
-IGNORE_INDEX = -100
 _READY = "READY"
 _STATS = "stats.json"
 _FORMAT = 5  # bump when the cached rows or statistics change shape
@@ -162,80 +160,6 @@ def _where(files: list[str] | None, index: int, train_data: str) -> str:
     return f"row {index} of {train_data}"
 
 
-def turn_end_token(tokenizer, **template_kwargs) -> int | None:
-    """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>, <|eot|>,
-    the end-of-sentence token, ...), read off a rendered probe; None if nothing follows the answer.
-    Rendered once per tokenizer and template arguments, not once per row."""
-    return _turn_end_token(tokenizer, tuple(sorted(template_kwargs.items())))
-
-
-@functools.lru_cache(maxsize=8)
-def _turn_end_token(tokenizer, template_items: tuple) -> int | None:
-    template_kwargs = dict(template_items)
-    probe = "Probe answer."
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Probe?"}, {"role": "assistant", "content": probe}],
-                                         tokenize=False, **template_kwargs)
-    tail = tokenizer(text[text.rindex(probe) + len(probe):], add_special_tokens=False)["input_ids"]
-    return tail[0] if tail else None
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def tokenize_chat(messages: list[dict], tokenizer, max_len: int, tools: list[dict] | None = None,
-                  **template_kwargs) -> dict:
-    """input_ids of the whole conversation; labels equal to input_ids on each assistant answer
-    through the token that closes its turn (unless the turn has `weight: 0`), IGNORE_INDEX elsewhere. An answer starts where the
-    conversation before it, rendered with the generation prompt, stops matching the whole
-    conversation: so templates whose generation prompt opens a reasoning block (R1's "<think>",
-    Qwen3's empty one with enable_thinking=false) or that render earlier turns differently
-    (Qwen3 drops past reasoning) still label exactly the answer. `tools`: the JSON schemas an agent's
-    transcript offered (TRL's `tools` column); its tools' replies are context, as every non-assistant turn."""
-
-    def render(turns, generation_prompt):
-        return tokenizer.apply_chat_template(turns, tools=tools, tokenize=True, add_generation_prompt=generation_prompt,
-                                             return_dict=True, **template_kwargs)["input_ids"]
-
-    input_ids = render(messages, False)
-    labels = [IGNORE_INDEX] * len(input_ids)
-    closing = turn_end_token(tokenizer, **template_kwargs)
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant" or message.get("weight", 1) == 0:  # OpenAI's format: weight 0 is context
-            continue
-        start = _common_prefix(render(messages[:i], True), input_ids)
-        if closing is not None and closing in input_ids[start:]:
-            end = input_ids.index(closing, start) + 1
-        else:
-            end = len(render(messages[: i + 1], False))
-        labels[start:end] = input_ids[start:end]
-    return {"input_ids": input_ids[:max_len], "labels": labels[:max_len]}
-
-
-def pack(lengths: list[int], max_len: int) -> list[list[int]]:
-    """Best-fit decreasing bin packing: row indices per packed row, each row's total <= max_len.
-    Longest samples first, each into the fullest row it still fits (ties by index): fills rows far
-    better than greedy packing in dataset order, and is deterministic, so the packed dataset is
-    the same on every restart and the sampler can index it."""
-    bins: list[list[int]] = []
-    free: list[tuple[int, int]] = []  # (space left, bin index), sorted
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        at = bisect.bisect_left(free, (lengths[i], -1))
-        if at == len(free):
-            bins.append([i])
-            bisect.insort(free, (max_len - lengths[i], len(bins) - 1))
-        else:
-            space, b = free.pop(at)
-            bins[b].append(i)
-            bisect.insort(free, (space - lengths[i], b))
-    return bins
-
-
 def _packed(ds, max_len: int):
     """Concatenate the rows of each packed row; `lengths` keeps the sample boundaries."""
     rows = ds.to_dict()
@@ -258,31 +182,6 @@ DROP_REASONS = {"no_assistant_tokens": "no assistant tokens",
 
 def _drop_detail(dropped: dict[str, int]) -> str:
     return ", ".join(f"{n} with {DROP_REASONS[k]}" for k, n in dropped.items())
-
-
-def preference_conversations(row: dict) -> tuple[list[dict], list[dict]]:
-    """(chosen, rejected) conversations of a preference row, in the layouts open datasets use:
-    `prompt`/`chosen`/`rejected` as text, or `chosen`/`rejected` as whole conversations (with an
-    optional `prompt` of text or messages, prepended unless they already start with it)."""
-    if "chosen" not in row or "rejected" not in row:
-        raise ValueError("a preference row needs 'chosen' and 'rejected' (and optionally 'prompt')")
-    prompt = as_messages(row["prompt"], "user", "prompt") if row.get("prompt") is not None else []
-    out = []
-    for side in ("chosen", "rejected"):
-        turns = as_messages(row[side], "assistant", side)
-        starts_with_prompt = any(m.get("role") != "assistant" for m in turns[:1] if isinstance(m, dict))
-        out.append(turns if starts_with_prompt or not prompt else prompt + turns)
-    if _prompt_of(out[0]) != _prompt_of(out[1]):
-        raise ValueError("its chosen and rejected conversations have different prompts (the turns before the last "
-                         "answer): a preference pair ranks two answers to one prompt")
-    return out[0], out[1]
-
-
-def _prompt_of(conversation: list) -> list:
-    """The turns before the conversation's last assistant answer."""
-    last = max((i for i, m in enumerate(conversation) if isinstance(m, dict) and m.get("role") == "assistant"),
-               default=len(conversation))
-    return conversation[:last]
 
 
 def _tokenize_kept(messages, cfg: DatasetConfig, tokenizer, tools: list[dict] | None = None) -> tuple[dict, str, int]:
@@ -521,79 +420,3 @@ def build_data(section: DatasetConfig, model: ModelConfig, source: str | None, c
                                              data_format=data_format, seed=seed, prompt_limit=prompt_limit, tools=tools)
     special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}
     return TrainingData(train, validation, len(tokenizer), special, stats, tokenizer)
-
-
-@dataclass(frozen=True)
-class BatchShape:
-    """The shape every micro-batch of a run is padded to, so a compiled function meets as few shapes
-    as possible: `rows` rows (the plan's micro-batch; fully masked rows fill a short or empty one)
-    and, packed, `max_len` columns; unpacked, the longest row's length rounded up to a power of two
-    (at least MIN_WIDTH, at most `max_len`): a handful of widths, which compiled layers take in one
-    graph with a dynamic length after the first change."""
-
-    rows: int
-    max_len: int
-    packed: bool
-
-    def width(self, longest: int) -> int:
-        if self.packed:
-            return self.max_len
-        return max(longest, min(self.max_len, max(MIN_WIDTH, 1 << (longest - 1).bit_length())))
-
-
-MIN_WIDTH = 16
-
-
-def collate(rows: list[dict], shape: BatchShape | None = None) -> dict:
-    """Right-pad a micro-batch, with no attention mask: attention is causal, so right padding never
-    reaches a real token, and SDPA/flex keep their fast kernels. With a `shape` (the trainer's), the
-    batch has its rows and width. Each row may hold several packed samples (`lengths`): position ids
-    restart at every sample, `document_ids` say which sample each token belongs to (the per-sample
-    attention mask: training.model.masks; always given, so every micro-batch builds the same kind of
-    mask), and labels are shifted within each sample (labels[t] is the target of position t), so no
-    sample learns from its neighbour. Token counts (and the samples' squared lengths, for attention's
-    FLOPs) are computed here, on the host, so the training step needs no device-to-host sync for
-    them. Padding rows (and an empty micro-batch, which becomes padding rows alone: it keeps
-    collectives aligned) hold one masked document each: no labels, no tokens counted, no samples."""
-    padding = {"input_ids": [0], "labels": [IGNORE_INDEX], "sample_ids": [], "lengths": [1]}
-    rows = [*rows, *[padding] * ((shape.rows if shape else 1) - len(rows))]
-    longest = max(len(r["input_ids"]) for r in rows)
-    width = shape.width(longest) if shape else longest
-    input_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    position_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    document_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    document_index = torch.full((len(rows), width), -1, dtype=torch.long)  # the sample in the batch; -1: padding
-    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-    real_tokens = documents = 0
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        input_ids[i, :n] = torch.tensor(r["input_ids"])
-        start = 0
-        for document, length in enumerate(r["lengths"]):
-            position_ids[i, start : start + length] = torch.arange(length)
-            document_ids[i, start : start + length] = document
-            labels[i, start : start + length - 1] = torch.tensor(r["labels"][start + 1 : start + length])
-            if r["sample_ids"]:
-                document_index[i, start : start + length] = documents
-                documents += 1
-            start += length
-        # Padding continues the last sample's positions: one causal block, never a token's context.
-        position_ids[i, n:] = torch.arange(position_ids[i, n - 1] + 1, position_ids[i, n - 1] + 1 + width - n)
-        document_ids[i, n:] = len(r["lengths"]) - 1
-        real_tokens += n if r["sample_ids"] else 0
-    sample_ids = [sid for r in rows for sid in r["sample_ids"]]
-    real = [r for r in rows if r["sample_ids"]]
-    return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels, "sample_ids": sample_ids,
-            "document_ids": document_ids, "document_index": document_index, "documents": documents,
-            "label_tokens": int((labels != IGNORE_INDEX).sum()), "tokens": real_tokens,
-            # Attention's cost: each sample attends within itself (training.model.causal_lm.attention_flops).
-            "squared_lengths": sum(n * n for r in real for n in r["lengths"])}
-
-
-def collate_pairs(rows: list[dict], shape: BatchShape | None = None) -> dict:
-    """A DPO micro-batch: the chosen sequences of its pairs, then the rejected ones, then any padding
-    rows, as one padded batch (`pairs` says where the halves meet; `shape.rows` counts sequences)."""
-    sequences = [{"input_ids": r[f"{side}_input_ids"], "labels": r[f"{side}_labels"],
-                  "sample_ids": r["sample_ids"] if side == "chosen" else [], "lengths": [len(r[f"{side}_input_ids"])]}
-                 for side in ("chosen", "rejected") for r in rows]
-    return {**collate(sequences, shape), "pairs": len(rows)}

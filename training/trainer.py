@@ -44,8 +44,8 @@ from training.export import export_hf  # noqa: E402
 from training.methods import load_method  # noqa: E402
 from training.methods.base import RunInfo  # noqa: E402
 from training.model.attention import CAUSAL_SDPA  # noqa: E402
-from training.model.causal_lm import (attention_flops, build_sharded_model, check_model, matmul_flops_per_token,  # noqa: E402
-                                      weights_from)
+from training.model.causal_lm import build_sharded_model, check_model, weights_from  # noqa: E402
+from training.model.flops import attention_flops, matmul_flops_per_token  # noqa: E402
 from training.model.lora import checkpointed_weights  # noqa: E402
 from training.model.optimizer import build_optimizer  # noqa: E402
 from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
@@ -57,8 +57,9 @@ from training.runtime.named_sums import added, packed, unpacked  # noqa: E402
 from training.runtime.snapshot import model_files  # noqa: E402
 from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,  # noqa: E402
                                       end_process_group, start_process_group)
-from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, bytes_on_disk,  # noqa: E402
-                                       fingerprint, latest_checkpoint, step_dir, step_of)
+from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, fingerprint,  # noqa: E402
+                                       latest_checkpoint, step_dir, step_of)
+from training.state.checkpoint_files import bytes_on_disk  # noqa: E402
 from training.state.node_local import NodeLocalTier  # noqa: E402
 from training.state.sampler import GlobalBatchSampler  # noqa: E402
 
@@ -217,7 +218,7 @@ class Trainer:
         launch = f"{int(process.started * 1000)}"
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
         # Every micro-batch, training and evaluation, has the plan's rows and the packed length (or a
-        # bucketed one): compiled functions meet one shape (training.data.BatchShape).
+        # bucketed one): compiled functions meet one shape (training.batches.BatchShape).
         ds, ta = tc.datasets, tc.training_args
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
         m = self.method

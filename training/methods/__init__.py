@@ -17,7 +17,7 @@ import importlib
 def load_method(args, device, micro_batch: int | None = None, max_len: int | None = None, packed: bool = False):
     """The method `args.trainer_type` names, set up with the run's TrainingArgs, its own arguments
     (training_args.method_args, as its module's `Args`), the device and, where given, the shape of
-    its micro-batches: `micro_batch` samples of at most `max_len` tokens (training.data.BatchShape)."""
+    its micro-batches: `micro_batch` samples of at most `max_len` tokens (training.batches.BatchShape)."""
     from training.contract.methods import ARGS_KEY
     from training.contract.typed import build
 
@@ -25,7 +25,7 @@ def load_method(args, device, micro_batch: int | None = None, max_len: int | Non
     options = build(module.Args, dict(args.method_args), ARGS_KEY)
     method = module.METHOD(args, options, device)
     if micro_batch is not None:
-        from training.data import BatchShape
+        from training.batches import BatchShape
 
         method.shape = BatchShape(micro_batch * method.rows_per_sample, max_len, packed)
     return method

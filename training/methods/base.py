@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from training.data import BatchShape
+from training.batches import BatchShape
 
 
 def model_inputs(micro: dict, device) -> dict:
@@ -62,7 +62,7 @@ class TrainingMethod:
         self.args = args  # TrainingArgs
         self.options = options  # the method's own keys: its module's `Args`, from training_args.method_args
         self.device = device
-        self.shape = shape  # what every micro-batch is padded to (training.data.BatchShape); None: as it comes
+        self.shape = shape  # what every micro-batch is padded to (training.batches.BatchShape); None: as it comes
 
     def prepare(self, model: torch.nn.Module, frozen_copy: Callable[[], torch.nn.Module], run: RunInfo | None = None) -> None:
         """Called once the model is built and resumed; `frozen_copy()` builds a frozen, sharded copy

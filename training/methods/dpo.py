@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from training.contract.typed import one_of, ranged
-from training.data import IGNORE_INDEX, collate_pairs
+from training.batches import IGNORE_INDEX, collate_pairs
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
 from training.runtime.named_sums import added

@@ -1,9 +1,9 @@
 """Group relative policy optimization (Shao et al., 2024) with verifiable rewards.
 
 A step takes the global batch of prompts (`train_batch_size` counts prompts), samples
-`num_generations` completions of each from the current policy (training.rl.rollout: the same
-completions at any world size), scores them (training.contract.rewards), and turns each completion's
-reward into an advantage relative to its group (training.rl.algorithms). The rollout batch is then
+`num_generations` completions of each from the current policy and scores them (training.rl.experience,
+with the engine of training.rl.engines: the same completions at any world size), and turns each
+completion's reward into an advantage relative to its group (training.rl.algorithms). The rollout batch is then
 split into `mini_batches` optimizer updates, each the same set of prompts at every world size: the
 clipped policy-gradient loss against the rollout's log-probabilities, plus `kl_coef` times the
 low-variance KL to the reference model, averaged over the update's completion tokens on every rank
@@ -15,14 +15,11 @@ agent's trajectory of turns and tool replies (training.rl.agent_rollout), its re
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -32,18 +29,18 @@ from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
 from training.contract.methods import completion_budget
-from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, TrainerState, metric_names
+from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.contract.typed import one_of, ranged
-from training.data import IGNORE_INDEX, BatchShape, collate, turn_end_token
+from training.batches import IGNORE_INDEX, BatchShape, collate
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
-from training.model.structure import layer_kinds
 from training.rl.algorithms import (POLICY_LOSSES, group_advantages, low_var_kl, rollout_correction_weights,
                                      token_sum)
+from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
+from training.rl.experience import Experience, ExperienceMaker, prompt_groups, training_row
 from training.rl.judge import judge_metrics
 from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
-from training.rl.rollout import Completion, PromptGroup, ShardedModelRollout
 from training.rl.sampling import SamplingParams
 from training.runtime.named_sums import added
 
@@ -114,58 +111,6 @@ class Args:  # training_args.method_args, with verl's defaults
     tool_max_failed_steps: int = ranged(3, ge=1)  # steps in a row whose every tool call raised or timed out: then stop
 
 
-@dataclass
-class Rollout:
-    """This rank's completions of a step, scored (on the host)."""
-
-    groups: list[PromptGroup]
-    completions: list[list[Completion]]
-    rewards: list[float]  # weighted totals, group after group
-    per_function: dict[str, list[float | None]]  # None: the function left that completion to the others
-    # sampling, then waiting for the last scores; of the sampling, bringing the new weights to the sampler
-    seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-
-def generation_eos_ids(config, model_path: str | None) -> list[int]:
-    """The end-of-sequence ids of the model's generation config (its file where the model has
-    one, as vLLM reads it; else derived from its config)."""
-    from transformers import GenerationConfig
-
-    try:
-        generation = GenerationConfig.from_pretrained(model_path) if model_path else None
-    except OSError:  # no generation_config.json
-        generation = None
-    eos = (generation or GenerationConfig.from_model_config(config)).eos_token_id
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-
-
-def prompt_groups(prompts: list[dict], agent: bool = False) -> list[PromptGroup]:
-    """The rollout's view of prompt rows (training.data's GRPO rows): an agent's episode starts from
-    the prompt and the row's columns."""
-    return [PromptGroup(p["sample_ids"][0], tuple(p["prompt_ids"]),
-                        {"prompt": json.loads(p["prompt"]), "columns": json.loads(p["columns"])} if agent else None)
-            for p in prompts]
-
-
-def training_row(group: PromptGroup, completion: Completion) -> dict:
-    """A completion as the updates train it: its prompt and tokens, labelled where the policy made
-    them (an agent's tools' replies are context, as the prompt is)."""
-    prompt = completion.prompt_ids or group.prompt_ids
-    own = completion.loss_mask or [1] * len(completion.token_ids)
-    ids = list(prompt) + list(completion.token_ids)
-    labels = [IGNORE_INDEX] * len(prompt) + [t if mine else IGNORE_INDEX for t, mine in zip(completion.token_ids, own)]
-    return {"input_ids": ids, "labels": labels, "sample_ids": [group.sample_id], "lengths": [len(ids)]}
-
-
-def after_timeouts(totals: list[float], completions: list[Completion], policy: str) -> list[float]:
-    """Rewards with the trajectories a tool's timeout ended as `on_tool_timeout` says: drop (NaN: out of
-    its group's advantage, as a dropped verdict), zero, or score (as the reward functions scored it)."""
-    if policy == "score":
-        return totals
-    return [(math.nan if policy == "drop" else 0.0) if c.trace is not None and c.trace.ended == "tool_timeout"
-            else total for total, c in zip(totals, completions)]
-
-
 def update_shares(plan, mini_batches: int) -> list[list[list[int]]]:
     """For each optimizer update, every rank's own prompts in it (indices into the rank's share).
     Update u takes the global batch's positions p with p % mini_batches == u, whichever ranks hold
@@ -203,8 +148,8 @@ class GRPO(TrainingMethod):
         self.judge_settings = judge_settings(options.judge) if JUDGE in specs else None
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
-        self.reward_specs, self.reward_names = list(specs), metric_names(specs)
-        self._step_rollout: Rollout | None = None  # the step's, for its statistics and its audit
+        self.reward_names = metric_names(specs)
+        self._step_rollout: Experience | None = None  # the step's, for its statistics and its audit
         self._longest = 0.0  # the step's longest completion over every rank
         self._logprob_s = 0.0  # the step's scoring of its completions before the updates
         self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
@@ -227,15 +172,14 @@ class GRPO(TrainingMethod):
         if run is None:  # the memory trace: the updates only
             return
         self.run = run  # tokenizer, plan, rank (training.methods.base.RunInfo)
-        # A completion ends at the end of sequence or where the chat template closes the assistant's turn.
-        # vLLM also stops on the EOS ids of the model's generation config: the trainer's sampler does too.
-        closing = turn_end_token(run.tokenizer) if getattr(run.tokenizer, "chat_template", None) else None
-        stop_ids = {run.tokenizer.eos_token_id, closing, *generation_eos_ids(model.config, run.model_path)} - {None}
-        self.params = dataclasses.replace(self.params, stop_token_ids=tuple(sorted(stop_ids)))
-        self.engine = self._vllm(model, run) if self.options.rollout_engine == "vllm" else \
-            ShardedModelRollout(model, self.device, self.args.seed)
+        self.params = dataclasses.replace(self.params,
+                                          stop_token_ids=stop_token_ids(run.tokenizer, model.config, run.model_path))
+        self.engine, environments = rollout_engine(model, run, self.options, self.device, self.args.seed), None
         if self.options.environment:
-            self.engine = self._agent(self.engine, run)
+            self.engine, environments = agent_engine(self.engine, run, self.options, self.prompt_tools, self.rewards)
+        self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer,
+                                     self.args.train_batch_size / max(run.train_rows, 1),
+                                     environments, self.options.on_tool_timeout)
         if self.judge_settings is not None:
             from training.rl.judge import Judge
 
@@ -243,19 +187,6 @@ class GRPO(TrainingMethod):
             dist.broadcast_object_list(size, src=0)
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
                                        f"rank{run.rank}", audit=run.audit)
-
-    def _agent(self, sampler, run):
-        from training.contract.environments import KEY
-        from training.contract.tool_template import check_tool_template
-        from training.rl.agent_rollout import AgentRollout
-        from training.rl.environment_pool import Environments
-
-        o = self.options
-        # checked here too: the dry run checks only a tokenizer it has on its machine
-        template = check_tool_template(run.tokenizer, self.prompt_tools, KEY, **(run.template_kwargs or {}))
-        self.environments = Environments(o.environment, self.rewards, o.tool_timeout, o.max_concurrency)
-        return AgentRollout(sampler, self.environments, template, run.tokenizer, o.max_turns, self.completion_budget,
-                            o.max_prompt_length)
 
     @property
     def completion_budget(self) -> int:
@@ -267,52 +198,9 @@ class GRPO(TrainingMethod):
 
     @property
     def row_shape(self) -> BatchShape:
-        """Rows of prompt + completion, padded to a power-of-two width (training.data.BatchShape)."""
+        """Rows of prompt + completion, padded to a power-of-two width (training.batches.BatchShape)."""
         o = self.options
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + self.completion_budget, False)
-
-    def _vllm(self, model, run):
-        from training.contract.vllm_builds import batch_invariance_refusal, installed
-        from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
-
-        key = "training_config.training_args.method_args"
-        build = installed()
-        if build is None or build[0].device != self.device.type:
-            have = f"{build[0].distribution} {build[1]} (for {build[0].device})" if build else "no vLLM"
-            how = "python scripts/vllm_cpu_venv.py builds an environment with it (docs/grpo.md: vLLM on CPU)" \
-                if self.device.type == "cpu" else "build the image from the repository's Dockerfile"
-            raise ConfigError(f"{key}.rollout_engine=vllm on {self.device.type} needs vLLM's {self.device.type} build "
-                              f"and this environment has {have}: {how}, or set rollout_engine=trainer")
-        o = self.options
-        if o.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
-            if refusal := batch_invariance_refusal(layer_kinds(model.config)):
-                raise ConfigError(f"{refusal} and unset VLLM_BATCH_INVARIANT")
-            os.environ["VLLM_BATCH_INVARIANT"] = "1"
-        os.environ.setdefault("VLLM_CACHE_ROOT", str(run.run_dir / "vllm_cache"))  # its compile cache, kept across restarts
-        files = self._engine_files(model, run)
-        options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
-        return VLLMRollout(model, run.model_path or str(files), str(files), options, self.args.seed,
-                           o.max_prompt_length + o.max_new_tokens, lora=bool(adapter_layers(model)),
-                           device=self.device, dtype=run.compute_dtype)
-
-    @staticmethod
-    def _engine_files(model, run) -> Path:
-        """What vLLM builds its engine from beside the weights it is streamed: the run's tokenizer
-        and, for an inline architecture, the model's config; written on every node (the run's
-        directory may be a pod's own), by its first process."""
-        import hashlib
-        import tempfile
-
-        from training.export import write_model_config
-
-        name = hashlib.sha1(str(run.run_dir).encode()).hexdigest()[:12]
-        directory = Path(tempfile.gettempdir()) / f"rollout-model-{name}"
-        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
-            run.tokenizer.save_pretrained(directory)
-            if not run.model_path:
-                write_model_config(model, directory, run.compute_dtype)
-        dist.barrier()
-        return directory
 
     def close(self) -> None:
         self.rewards.close()
@@ -349,58 +237,15 @@ class GRPO(TrainingMethod):
         self._step_rollout, self._logprob_s = rollout, time.perf_counter() - scoring  # the agreement waited for them
         return updates
 
-    def _rollout(self, model, prompts: list[dict], step: int) -> Rollout | None:
-        """The step's completions, each group scored in the reward pool while the next is generated;
-        None when this rank's stop cut it short."""
-        stopped = self.run.stop_requested
-        started = time.perf_counter()
-        groups, completions, scoring = prompt_groups(prompts, bool(self.options.environment)), [], []
+    def _rollout(self, model, prompts: list[dict], step: int) -> Experience | None:
+        """The step's experience (training.rl.experience); None when this rank's stop cut it short."""
         model.eval()
-        for i, group in enumerate(self.engine.generate(groups, self.options.num_generations, self.params, step, stopped)):
-            completions.append(group)
-            scoring.append(self.rewards.submit(*self._reward_call(prompts[i:i + 1], [group], step)))
-        model.train()
-        generated = time.perf_counter()
-        scores = []
-        for call in scoring if len(completions) == len(groups) else []:
-            if (scored := self.rewards.collect(call, stopped)) is None:
-                break
-            scores.append(scored)
-        if len(scores) < len(groups):  # stopped: the calls still in flight go with the pool's process
-            self.rewards.close(kill=True)
-            return None
-        per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.reward_specs}
-        totals = [x for totals, _ in scores for x in totals]
-        if self.options.environment:
-            totals = self._trajectories_scored(totals, completions)
-        return Rollout(groups, completions, totals, per_function,
-                       (generated - started, time.perf_counter() - generated, self.engine.sync_s))
+        try:
+            return self.maker.make(prompts, self.options.num_generations, self.params, step, self.run.stop_requested)
+        finally:
+            model.train()
 
-    def _reward_call(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> tuple:
-        """The reward functions' arguments for these prompts' completions, as TRL calls them: each
-        completion beside its prompt and its row's columns (text, or an assistant message for a chat
-        prompt), the sample ids that name a failing row, and TRL's `completion_ids` and
-        `trainer_state` (the step being taken and the epochs so far)."""
-        rows = [(p, c) for p, group in zip(prompts, completions) for c in group]
-        chats = {id(p): json.loads(p["prompt"]) for p in prompts}
-        columns = {id(p): json.loads(p["columns"]) for p in prompts}
-        texts = [self.run.tokenizer.decode(c.token_ids, skip_special_tokens=True) for _, c in rows]
-        given = [t if isinstance(chats[id(p)], str) else _messages(c, t) for (p, c), t in zip(rows, texts)]
-        keys = sorted({k for c in columns.values() for k in c})
-        epoch = step * self.args.train_batch_size / max(self.run.train_rows, 1)
-        extras = {"completion_ids": [list(c.token_ids) for _, c in rows], "trainer_state": TrainerState(step, epoch)}
-        if self.options.environment:
-            extras["environment_keys"] = [c.trace.key for _, c in rows]
-        return ([chats[id(p)] for p, _ in rows], given, {k: [columns[id(p)].get(k) for p, _ in rows] for k in keys},
-                [c.sample_id for _, c in rows], extras)
-
-    def _trajectories_scored(self, totals: list[float], completions: list[list[Completion]]) -> list[float]:
-        """An agent's scored trajectories: the rewards as on_tool_timeout says, their environments released."""
-        flat = [c for group in completions for c in group]
-        self.environments.release([c.trace.key for c in flat])
-        return after_timeouts(totals, flat, self.options.on_tool_timeout)
-
-    def _micro_batch(self, model, rollout: Rollout, advantages: torch.Tensor, completions: list[tuple[int, int]],
+    def _micro_batch(self, model, rollout: Experience, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
         n, rows, advantage = self.options.num_generations, [], []
         for p, i in completions:
@@ -477,60 +322,29 @@ class GRPO(TrainingMethod):
         return next((dead for watch, _ in self.service_watches if (dead := watch.dead())), None)
 
     def _a_tool_failure(self) -> str | None:
-        completions = self._step_rollout.completions if self._step_rollout is not None else []
-        return next((c.trace.failure for group in completions for c in group if c.trace.failure), None)
+        completions = self._step_rollout.flat() if self._step_rollout is not None else []
+        return next((c.trace.failure for c in completions if c.trace.failure), None)
 
     def warnings(self) -> list[str]:
         return list(self.signals.said.values())
 
     def audited(self):
-        """Each completion's token ids (what a resized run must reproduce), and as a person reads it:
-        its prompt and text, decoded, with its reward and each reward function's score."""
-        rollout, decode = self._step_rollout, self.run.tokenizer.decode
-        readable = []
-        for g, (group, completions) in enumerate(zip(rollout.groups, rollout.completions)):
-            # an agent's: the data's prompt, without the tools the template lays out before it
-            prompt = decode(group.prompt_ids, skip_special_tokens=True) if group.episode is None else \
-                "\n".join(m.get("content") or "" for m in group.episode["prompt"]) \
-                if isinstance(group.episode["prompt"], list) else group.episode["prompt"]
-            for c in completions:
-                k = g * self.options.num_generations + c.index
-                readable.append({"sample_id": c.sample_id, "index": c.index, "prompt": prompt,
-                                 "completion": decode(c.token_ids, skip_special_tokens=True),
-                                 "reward": _or_none(rollout.rewards[k]),  # None: the judge's verdict was dropped
-                                 "rewards": {name: _or_none(rollout.per_function[spec][k])
-                                             for name, spec in zip(self.reward_names, self.reward_specs)},
-                                 **({"turns": c.trace.turns, "ended": c.trace.ended} if c.trace is not None else {})})
-        return {"completions": [[c.sample_id, c.index, list(c.token_ids), *([list(c.loss_mask)] if c.loss_mask else [])]
-                                for group in rollout.completions for c in group],
-                "readable": readable}
+        return self._step_rollout.audited(self.run.tokenizer.decode, self.options.num_generations, self.reward_names)
 
     # --- metrics ---
     def step_stats(self) -> dict:
         """This rank's sums of the step's rollout by name (summed over ranks by the trainer): its
         completions and rewards, each reward function's, the judge's and an agent's; the longest
         completion over every rank, to `_longest`."""
-        rollout, n = self._step_rollout, self.options.num_generations
-        scored = [r for r in rollout.rewards if not math.isnan(r)]  # a dropped verdict scores nothing
-        lengths = [len(c.token_ids) for group in rollout.completions for c in group]
-        longest = torch.tensor([float(max(lengths, default=0))], device=self.device)
+        rollout = self._step_rollout
+        longest = torch.tensor([float(max((len(c.token_ids) for c in rollout.flat()), default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         self._longest = float(longest)
-        generate_s, reward_s, sync_s = rollout.seconds
-        sums = {"completions": len(rollout.rewards), "reward": sum(scored), "reward_sq": sum(r * r for r in scored),
-                "groups": len(rollout.groups), "completion_tokens": sum(lengths),
-                "flat_groups": sum(len({r for r in rollout.rewards[g * n:(g + 1) * n] if not math.isnan(r)}) <= 1
-                                   for g in range(len(rollout.groups))),
-                "cut": sum(not c.stopped for group in rollout.completions for c in group),
-                "rollout_s": generate_s, "reward_s": reward_s, "weight_sync_s": sync_s, "logprob_s": self._logprob_s,
-                "dropped": len(rollout.rewards) - len(scored)}
-        for name, scores in zip(self.reward_names, rollout.per_function.values()):
-            sums[f"reward:{name}"] = sum(x for x in scores if _scored(x))
-            sums[f"scored:{name}"] = sum(_scored(x) for x in scores)
+        sums = {**rollout.sums(self.options.num_generations, self.reward_names), "logprob_s": self._logprob_s}
         if self.rewards.judge is not None:
             sums.update(dataclasses.asdict(self.rewards.judge.costs()))
         if self.options.environment:
-            sums.update(self.engine.step_sums([c.trace for group in rollout.completions for c in group]))
+            sums.update(self.engine.step_sums([c.trace for c in rollout.flat()]))
         return sums
 
     def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
@@ -561,9 +375,7 @@ class GRPO(TrainingMethod):
         completions = list(self.engine.generate(prompt_groups(prompts, bool(o.environment)), o.eval_group_size, params, 0))
         sums = {"reward": 0.0, "scored": 0.0, "prompts": 0.0, **{f"pass@{k}": 0.0 for k in o.eval_pass_k or []}}
         if prompts:
-            totals, _ = self.rewards.score(*self._reward_call(prompts, completions, self._steps_taken))
-            if o.environment:
-                totals = self._trajectories_scored(totals, completions)
+            totals = self.maker.score(prompts, completions, self._steps_taken)
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
             passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
@@ -585,26 +397,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimate of pass@k from n completions of which c passed (Chen et al., 2021):
     1 - C(n - c, k) / C(n, k)."""
     return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def _messages(completion: Completion, text: str) -> list[dict]:
-    """A completion as TRL gives a chat prompt's: the assistant's message, or an agent's turns and its
-    tools' replies."""
-    if completion.trace is None:
-        return [{"role": "assistant", "content": text}]
-    messages = []
-    for turn in completion.trace.turns:
-        messages.append({"role": "assistant", "content": turn["model"]})
-        messages += [{"role": "tool", "name": r["name"], "content": r["content"]} for r in turn.get("replies", [])]
-    return messages
-
-
-def _scored(value) -> bool:
-    return value is not None and not math.isnan(value)
-
-
-def _or_none(value):
-    return value if _scored(value) else None
 
 
 METHOD = GRPO

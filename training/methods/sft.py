@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.data import collate
+from training.batches import collate
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 
 SEQUENCES_PER_SAMPLE = 1

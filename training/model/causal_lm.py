@@ -27,8 +27,8 @@ from training.model.lora import file_name, init_adapters, is_adapter, with_adapt
 from training.model.loss import LossHead
 from training.model.router_balance import RouterLogits, document_balance_losses
 from training.model.stored_layout import ExpertPieces, file_layout, read_expert_pieces
-from training.model.structure import (attention_layers, check_causal_lm, check_trainable, decoder_layers, decoder_stack,
-                                      expert_count, layer_kinds)
+from training.model.structure import (check_causal_lm, check_trainable, decoder_layers, decoder_stack,
+                                      embedding_lookups, layer_kinds)
 
 
 def _hf_config(cfg: ModelConfig, source: str | None = None):
@@ -300,7 +300,7 @@ def _optimize_layers(model: torch.nn.Module, cfg: ModelConfig, compile_layers: b
         if not cfg.lora:
             model.disable_input_require_grads()
     if compile_layers:
-        # Every micro-batch has one shape (training.data.BatchShape) but for the unpacked rows' bucketed
+        # Every micro-batch has one shape (training.batches.BatchShape) but for the unpacked rows' bucketed
         # width: per layer kind, one graph, and one more with a dynamic width after the first change.
         limit = 2 * graph_kinds(model)
         for layer in decoder_layers(model):
@@ -436,7 +436,7 @@ def apply_fsdp(model: CausalLM, mesh, mixed_precision: str, master_weights: str 
                 param.data = param.data.to(torch.float64)
     shard = functools.partial(fully_shard, mesh=mesh, mp_policy=policy, shard_placement_fn=least_padding(mesh.shape[-1]))
     tied = model.lm_head.weight is model.get_input_embeddings().weight
-    for lookup in _embedding_lookups(model):  # the token embeddings; Gemma 4's per-layer embeddings too
+    for lookup in embedding_lookups(model):  # the token embeddings; Gemma 4's per-layer embeddings too
         if not (tied and lookup is model.get_input_embeddings()):
             shard(lookup)
     if not tied:
@@ -472,44 +472,3 @@ def reshard_after_forward(model: CausalLM) -> None:
     for unit in model.modules():
         if isinstance(unit, FSDPModule):
             unit.set_reshard_after_forward(id(unit) not in keep, recurse=False)
-
-
-def _embedding_lookups(model: CausalLM) -> list[torch.nn.Module]:
-    return [m for m in model.model.children() if isinstance(m, torch.nn.Embedding)]
-
-
-def matmul_flops_per_token(model: torch.nn.Module, forward_only: bool = False) -> float:
-    """Training FLOPs per token of the weight matmuls, in torchtitan's convention: 6 x the trained
-    parameters that take part in a matmul (forward, input gradient, weight gradient) and 4 x the
-    frozen ones (no weight gradient: LoRA's base): every weight matrix but the embedding lookup, the
-    LM head included even when tied; routed experts count at their active share (top_k of the experts).
-    `forward_only`: 2 x each (a reference model's forward, as DPO's)."""
-    cfg = model.config
-    active = getattr(cfg, "num_experts_per_tok", None), expert_count(cfg)
-    lookups = {id(m.weight) for m in _embedding_lookups(model)}
-    total = 0.0
-    for name, p in model.named_parameters():
-        if id(p) in lookups or p.dim() < 2:  # a lookup, or norm weights and biases: no matmul
-            continue
-        share = active[0] / active[1] if ".experts." in name and all(active) else 1
-        total += p.numel() * share * _passes(p, forward_only)
-    head = model.lm_head.weight
-    if head is model.get_input_embeddings().weight:  # a tied head is named as the embedding: counted here
-        total += head.numel() * _passes(head, forward_only)
-    return total
-
-
-def _passes(p: torch.nn.Parameter, forward_only: bool) -> int:
-    return 2 if forward_only else 6 if p.requires_grad else 4
-
-
-def attention_flops(model: torch.nn.Module, document_lengths_squared: float, forward_only: bool = False) -> float:
-    """Training FLOPs of attention scores and values (torchtitan's 12 x layers x heads x head_dim
-    per token and attended position; 4 x forward only), in attention layers only (not linear attention or
-    state-space layers), for documents of the given summed squared
-    lengths: a token attends within its own document, so packing counts each document's length."""
-    cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    qk_dim, v_dim = getattr(cfg, "qk_head_dim", None) or head_dim, getattr(cfg, "v_head_dim", None) or head_dim
-    return (2 if forward_only else 6) * attention_layers(cfg) * cfg.num_attention_heads * (qk_dim + v_dim) * \
-        document_lengths_squared

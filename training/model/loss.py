@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from training.data import IGNORE_INDEX
+from training.batches import IGNORE_INDEX
 
 
 class LossHead(torch.nn.Linear):

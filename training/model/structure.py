@@ -82,3 +82,8 @@ def check_causal_lm(hf_model: torch.nn.Module) -> None:
     if not decoder_layers(hf_model) or hf_model.get_output_embeddings() is None:
         raise ConfigError(f"model_type {hf_model.config.model_type} ({type(hf_model).__name__}) has no decoder layers "
                           f"and LM head the trainer can find: it fine-tunes {SUPPORTED}")
+
+
+def embedding_lookups(model) -> list[torch.nn.Module]:
+    """The model's embedding lookups (the token embeddings; Gemma 4's per-layer embeddings too)."""
+    return [m for m in model.model.children() if isinstance(m, torch.nn.Embedding)]

@@ -18,17 +18,13 @@ kept only when the world size is unchanged.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
 import sys
-import threading
 import time
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 
@@ -45,11 +41,11 @@ from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complet
 from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
 from training.state import item_checksums
+from training.state.checkpoint_files import (STATE_FILE, DeferredSync, bytes_on_disk, human_bytes, io_threads,
+                                            lean_io, own_files, verify_files, write_durably)
 from training.state.node_local import NodeLocalTier, TieredReader
 
-STATE_FILE = "train_state.json"
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
-SYNC_DEADLINE_S = 30.0  # a resize's checkpoint is on the disk this long after its save at the latest
 
 
 class CheckpointError(RuntimeError):
@@ -66,115 +62,6 @@ class TrainState:
     schedule: dict | None = None  # the LR schedule's max_steps and warmup_steps when it was saved
     stopped: bool = False  # saved for a stop (resize, restart), not periodically
     history: list = field(default_factory=list)  # {time, step, from, to, cause} for every restart so far
-
-
-def io_threads() -> int:
-    """Threads a rank writes and reads its checkpoint files with: the node's cores shared by its
-    ranks, at most 4 (each thread writes a file of its own)."""
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    return max(1, min(4, (os.cpu_count() or 1) // ranks_here))
-
-
-@contextmanager
-def lean_io():
-    """What a checkpoint's save or load does without:
-    - Python's cyclic garbage collector: DCP pickles and unpickles its plans and metadata, many small
-      objects that set it off, and each collection walks the whole heap (torch, transformers, the
-      model); measured, half the time of a save of a 58M-parameter model, a third of its load. A
-      save or load leaves no cycles worth collecting on the way.
-    - torch.save's own CRC32 of every record: every item already carries its block checksums, and
-      torch.load never checks it; it is a second pass over every byte written.
-    Both settings are the process's: during an async save's write the training thread runs without
-    the collector too (its cycles wait for the end of the write; nothing leaks)."""
-    enabled, crc = gc.isenabled(), torch.serialization.get_crc32_options()
-    gc.disable()
-    torch.serialization.set_crc32_options(False)
-    try:
-        yield
-    finally:
-        torch.serialization.set_crc32_options(crc)
-        if enabled:
-            gc.enable()
-
-
-def bytes_on_disk(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
-        n /= 1000
-    raise AssertionError
-
-
-def _crc32(path: Path, chunk: int = 16 << 20) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
-def _write_durably(path: Path, text: str, sync: bool = True) -> None:
-    """Write, fsync, rename into place and fsync the directory: the file exists whole or not at all
-    (without `sync`, the fsyncs are left to `_sync`)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if sync:
-        _fsync_directory(path.parent)
-
-
-def _fsync_directory(path: Path) -> None:
-    """Put a directory's entries (files created or renamed in it) on the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _own_files(target: Path, rank: int) -> dict[str, list]:
-    """Size and CRC32 of the files this rank wrote (DCP names its shards __<rank>_<n>.distcp). A
-    shard's items carry their own checksums (training.state.item_checksums), checked as DCP reads
-    them: the manifest holds only its size (None for the CRC), so a load reads it once."""
-    shards = list(target.glob(f"__{rank}_*.distcp"))
-    small = [target / "rng" / f"rank{rank}.pt", *([target / ".metadata"] if rank == 0 else [])]
-    return {**{str(f.relative_to(target)): [f.stat().st_size, None] for f in shards},
-            **{str(f.relative_to(target)): [f.stat().st_size, _crc32(f)] for f in small if f.exists()}}
-
-
-def _sync(target: Path, rank: int) -> None:
-    """Put this rank's files of `target` on the disk; rank 0 then its state, COMPLETE and the step's
-    directory entries (the marker reaches the disk after the data it vouches for)."""
-    names = [*_own_files(target, rank), *([STATE_FILE, COMPLETE] if rank == 0 else [])]
-    for name in names:
-        with suppress(OSError), open(target / name, "rb") as f:
-            os.fsync(f.fileno())
-    if rank == 0:
-        with suppress(OSError):
-            _fsync_directory(target)
-
-
-def _verify_files(path: Path, manifest: dict, rank: int, world_size: int) -> str | None:
-    """This rank's share of the verification before anything is read: every file's size, and the
-    CRC32 of every world_size-th file that has one in the manifest (small files, and every file of
-    a checkpoint written before shards carried item checksums)."""
-    for i, (name, (size, crc)) in enumerate(sorted(manifest.items())):
-        f = path / name
-        if not f.is_file():
-            return f"{f} is missing"
-        if f.stat().st_size != size:
-            return f"{f} has {f.stat().st_size} bytes, {size} expected (truncated or overwritten)"
-        if crc is not None and i % world_size == rank and _crc32(f) != crc:
-            return f"{f} fails its checksum (corrupted bytes)"
-    return None
 
 
 def _allocate_adamw_state(optimizer, to_load: bool) -> None:
@@ -200,31 +87,6 @@ def _all_finite(model) -> bool:
     sums = [t.sum().double() for p in model.parameters()
             if (t := p.to_local() if hasattr(p, "to_local") else p).numel()]
     return not sums or bool(torch.isfinite(torch.stack(sums).sum()))
-
-
-class DeferredSync:
-    """A saved checkpoint's files put on the disk in the background, and only then the older
-    checkpoints pruned (the one before stays the fallback until this one is durable). It waits for
-    `release()`, called once the next world size has trained its first step, or at most
-    SYNC_DEADLINE_S: measured, syncing a 58M-parameter model's 698 MB while the next size starts
-    slows that start by 0.6 s (the writeback competes with its reads and allocations)."""
-
-    def __init__(self, target: Path, rank: int, prune=None):
-        self.target, self.done = target, threading.Event()
-        self._released = threading.Event()
-        threading.Thread(target=self._run, args=(rank, prune), name="checkpoint-sync", daemon=True).start()
-
-    def release(self) -> None:
-        self._released.set()
-
-    def _run(self, rank: int, prune) -> None:
-        self._released.wait(SYNC_DEADLINE_S)
-        try:
-            _sync(self.target, rank)
-            if prune is not None:
-                prune(step_of(self.target))
-        finally:
-            self.done.set()
 
 
 class Checkpointer:
@@ -356,7 +218,7 @@ class Checkpointer:
     def _write(self, app: dict, target: Path, group, sync: bool = True) -> dict[str, list]:
         with lean_io():
             dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads, sync), process_group=group)
-        own = _own_files(target, self.rank)
+        own = own_files(target, self.rank)
         self.node_local.keep(target, [name for name in own if name.endswith(".distcp")])
         return own
 
@@ -401,8 +263,8 @@ class Checkpointer:
                                   f"checkpoint is still {getattr(latest_checkpoint(self.root), 'name', '(none)')}")
         if self.rank == 0:
             files = {name: entry for _, own, _ in results for name, entry in own.items()}
-            _write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1), sync)
-            _write_durably(target / COMPLETE, json.dumps({"files": files}), sync)  # last: the checkpoint exists
+            write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1), sync)
+            write_durably(target / COMPLETE, json.dumps({"files": files}), sync)  # last: the checkpoint exists
             if sync:
                 self._prune(step_of(target))
         dist.barrier()
@@ -492,7 +354,7 @@ def _verified(path: Path, rank: int, world_size: int) -> tuple[TrainState | None
     try:
         state = TrainState(**json.loads((path / STATE_FILE).read_text()))
         manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
-        problem = _verify_files(path, manifest, rank, world_size)
+        problem = verify_files(path, manifest, rank, world_size)
     except (OSError, ValueError, TypeError) as e:
         problem, state = f"{type(e).__name__}: {e}", None
     return state, _agree(problem, world_size)
