@@ -37,13 +37,13 @@ def lean_io():
       torch.load never checks it; it is a second pass over every byte written.
     Both settings are the process's: during an async save's write the training thread runs without
     the collector too (its cycles wait for the end of the write; nothing leaks)."""
-    enabled, crc = gc.isenabled(), torch.serialization.getcrc32_options()
+    enabled, crc = gc.isenabled(), torch.serialization.get_crc32_options()
     gc.disable()
-    torch.serialization.setcrc32_options(False)
+    torch.serialization.set_crc32_options(False)
     try:
         yield
     finally:
-        torch.serialization.setcrc32_options(crc)
+        torch.serialization.set_crc32_options(crc)
         if enabled:
             gc.enable()
 
@@ -70,7 +70,7 @@ def crc32(path: Path, chunk: int = 16 << 20) -> int:
 
 def write_durably(path: Path, text: str, sync: bool = True) -> None:
     """Write, fsync, rename into place and fsync the directory: the file exists whole or not at all
-    (without `sync`, the fsyncs are left to `_sync`)."""
+    (without `sync`, the fsyncs are left to `sync_files`)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
