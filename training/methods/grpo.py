@@ -38,7 +38,7 @@ from training.rl.algorithms import (POLICY_LOSSES, group_advantages, low_var_kl,
                                      token_sum)
 from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
 from training.rl.experience import Experience, ExperienceMaker, prompt_groups, training_row
-from training.rl.judge import judge_metrics
+from training.rl.judge import Judge, judge_metrics
 from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.sampling import SamplingParams
@@ -181,8 +181,6 @@ class GRPO(TrainingMethod):
                                      self.args.train_batch_size / max(run.train_rows, 1),
                                      environments, self.options.on_tool_timeout)
         if self.judge_settings is not None:
-            from training.rl.judge import Judge
-
             size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
             dist.broadcast_object_list(size, src=0)
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
