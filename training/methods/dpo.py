@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from training.contract.typed import one_of, ranged
 from training.batches import IGNORE_INDEX, collate_pairs
+from training.contract.typed import one_of, ranged
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
 from training.runtime.named_sums import added

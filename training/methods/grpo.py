@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from training.batches import IGNORE_INDEX, BatchShape, collate
 from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
@@ -31,7 +32,6 @@ from training.contract.judge import judge_settings
 from training.contract.methods import completion_budget
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.contract.typed import one_of, ranged
-from training.batches import IGNORE_INDEX, BatchShape, collate
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
 from training.rl.algorithms import (POLICY_LOSSES, group_advantages, low_var_kl, rollout_correction_weights,

@@ -108,8 +108,8 @@ class ExperienceMaker:
     """Completes prompts with `engine` and scores them with `rewards`; an agent's (`environments`)
     trajectories are scored as `on_tool_timeout` says and their environments released."""
 
-    def __init__(self, engine: RolloutEngine, rewards: RewardPool, tokenizer, epoch_rows: float,
-                 environments=None, on_tool_timeout: str = "drop"):
+    def __init__(self, engine: RolloutEngine, rewards: RewardPool, tokenizer, epoch_rows: float, environments,
+                 on_tool_timeout: str):
         self.engine, self.rewards, self.tokenizer = engine, rewards, tokenizer
         self.epoch_rows = epoch_rows  # training rows per prompt of a step: steps x this = epochs (TRL's trainer_state)
         self.environments, self.on_tool_timeout = environments, on_tool_timeout
