@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION_START = pytest.StashKey[float]()
+VENV_BUILDS = pytest.StashKey[list]()
 SECONDS_PER_TEST: dict[str, float] = {}  # setup + call + teardown, per test id, in this session
 
 
@@ -31,11 +32,22 @@ def pytest_collection_modifyitems(config, items):
     if slow and not config.getoption("--full"):
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
-    # Two workers (pyproject's addopts: xdist, --dist loadgroup). A module whose tests share an expensive
-    # module fixture is one `xdist_group`, run whole on one worker; those go first, then the other slow
-    # tests, then the quick ones, which fill both workers to the end instead of one long test running
-    # alone there.
-    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None, item.get_closest_marker("slow") is None))
+    # Two workers (pyproject's addopts: xdist, --dist loadgroup, in this order). A module whose tests share
+    # an expensive module fixture is one `xdist_group`, run whole on one worker; those go first, the
+    # longest first, then the other slow tests, then the quick ones, which fill both workers to the end
+    # instead of one long group running alone there.
+    def order(item):
+        group = item.get_closest_marker("xdist_group")
+        rank = LONGEST_GROUPS.index(group.args[0]) if group and group.args[0] in LONGEST_GROUPS else len(LONGEST_GROUPS)
+        return group is None, rank, item.get_closest_marker("slow") is None
+
+    items.sort(key=order)
+
+
+# The groups that take longest, longest first (their seconds in a whole run of the full tier on this
+# repository's 2-core machine, 2026-11-29): started first, none is left running alone at the end.
+LONGEST_GROUPS = ("test_agents", "test_grpo", "test_vllm_rollouts", "test_hyperpod_agent", "test_rehearsal",
+                  "test_training_runs", "test_rlaif")
 
 
 # --- the suite's time budget -----------------------------------------------------------------------
@@ -49,7 +61,16 @@ def whole_tier(config) -> bool:
 
 
 def pytest_sessionstart(session):
-    session.config.stash[SESSION_START] = time.time()
+    config = session.config
+    config.stash[SESSION_START] = time.time()
+    # A whole run of the full tier needs both cached virtualenvs: on a fresh machine their builds
+    # (downloads, mostly) start now, beside the first tests, instead of one at a time when a test first
+    # asks; the fixtures wait on a build's lock (scripts/image_venv.py) and rebuild one that failed.
+    if config.getoption("--full") and not hasattr(config, "workerinput") and whole_tier(config):
+        config.stash[VENV_BUILDS] = [
+            subprocess.Popen([sys.executable, str(ROOT / "scripts" / script)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+            for script in ("image_venv.py", "vllm_cpu_venv.py")]
 
 
 def pytest_runtest_logreport(report):
@@ -58,6 +79,9 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config  # xdist's workers each see their share; the controller records the whole
+    for build in config.stash.get(VENV_BUILDS, []):  # one still running (the run was cut short): a half-built
+        if build.poll() is None:                      # venv has no ready marker and is built anew next time
+            os.killpg(build.pid, signal.SIGKILL)
     finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)  # not interrupted
     if hasattr(config, "workerinput") or getattr(config, "cache", None) is None or not finished or not whole_tier(config) or not session.testscollected:
         return
@@ -286,6 +310,12 @@ def tiny_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_tokenizer"))
+
+
+# GRPO on vLLM: the mean correction weight of a step, exp(trainer's - vLLM's log-probability) per token.
+# Both compute in fp32 with their own kernels (summation orders differ), ~1e-6 apart per token here; a
+# tensor left out of the weight stream moves it by orders of magnitude more.
+CORRECTION_TOLERANCE = 1e-4
 
 
 # --- the image's torch ---------------------------------------------------------------------------

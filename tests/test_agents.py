@@ -1,8 +1,8 @@
 """An agent through the trainer (recipes/llama/tiny_llama_agent.yaml): multi-turn rollouts with a tool,
-from its SFT warm start. Rehearsed in place under the real agents through the demo trace, at 2, 3, 1
-and 2 ranks, its trajectories (the model's turns and the tool's replies) are the fixed-size run's
-token for token at every step, and its final weights bit for bit (fp64 master weights); it learns to
-use its tool; the metrics and samples say what the agent did."""
+from its SFT warm start. Rehearsed in place under the real agents through every resize direction and a
+node killed, at 2, 3, 1 and 2 ranks, its trajectories (the model's turns and the tool's replies) are the
+fixed-size run's token for token at every step, and its final weights bit for bit (fp64 master
+weights); as shipped it learns to use its tool; the metrics and samples say what the agent did."""
 
 import json
 import statistics
@@ -22,19 +22,43 @@ def trajectories_by_step(run_dir) -> dict[int, list[str]]:
     return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
+# 2 -> 3 nodes (two workers stay, one joins), 3 -> 1, 1 -> 2, each in place, then a node killed two steps
+# after the last resize's checkpoint (steps 6 and 7 drawn again). The trainer waits at each event's step
+# until it is applied (a grow: until the joining pod's workers wait at the barrier).
+TRACE = "[{step:0,nodes:2},{step:2,nodes:3},{step:4,nodes:1},{step:5,nodes:2},{step:7,kill:true}]"
+STEPS = 10
+PROMPTS = 4  # a step's prompts: 4 groups of 8 trajectories, split 2/1/1 at 3 ranks
+# The global batch at every size (scale_configs/tiny_cpu.yaml names 8, and spells out 3 nodes' split of 8)
+FOUR_PROMPTS = [f"recipes.training_config.training_args.train_batch_size={PROMPTS}",
+                *(f"recipes.scale_config.n{n}.training_config.training_args.train_batch_size={PROMPTS}" for n in range(1, 5)),
+                "~recipes.scale_config.n3.training_config.training_args.uneven_batch"]
+
+
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory, image_python):
-    """The recipe as shipped, rehearsed in place under the HyperPod agents through traces/demo.yaml
-    (2 -> 3 -> 1 -> 2 nodes, a node killed), then its fixed-size run at 2 nodes."""
+    """The recipe, 10 steps of 4 prompts, rehearsed in place under the HyperPod agents through TRACE,
+    then its fixed-size run."""
     tmp = tmp_path_factory.mktemp("agent_rehearsal")
     done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
                            "recipes.elastic_policy.is_elastic=true", "recipes.elastic_policy.in_place=true",
-                           "action=rehearse", f"local.trace={ROOT / 'traces' / 'demo.yaml'}",
+                           "action=rehearse", f"local.trace={TRACE}",
+                           f"recipes.training_config.training_args.max_steps={STEPS}",
+                           *FOUR_PROMPTS,
                            f"local.agent_python={image_python}", f"local.run_dir={tmp / 'run'}",
-                           "local.timeout=1500", f"output_dir={tmp / 'out'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1700)
+                           "local.timeout=1000", f"output_dir={tmp / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, tmp
+
+
+@pytest.fixture(scope="module")
+def as_shipped(tmp_path_factory):
+    """The recipe as shipped (30 steps of 8 prompts) at 2 nodes."""
+    run_dir = tmp_path_factory.mktemp("agent_as_shipped") / "run"
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+                           f"local.run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=1100)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run_dir
 
 
 def hf_weights(run_dir) -> dict:
@@ -43,7 +67,7 @@ def hf_weights(run_dir) -> dict:
     return load_file(run_dir / "hf" / "model.safetensors")
 
 
-def test_an_agents_rehearsal_in_place_through_the_demo_trace_is_the_fixed_size_run(rehearsal):
+def test_an_agents_rehearsal_in_place_through_every_resize_is_the_fixed_size_run(rehearsal):
     """Every resize in place, the node failure by a process restart: the same trajectories at every
     step, whichever of 1, 2 and 3 ranks drew them (also those drawn again after the failure), and at
     the end the same weights, bit for bit: fp64 master weights sum a step's micro-batch gradients
@@ -61,8 +85,8 @@ def test_an_agents_rehearsal_in_place_through_the_demo_trace_is_the_fixed_size_r
     assert {r["world_size"] for r in records(run_dir) if "reward" in r} == {1, 2, 3}
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the run's curves, as a local run draws them
     fixed = trajectories_by_step(fixed_dir)
-    assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
-    assert all(len(step) == 8 * 8 for step in fixed.values())  # every prompt's group
+    assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, STEPS + 1))
+    assert all(len(step) == PROMPTS * 8 for step in fixed.values())  # every prompt's group
     masks = [json.loads(t)[3] for t in fixed[1]]
     assert any(0 in mask and 1 in mask for mask in masks)  # the tool's replies inside the model's turns
     audit = records(run_dir, "samples.jsonl")
@@ -75,12 +99,12 @@ def test_an_agents_rehearsal_in_place_through_the_demo_trace_is_the_fixed_size_r
     assert wait_for(lambda: not own_processes(tmp), timeout=30), "agents, workers or reward processes left"
 
 
-def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(rehearsal, capsys):
-    """The fixed-size run: the mean reward of the last ten steps is at least twice the first ten's
+def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(as_shipped, capsys):
+    """As shipped: the mean reward of the last ten steps is at least twice the first ten's
     (docs/agents.md says so); every step logs the agent's metrics; its samples show the turns."""
     from elastic_launcher.cli import main
 
-    run_dir = rehearsal[1] / "run" / "fixed"
+    run_dir = as_shipped
     steps = {r["step"]: r for r in records(run_dir) if "reward" in r}
     rewards = [steps[s]["reward"] for s in sorted(steps)]
     assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards

@@ -1,21 +1,24 @@
-"""GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): it learns (resized through the
-demo trace it matches a fixed-size run: tests/test_rlaif.py with a judge's rewards, tests/test_agents.py
-in place with an agent's rollouts); its rollouts and its step do not depend on the world size; a stop during a rollout abandons the step, which the restart
-redoes alike, as does one between two updates with no time to finish them; and a reward function that
-fails ends the run in one line."""
+"""GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): docs/grpo.md's commands run as
+written; it learns (resized through the demo trace it matches a fixed-size run: tests/test_rlaif.py with
+a judge's rewards, tests/test_agents.py in place with an agent's rollouts); its rollouts and its step do
+not depend on the world size; a stop during a rollout abandons the step, which the restart redoes alike,
+as does one between two updates with no time to finish them; and a reward function that fails ends the
+run in one line."""
 
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import (ROOT, assert_stops_cleanly, killed_if_left, local_job, one_step_at_each_size, own_processes,
-                      records, render_configs, train, wait_for)
+from conftest import (CORRECTION_TOLERANCE, ROOT, assert_stops_cleanly, killed_if_left, local_job, one_step_at_each_size,
+                      own_processes, records, render_configs, tracked_copy, train, wait_for)
 from elastic_launcher.local.run import child_pids
 from training.contract.checkpoint_dirs import step_dir
 
@@ -33,15 +36,54 @@ def completions_by_step(run_dir) -> dict[int, list[str]]:
     return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
+def fenced_commands(page: Path) -> list[str]:
+    """The shell commands of a page's ```bash blocks, in order, comments dropped."""
+    text = page.read_text()
+    return [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+            for line in block.splitlines() if line.split("#")[0].strip()]
+
+
 @pytest.fixture(scope="module")
-def fixed(tmp_path_factory):
-    """The recipe as shipped, at 2 nodes (its rehearsals: tests/test_rlaif.py, the same method with a
-    judge's rewards, through traces/demo.yaml; tests/test_agents.py, in place with an agent's rollouts)."""
-    run_dir = tmp_path_factory.mktemp("grpo_fixed") / "run"
-    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
-                           f"local.run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return run_dir
+def docs_commands(tmp_path_factory, vllm_python):
+    """Every fenced command of docs/grpo.md, pasted as written (in order, in a copy of the checkout, with
+    `python` this interpreter; the vLLM tier's cached venv is the one the suite built): each command
+    and what it printed."""
+    commands = fenced_commands(ROOT / "docs" / "grpo.md")
+    tmp = tmp_path_factory.mktemp("docs_grpo")
+    copy = tracked_copy(tmp / "checkout")
+    shim = tmp / "bin"
+    shim.mkdir()
+    (shim / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    printed = []
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        printed.append((command, done.stdout))
+    return copy, printed
+
+
+@pytest.fixture(scope="module")
+def fixed(docs_commands):
+    """The recipe as shipped, at 2 nodes: docs/grpo.md's first command (its rehearsals: tests/test_rlaif.py,
+    the same method with a judge's rewards, through traces/demo.yaml; tests/test_agents.py, in place with
+    an agent's rollouts)."""
+    copy, printed = docs_commands
+    assert printed[0][0] == f"python launcher.py recipes={RECIPE} action=local"
+    return copy / "runs" / "tiny-llama-grpo"
+
+
+@pytest.mark.timeout(1200)  # the first of the module's tests to ask for the page's runs: three of 30 steps
+def test_docs_grpo_commands_run_as_written_on_cpu(docs_commands):
+    """The tiny twin trains, its completions are shown, the RLAIF twin trains against the loopback
+    judge, and the vLLM tier's environment and the vLLM twin's run work."""
+    _, printed = docs_commands
+    assert len(printed) == 5 and sum("launcher.py" in c for c, _ in printed) == 4, printed
+    for command, out in printed:
+        if "action=samples" in command:
+            assert out.startswith("step 30 of ") and "best:" in out and "worst:" in out
+        elif "launcher.py" in command:
+            assert "\ndone: 30 steps in " in out, out[-2000:]
 
 
 def test_the_tiny_twin_learns_its_task_and_exports_a_model(fixed):
@@ -65,6 +107,34 @@ def test_the_tiny_twin_learns_its_task_and_exports_a_model(fixed):
     model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
     assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+def test_the_vllm_twin_learns_as_the_trainer_sampler_twin_does_and_exports(docs_commands):
+    """docs/grpo.md's run on vLLM's CPU build (tests/test_vllm_rollouts.py: its engine and resizes):
+    the mean reward of its last ten steps at least twice its first ten's, as the twin above; after
+    every weight sync (full parameters) the rollout correction's mean weight is 1, so every tensor the
+    engine computes with is the policy's of that step; the exported model generates under transformers."""
+    from transformers import AutoModelForCausalLM
+
+    steps = step_records(docs_commands[0] / "runs" / "tiny-grpo-vllm")
+    rewards = [steps[s]["reward"] for s in sorted(steps)]
+    assert len(rewards) == 30 and statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
+    weights = [r["rollout_correction_weight"] for r in steps.values()]
+    assert all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
+    model = AutoModelForCausalLM.from_pretrained(docs_commands[0] / "runs" / "tiny-grpo-vllm" / "hf")
+    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
+    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+def test_the_tiny_rlaif_twin_learns_what_its_judge_rewards(docs_commands):
+    """docs/grpo.md's RLAIF run against the loopback judge (tests/test_rlaif.py: a flaky judge through
+    resizes): the mean reward of its last ten steps more than twice its first ten's, every completion
+    judged, the judge's the only reward."""
+    steps = step_records(docs_commands[0] / "runs" / "tiny-llama-grpo-rlaif")
+    rewards = [steps[s]["reward"] for s in range(1, 31)]
+    assert statistics.mean(rewards[-10:]) > 2 * statistics.mean(rewards[:10]), rewards
+    assert steps[30]["judge_calls"] + steps[30]["judge_cached"] == 32 and steps[30]["reward"] == steps[30]["reward_judge"]
+    assert sum(r.get("judge_input_tokens", 0) for r in steps.values()) > 0
 
 
 @pytest.fixture(scope="module")

