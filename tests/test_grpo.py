@@ -1,6 +1,6 @@
 """GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): docs/grpo.md's commands run as
-written; it learns (resized through the demo trace it matches a fixed-size run: tests/test_rlaif.py with
-a judge's rewards, tests/test_agents.py in place with an agent's rollouts); its rollouts and its step do
+written; it learns (resized, it matches a fixed-size run: tests/test_rlaif.py with a judge's rewards,
+tests/test_agents.py in place with an agent's rollouts); its rollouts and its step do
 not depend on the world size; a stop during a rollout abandons the step, which the restart redoes alike,
 as does one between two updates with no time to finish them; and a reward function that fails ends the
 run in one line."""
@@ -36,6 +36,10 @@ def completions_by_step(run_dir) -> dict[int, list[str]]:
     return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
+# Whichever of these runs first pays for docs/grpo.md's runs (three of 30 steps) in its set-up.
+READS_THE_PAGES_RUNS = pytest.mark.timeout(1200)
+
+
 def fenced_commands(page: Path) -> list[str]:
     """The shell commands of a page's ```bash blocks, in order, comments dropped."""
     text = page.read_text()
@@ -66,14 +70,13 @@ def docs_commands(tmp_path_factory, vllm_python):
 @pytest.fixture(scope="module")
 def fixed(docs_commands):
     """The recipe as shipped, at 2 nodes: docs/grpo.md's first command (its rehearsals: tests/test_rlaif.py,
-    the same method with a judge's rewards, through traces/demo.yaml; tests/test_agents.py, in place with
-    an agent's rollouts)."""
+    the same method with a judge's rewards; tests/test_agents.py, in place with an agent's rollouts)."""
     copy, printed = docs_commands
     assert printed[0][0] == f"python launcher.py recipes={RECIPE} action=local"
     return copy / "runs" / "tiny-llama-grpo"
 
 
-@pytest.mark.timeout(1200)  # the first of the module's tests to ask for the page's runs: three of 30 steps
+@READS_THE_PAGES_RUNS
 def test_docs_grpo_commands_run_as_written_on_cpu(docs_commands):
     """The tiny twin trains, its completions are shown, the RLAIF twin trains against the loopback
     judge, and the vLLM tier's environment and the vLLM twin's run work."""
@@ -86,12 +89,20 @@ def test_docs_grpo_commands_run_as_written_on_cpu(docs_commands):
             assert "\ndone: 30 steps in " in out, out[-2000:]
 
 
+def assert_exported_model_generates(run_dir) -> None:
+    """The run's Hugging Face export loads in transformers and generates."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
+    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
+    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+
+
+@READS_THE_PAGES_RUNS
 def test_the_tiny_twin_learns_its_task_and_exports_a_model(fixed):
     """The recipe as shipped (its fixed-size run): the mean reward of its last ten steps is at least
     twice that of its first ten (docs/grpo.md says so), every step logs GRPO's metrics, and the
     trained model is exported for transformers."""
-    from transformers import AutoModelForCausalLM
-
     run_dir = fixed
     steps = step_records(run_dir)
     rewards = [steps[s]["reward"] for s in sorted(steps)]
@@ -104,28 +115,25 @@ def test_the_tiny_twin_learns_its_task_and_exports_a_model(fixed):
         assert key in last and last[key] is not None, key
     assert 0 <= last["flat_groups"] <= 1 and last["completion_tokens_max"] <= 8 and last["kl"] > 0
     assert 0 < last["weight_sync_s"] < last["rollout_s"] < last["step_time"]
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
-    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
-    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+    assert_exported_model_generates(run_dir)
 
 
+@READS_THE_PAGES_RUNS
 def test_the_vllm_twin_learns_as_the_trainer_sampler_twin_does_and_exports(docs_commands):
     """docs/grpo.md's run on vLLM's CPU build (tests/test_vllm_rollouts.py: its engine and resizes):
     the mean reward of its last ten steps at least twice its first ten's, as the twin above; after
     every weight sync (full parameters) the rollout correction's mean weight is 1, so every tensor the
     engine computes with is the policy's of that step; the exported model generates under transformers."""
-    from transformers import AutoModelForCausalLM
-
-    steps = step_records(docs_commands[0] / "runs" / "tiny-grpo-vllm")
+    run_dir = docs_commands[0] / "runs" / "tiny-grpo-vllm"
+    steps = step_records(run_dir)
     rewards = [steps[s]["reward"] for s in sorted(steps)]
     assert len(rewards) == 30 and statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
     weights = [r["rollout_correction_weight"] for r in steps.values()]
     assert all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
-    model = AutoModelForCausalLM.from_pretrained(docs_commands[0] / "runs" / "tiny-grpo-vllm" / "hf")
-    ids = torch.tensor([[1, 5, 284, 266, 338, 17, 25, 37, 2, 6]])
-    assert model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False).shape == (1, 14)
+    assert_exported_model_generates(run_dir)
 
 
+@READS_THE_PAGES_RUNS
 def test_the_tiny_rlaif_twin_learns_what_its_judge_rewards(docs_commands):
     """docs/grpo.md's RLAIF run against the loopback judge (tests/test_rlaif.py: a flaky judge through
     resizes): the mean reward of its last ten steps more than twice its first ten's, every completion
