@@ -44,10 +44,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=order)
 
 
-# The groups that take longest, longest first (their seconds in a whole run of the full tier on this
-# repository's 2-core machine, 2026-11-29): started first, none is left running alone at the end.
-LONGEST_GROUPS = ("test_agents", "test_grpo", "test_vllm_rollouts", "test_hyperpod_agent", "test_rehearsal",
-                  "test_training_runs", "test_rlaif")
+# The groups that take longest (their seconds in a whole run of the full tier on this repository's
+# 2-core machine, 2026-11-29): started first, none is left running alone at the end. The two that need
+# no cached virtualenv open the run: on a fresh machine the others' builds (started with the session)
+# take minutes, which two workers would otherwise spend waiting on the builds' locks.
+LONGEST_GROUPS = ("test_rehearsal", "test_rlaif", "test_agents", "test_grpo", "test_vllm_rollouts",
+                  "test_hyperpod_agent", "test_training_runs")
 
 
 # --- the suite's time budget -----------------------------------------------------------------------

@@ -13,7 +13,9 @@ from training.batches import IGNORE_INDEX
 from training.chat_tokens import tokenize_chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-TWINS = ["qwen2", "qwen3", "llama4_text"]
+# LoRA DPO's resume and export: Qwen2's adapters sit on biased projections, Llama 4's beside frozen routers
+# and fused experts. Qwen3's are Llama's (its q/k norms are no adapter's target): test_lora_dpo.py's.
+LORA_TWINS = ["qwen2", "llama4_text"]
 NEWEST = ["qwen3_5_text", "gemma4_text", "nemotron_h"]  # linear attention, per-layer embeddings, Mamba-2 + MoE
 LORA = "recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"
 DPO = ["recipes.training_config.training_args.trainer_type=dpo", "recipes.training_config.datasets.packing=false",
@@ -63,7 +65,7 @@ def test_a_resize_2_3_1_matches_the_fixed_size_run(twin, tmp_path):
     assert_same_run(run_dir, tmp_path / "fixed", steps)
 
 
-@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("twin", LORA_TWINS)
 def test_lora_dpo_resumes_at_another_size_exactly_and_exports(twin, tmp_path):
     """DPO under LoRA (the reference: the base with its adapters off) stopped at 2 nodes and resumed at
     1 equals the run that never stopped, and exports the model it trained. Full-parameter SFT's

@@ -1,3 +1,4 @@
+import faulthandler
 import os
 import sys
 
@@ -8,6 +9,9 @@ if __name__ == "__main__":
     from training.runtime.elastic import ElasticStop, die_with_parent
 
     args = parse_args()  # --help and a mistyped flag answer before torch loads
+    # A crash in native code (a segfault in a kernel or a collective) prints every thread's Python
+    # stack to the worker's log, not only torchrun's "exitcode -11".
+    faulthandler.enable()
     # Before any heavy import: an orphaned or signalled worker must never wait for torch to load.
     die_with_parent()
     stop = ElasticStop()
