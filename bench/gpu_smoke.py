@@ -125,7 +125,8 @@ def host_syncs(configs: Path, run_dir: Path, device) -> tuple[str, str]:
 
     from training.runtime.arguments import parse_args
     from training.runtime.elastic import ElasticStop
-    from training.trainer import Process, Trainer
+    from training.runtime.process import Process
+    from training.trainer import Trainer
 
     trainer = Trainer(Process(parse_args(["--config-dir", str(configs), "--run-dir", str(run_dir)]), ElasticStop()))
     try:

@@ -390,7 +390,7 @@ def test_an_inline_architecture_takes_the_tokenizers_vocabulary_and_special_ids(
 
     from conftest import ROOT
     from training.contract.config import JobConfig, ModelConfig, TrainingSection
-    from training.trainer import as_run
+    from training.run_config import as_run
 
     tokenizer = AutoTokenizer.from_pretrained(ROOT / "data" / "tiny_tokenizer")
     special = {f"{k}_token_id": getattr(tokenizer, f"{k}_token_id") for k in ("pad", "bos", "eos")}

@@ -295,7 +295,7 @@ def signalled_in_step_2s_first_update(self, *a, **k):
 if __name__ == "__main__":  # not again in the reward process, which imports this module
     from training.runtime.arguments import parse_args
     from training.runtime.elastic import ElasticStop, die_with_parent
-    from training.trainer import main
+    from training.worker import main
 
     args = parse_args()
     die_with_parent()

@@ -98,7 +98,7 @@ def test_the_trainer_drops_the_mask_only_for_unpacked_rows_and_layers_that_atten
     from conftest import tiny_architecture
     from training.contract.config import DatasetConfig, JobConfig, ModelConfig, TrainingSection
     from training.model.causal_lm import _from_config
-    from training.trainer import as_run
+    from training.run_config import as_run
 
     def run(model_type, packing=False, attn=None):
         job = JobConfig(training_config=TrainingSection(

@@ -89,7 +89,7 @@ os.environ["WORLD_SIZE"] = "2"
 from training.runtime.elastic import STOP_KEY, STOPPED_KEY, ElasticStop
 stop = ElasticStop()
 from torch.distributed import TCPStore
-import training.trainer as train_module
+import training.worker as worker
 
 store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
@@ -101,8 +101,8 @@ def start_up(process):
         peer.add(STOPPED_KEY, 1)
     raise RuntimeError("Connection closed by peer")  # the collective with rank 0, a moment later
 
-train_module.Trainer = start_up
-sys.exit(train_module.main(None, stop))
+worker.Trainer = start_up
+sys.exit(worker.main(None, stop))
 """
 
 
@@ -226,7 +226,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from training.runtime.elastic import ElasticStop
 from training.runtime.arguments import parse_args
-from training.trainer import Process, Trainer
+from training.runtime.process import Process
+from training.trainer import Trainer
 
 # What reads a device value on the host (a GPU sync): .item(), bool(), torch.equal, .tolist().
 READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}

@@ -10,12 +10,13 @@ import pytest
 from training.contract.batching import plan_batches
 from training.contract.config import TrainingArgs, UnevenBatch
 from training.contract.errors import ConfigError
+from training.runtime.elastic import finishing_fits
 from training.batches import IGNORE_INDEX, collate
 from training.chat_tokens import tokenize_chat
-from training.trainer import finishing_fits, lr_factor
 from training.state.checkpoint import COMPLETE, Checkpointer, latest_checkpoint, step_dir
 from training.state.checkpoint_files import STATE_FILE
 from training.state.sampler import GlobalBatchSampler
+from training.state.schedule import lr_factor
 
 from conftest import ROOT, tiny_tokenizer
 

@@ -269,7 +269,7 @@ def signalled_before_step_2s_second_call(self, stop):
 
 if __name__ == "__main__":
     from training.runtime.arguments import parse_args
-    from training.trainer import main
+    from training.worker import main
 
     STOP = ElasticStop()
     VLLMRollout._agreed = signalled_before_step_2s_second_call

@@ -16,7 +16,7 @@ if __name__ == "__main__":
     die_with_parent()
     stop = ElasticStop()
 
-    from training.trainer import main
+    from training.worker import main
 
     code = main(args, stop=stop)
     # Everything is saved and flushed: skip the interpreter's teardown of a large model and the

@@ -11,6 +11,12 @@ import torch
 IGNORE_INDEX = -100  # a label that carries no loss (the prompt, padding, a tool's reply)
 
 
+def step_counts(micro_batches: list[dict]) -> list[float]:
+    """[label tokens, input tokens, samples' squared lengths, samples] of this rank's micro-batches,
+    from the host-side counts collate made."""
+    return [float(sum(m[k] for m in micro_batches)) for k in ("label_tokens", "tokens", "squared_lengths", "documents")]
+
+
 def pack(lengths: list[int], max_len: int) -> list[list[int]]:
     """Best-fit decreasing bin packing: row indices per packed row, each row's total <= max_len.
     Longest samples first, each into the fullest row it still fits (ties by index): fills rows far

@@ -1,67 +1,58 @@
-"""The training entrypoint: restart -> this size's config -> resume -> steps -> (elastic event) save, exit 0.
+"""One world size of training: restart -> this size's config -> resume -> steps -> (elastic event) save.
 
-Run under torchrun or hyperpodrun (`-m training --config-dir DIR`); every (re)start reads the live
-world size, so the same command serves every size the job is resized to. Two lifetimes:
-
-- `Process`: what a process keeps for as long as it lives: its arguments, the stop handler, the
-  agent's progress client, the tokenized data (and everything imported, the compiler's caches).
-- `Trainer`: one world size. Building it is the restart half (config, process group and mesh,
-  sharded model and optimizer resumed from the newest checkpoint, batch plan, sampler position),
-  `Trainer.train` the loop: one step, log, maybe save, stop when every rank agrees.
-
-A process restart (torchrun, Kubeflow, TrainJob, hyperpodrun by default) builds one `Trainer` and
-exits after it. Under the HyperPod agent's in-process restart (`training.runtime.in_place`) a
-process that stopped waits at the agent's barrier and builds the next size's `Trainer` itself.
+`Trainer` is built at the live world size (the restart half: config, process group and mesh,
+sharded model and optimizer resumed from the newest checkpoint, batch plan, sampler position);
+`Trainer.train` is the loop: one step, log, maybe save, stop when every rank agrees. What outlives
+a size is the process's (training.runtime.process); the process's life around one or more sizes is
+training.worker's.
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import math
+import os
+import sys
 import time
 import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
 
-PROCESS_START = time.time()  # before the heavy imports: the rehearsal measures restart cost from here
+import torch
+import torch.distributed as dist
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import asdict, replace  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from training.contract.batching import BatchPlan, plan_batches, resolve_schedule  # noqa: E402
-from training.contract.config import JobConfig, TrainingArgs, load_job_config  # noqa: E402
-from training.contract.config_files import select_config_file  # noqa: E402
-from training.contract.errors import ConfigError, report, report_crash  # noqa: E402
-from training.contract.rewards import RewardError  # noqa: E402
-from training.data import build_data, describe_drops  # noqa: E402
-from training.doctor import check_gpu_image  # noqa: E402
-from training.export import export_hf  # noqa: E402
-from training.methods import load_method  # noqa: E402
-from training.methods.base import RunInfo  # noqa: E402
-from training.model.attention import CAUSAL_SDPA  # noqa: E402
-from training.model.causal_lm import build_sharded_model, check_model, weights_from  # noqa: E402
-from training.model.flops import attention_flops, matmul_flops_per_token  # noqa: E402
-from training.model.lora import checkpointed_weights  # noqa: E402
-from training.model.optimizer import build_optimizer  # noqa: E402
-from training.runtime.agent import AgentProgress, disagreement  # noqa: E402
-from training.runtime.elastic import FAULT, ElasticStop  # noqa: E402
-from training.runtime.in_place import AgentBarrier, in_place_requested  # noqa: E402
-from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,  # noqa: E402
+from training.batches import step_counts
+from training.contract.batching import BatchPlan, plan_batches
+from training.contract.config import TrainingArgs, load_job_config
+from training.contract.config_files import select_config_file
+from training.contract.errors import ConfigError
+from training.contract.rewards import RewardError
+from training.data import build_data, describe_drops
+from training.doctor import check_gpu_image
+from training.export import export_hf
+from training.methods import load_method
+from training.methods.base import RunInfo
+from training.model.causal_lm import build_sharded_model, check_model, weights_from
+from training.model.flops import attention_flops, matmul_flops_per_token
+from training.model.lora import checkpointed_weights
+from training.model.optimizer import build_optimizer
+from training.run_config import as_run
+from training.runtime.agent import AgentProgress, disagreement
+from training.runtime.elastic import FAULT, finishing_fits
+from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops, peak_memory,
                                       reset_peak_memory)
-from training.runtime.named_sums import added, packed, unpacked  # noqa: E402
-from training.runtime.snapshot import model_files  # noqa: E402
-from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,  # noqa: E402
+from training.runtime.named_sums import added, packed, unpacked
+from training.runtime.process import Process
+from training.runtime.snapshot import model_files
+from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,
                                       end_process_group, start_process_group)
-from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, fingerprint,  # noqa: E402
+from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, fingerprint,
                                        latest_checkpoint, step_dir, step_of)
-from training.state.checkpoint_files import bytes_on_disk  # noqa: E402
-from training.state.node_local import NodeLocalTier  # noqa: E402
-from training.state.sampler import GlobalBatchSampler  # noqa: E402
+from training.state.checkpoint_files import bytes_on_disk
+from training.state.node_local import NodeLocalTier
+from training.state.sampler import GlobalBatchSampler
+from training.state.schedule import lr_factor, schedule_change
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
 
@@ -80,100 +71,7 @@ class StepAbandoned(Exception):
         self.phase = phase  # "rollout" or "updates"
 
 
-def finishing_fits(done: int, total: int, seconds: float, save_s: float, seconds_left: float) -> bool:
-    """Whether a stopped step's remaining updates (`done` of `total` took `seconds`) and the stop's
-    save (`save_s`, as the newest took) fit in what is left of the graceful timeout."""
-    return seconds / done * (total - done) + save_s <= seconds_left
-
-
 ONE_LINE_ERRORS = (ConfigError, CheckpointError, NumericsError, RewardError, GroupFormationError)
-
-
-def lr_factor(step: int, args: TrainingArgs) -> float:
-    """Linear warmup, then cosine decay to min_learning_rate, as a function of the global step only."""
-    if step < args.warmup_steps:
-        return (step + 1) / args.warmup_steps
-    progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
-    floor = args.min_learning_rate / args.learning_rate
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def as_run(cfg: JobConfig, rows: int, vocab_size: int, special_tokens: dict[str, int | None],
-           on_gpu: bool = True) -> JobConfig:
-    """The config as run, a new object: the schedule resolved from the data (max_epochs, warmup
-    ratio -> steps), an inline architecture's vocabulary and pad/bos/eos ids taken from the
-    tokenizer where the recipe leaves them out (a family's defaults name ids of its own vocabulary),
-    off GPU torch's sdpa for flex attention, which has no backward on CPU (a GPU recipe's local
-    smoke run: packed rows still attend per sample), and for rows of one sample each (no packing)
-    sdpa without a mask (training.model.attention.CAUSAL_SDPA)."""
-    tc = cfg.training_config
-    mc = tc.model_config
-    if mc.architecture is not None:
-        mc = replace(mc, architecture={"vocab_size": vocab_size, **special_tokens, **mc.architecture})
-    if not on_gpu and mc.attn_implementation == "flex_attention":
-        mc = replace(mc, attn_implementation=None)
-    if not tc.datasets.packing and mc.attn_implementation in (None, "sdpa"):
-        mc = replace(mc, attn_implementation=CAUSAL_SDPA)
-    return replace(cfg, training_config=replace(tc, training_args=resolve_schedule(tc.training_args, rows),
-                                                model_config=mc))
-
-
-def schedule_change(state: TrainState, args: TrainingArgs) -> str:
-    """A resumed run's LR schedule differs from its checkpoint's: what that does to the LR."""
-    before = replace(args, **state.schedule)
-    changed = ", ".join(f"{k} {state.schedule[k]} -> {getattr(args, k)}" for k in state.schedule
-                        if state.schedule[k] != getattr(args, k))
-    return (f"training_args {changed} since the checkpoint at step {state.step}: the warmup/cosine schedule is "
-            f"recomputed, so the LR at step {state.step} moves from {args.learning_rate * lr_factor(state.step, before):.3g} "
-            f"to {args.learning_rate * lr_factor(state.step, args):.3g}")
-
-
-def step_counts(micro_batches: list[dict]) -> list[float]:
-    """[label tokens, input tokens, samples' squared lengths, samples] of this rank's micro-batches,
-    from the host-side counts collate made."""
-    return [float(sum(m[k] for m in micro_batches)) for k in ("label_tokens", "tokens", "squared_lengths", "documents")]
-
-
-def _writable_run_dir(path: Path) -> Path:
-    """The run directory, refused at start (not at the first save, hours later) unless it and its
-    checkpoints/ can be written."""
-    for where, key in ((path, "run.output_dir"), (path / "checkpoints", "run.output_dir/checkpoints")):
-        try:
-            where.mkdir(parents=True, exist_ok=True)
-            probe = where / f".probe-{os.getpid()}"
-            probe.touch()
-            probe.unlink()
-        except OSError as e:
-            raise ConfigError(f"{key}={str(where)!r} is not writable ({e.strerror}): point run.output_dir "
-                              f"(or --run-dir) at a writable directory, e.g. the shared checkpoint volume") from None
-    return path
-
-
-class Process:
-    """What outlives a resize in place. The tokenized data is kept by what it was built from: a size
-    whose config reads the same data with the same tokenizer reuses it."""
-
-    def __init__(self, args: argparse.Namespace, stop: ElasticStop):
-        self.args, self.stop = args, stop
-        self.started = PROCESS_START  # when the current size's start began: process start, or the barrier's release
-        self.agent: AgentProgress | None = None  # the agent's checkpoint discovery: one client per process
-        self._data: dict[str, object] = {}
-        self._writable: set[Path] = set()
-        self.unsynced = None  # the last size's stop checkpoint, put on the disk after the next size's first step
-        self.sizes = 0  # world sizes this process has started (more than one: resized in place)
-
-    def writable(self, run_dir: Path) -> Path:
-        """The run directory, checked writable once per process (the probe's file operations would
-        queue behind the background sync of the checkpoint a resize in place just saved)."""
-        if run_dir not in self._writable:
-            self._writable.add(_writable_run_dir(run_dir))
-        return run_dir
-
-    def data(self, built_from: tuple, build):
-        key = repr(built_from)
-        if key not in self._data:
-            self._data = {key: build()}  # only the newest: an older size's data is not kept alive
-        return self._data[key]
 
 
 class Trainer:
@@ -300,7 +198,7 @@ class Trainer:
             cause = "failure" if not state.stopped else "resize" if state.world_size != self.topo.world_size else "restart"
             state.history = [*state.history, {"time": time.time(), "step": state.step, "from": state.world_size,
                                               "to": self.topo.world_size, "cause": cause}]
-            tiers = self._bytes_read_by_tier()
+            tiers = self.checkpointer.loaded_mb_by_tier(self.device)
             self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
                            world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
                            history=state.history, read_mb=tiers,
@@ -322,13 +220,6 @@ class Trainer:
             save_steps = tc.checkpoint.save_steps
             self.checkpointer.check_space(self.model, min(self.last_step, (state.step // save_steps + 1) * save_steps))
         return state
-
-    def _bytes_read_by_tier(self) -> dict[str, float]:
-        """MB the load read from node memory and from the shared volume, over every rank."""
-        tiers = self.checkpointer.load_tiers
-        counts = torch.tensor(list(tiers.values()), dtype=torch.float64, device=self.device)
-        dist.all_reduce(counts)
-        return {tier: round(n / 1e6, 1) for tier, n in zip(tiers, counts.tolist())}
 
     def _build_model(self, resuming: bool) -> None:
         """The sharded model and its optimizer; logs how long the build took and how far it raised
@@ -604,71 +495,3 @@ class Trainer:
         gc.collect()
         if self.on_gpu:
             torch.cuda.empty_cache()
-
-
-def warm_up(config_dir: str) -> None:
-    """What a fresh worker's first start imports (transformers' configuration and modeling modules
-    for the job's model, the data libraries), imported while it waits for the operator: a pod added
-    for a scale-up waits at the barrier before the resize reaches it, and these imports (4-7 s on CPU,
-    measured) would otherwise be the resize's downtime. Best effort: what fails here, the start
-    itself reports."""
-    try:
-        import datasets  # noqa: F401
-        import torchdata.stateful_dataloader  # noqa: F401
-
-        from training.contract.config import load_job_config
-        from training.contract.config_files import BASE_CONFIG_FILE
-        from training.model.causal_lm import import_model_code
-
-        import_model_code(load_job_config(os.path.join(config_dir, BASE_CONFIG_FILE)).training_config.model_config)
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def main(args: argparse.Namespace, stop: ElasticStop | None = None) -> int:
-    """One process: one world size, or under the agent's in-process restart every size the job is
-    resized to while this process lives."""
-    stop = stop or ElasticStop()
-    process = Process(args, stop)
-    try:
-        stop.chain_agent_handler()
-        barrier = AgentBarrier(stop) if in_place_requested() else None
-    except Exception as e:  # noqa: BLE001 - e.g. the agent's socket refused: the agent restarts the process
-        return report_crash(e, os.environ.get("RANK", "0"))
-    while True:
-        if barrier is not None:
-            if process.sizes == 0:  # a new pod's worker imports its first start's code before the barrier
-                warm_up(args.config_dir)
-            # What lives for the process (imports, data) is never walked by the collector again: the
-            # collection that frees a stopped size's model (close) then takes milliseconds, not 0.2 s.
-            gc.freeze()
-            process.started = barrier.wait_for_start()
-        code, trainer = run_size(process)
-        if barrier is None or trainer is None or code != 0 or stop.signal_name != FAULT:
-            return code  # done, failed, or stopped by a signal (the pod goes): the process ends
-        try:
-            trainer.close()
-        except Exception as e:  # noqa: BLE001 - the agent restarts this process, which resumes from the checkpoint
-            return report_crash(e, os.environ.get("RANK", "0"))
-
-
-def run_size(process: Process) -> tuple[int, Trainer | None]:
-    """Train at the live world size until the job ends or stops: (exit code, the trainer if it stopped
-    cleanly, whose process may go on to the next size)."""
-    stop, trainer = process.stop, None
-    try:
-        trainer = Trainer(process)
-        code = trainer.train()
-        return code, trainer if trainer.stopped else None
-    except ONE_LINE_ERRORS as e:
-        if trainer is not None:
-            trainer.log.close("FAILED")
-        return report(e), None
-    except Exception as e:
-        stop.yield_to_stop()  # a peer's stop may be what broke this rank's collective
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        return report_crash(e, os.environ.get("RANK", "0")), None  # the job restarts from its checkpoint: the run goes on
-    finally:
-        if trainer is not None and hasattr(trainer, "method"):
-            trainer.method.close()  # e.g. GRPO's reward process: none is left behind

@@ -60,6 +60,12 @@ def stop_wait_s() -> float:
     return float(os.environ.get(STOP_WAIT_ENV, GRACEFUL_SHUTDOWN_TIMEOUT_S))
 
 
+def finishing_fits(done: int, total: int, seconds: float, save_s: float, seconds_left: float) -> bool:
+    """Whether a stopped step's remaining updates (`done` of `total` took `seconds`) and the stop's
+    save (`save_s`, as the newest took) fit in what is left of the graceful timeout."""
+    return seconds / done * (total - done) + save_s <= seconds_left
+
+
 @contextmanager
 def signal_mask_kept():
     """The calling thread's signal mask, restored after the block. Starting a child process may start

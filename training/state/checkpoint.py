@@ -293,6 +293,12 @@ class Checkpointer:
                   file=sys.stderr, flush=True)
         dist.barrier()
 
+    def loaded_mb_by_tier(self, device) -> dict[str, float]:
+        """MB the last load read from node memory and from the shared volume, over every rank (a collective)."""
+        counts = torch.tensor(list(self.load_tiers.values()), dtype=torch.float64, device=device)
+        dist.all_reduce(counts)
+        return {tier: round(n / 1e6, 1) for tier, n in zip(self.load_tiers, counts.tolist())}
+
     def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool) -> TrainState | None:
         """Resume from the newest checkpoint that verifies, resharded to this world size."""
         while (path := latest_checkpoint(self.root)) is not None:
