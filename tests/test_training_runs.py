@@ -230,16 +230,18 @@ def test_pretrained_weights_reach_every_rank(tmp_path):
 def test_a_resize_in_bf16_follows_the_fixed_size_run(tmp_path, lora):
     """The GPU's precision on CPU: bf16 compute with fp32 master weights and fp32 gradient reduction
     (MixedPrecisionPolicy follows the setting, not the device), and under LoRA the frozen base
-    stored in bf16, resized 2 -> 1 nodes (the uneven 3-node split: the fp32 resizes above and in
-    test_lora_dpo.py). A resize changes which rows share a matmul and the order gradients are summed
-    in, so bf16 results differ in their last bits: the losses follow the fixed-size run within
-    BF16_LOSS_REL of it, while no sample is repeated or skipped, exactly."""
+    stored in bf16 (2 -> 1 nodes; the full variant 2 -> 3 -> 1). A resize changes which rows share a
+    matmul and the order gradients are summed in, so bf16 results differ in their last bits: the
+    losses follow the fixed-size run within BF16_LOSS_REL of it, while no sample is repeated or
+    skipped, exactly."""
     bf16 = [*TINY, "recipes.training_config.model_config.mixed_precision=bf16",
             *(["recipes.training_config.model_config.peft_config={peft_type:lora,r:8,lora_alpha:16,lora_dropout:0.0}"]
               if lora else [])]
     configs = render_configs(tmp_path / "configs", *bf16)
     train(configs, tmp_path / "fixed", nodes=2)
     run_dir = tmp_path / "run"
-    train(configs, run_dir, nodes=2, stop_at_step=4)
+    train(configs, run_dir, nodes=2, stop_at_step=3)
+    if not lora:  # LoRA at the uneven 3-node split: test_lora_dpo.py's resize, in fp32
+        train(configs, run_dir, nodes=3, stop_at_step=6)
     train(configs, run_dir, nodes=1)
     assert_same_run(run_dir, tmp_path / "fixed", rel=BF16_LOSS_REL)
