@@ -23,10 +23,11 @@ def trajectories_by_step(run_dir) -> dict[int, list[str]]:
 
 
 # 2 -> 3 nodes (two workers stay, one joins), 3 -> 1, 1 -> 2, each in place, then a node killed two steps
-# after the last resize's checkpoint (steps 6 and 7 drawn again). The trainer waits at each event's step
-# until it is applied (a grow: until the joining pod's workers wait at the barrier).
+# after the last resize's checkpoint (steps 6 and 7 drawn again), and the last step after the restart.
+# The trainer waits at each event's step until it is applied (a grow: until the joining pod's workers
+# wait at the barrier).
 TRACE = "[{step:0,nodes:2},{step:2,nodes:3},{step:4,nodes:1},{step:5,nodes:2},{step:7,kill:true}]"
-STEPS = 10
+STEPS = 8
 PROMPTS = 4  # a step's prompts: 4 groups of 8 trajectories, split 2/1/1 at 3 ranks
 # The global batch at every size (scale_configs/tiny_cpu.yaml names 8, and spells out 3 nodes' split of 8)
 FOUR_PROMPTS = [f"recipes.training_config.training_args.train_batch_size={PROMPTS}",
@@ -36,7 +37,7 @@ FOUR_PROMPTS = [f"recipes.training_config.training_args.train_batch_size={PROMPT
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory, image_python):
-    """The recipe, 10 steps of 4 prompts, rehearsed in place under the HyperPod agents through TRACE,
+    """The recipe, 8 steps of 4 prompts, rehearsed in place under the HyperPod agents through TRACE,
     then its fixed-size run."""
     tmp = tmp_path_factory.mktemp("agent_rehearsal")
     done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",

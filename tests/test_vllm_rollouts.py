@@ -183,8 +183,8 @@ import os
 import sys
 import time
 
+from training import worker
 from training.methods.grpo import GRPO
-from training import trainer
 from training.runtime.elastic import FAULT, ElasticStop
 
 updates, faulted = GRPO.updates, []
@@ -218,9 +218,9 @@ if __name__ == "__main__":
     from training.runtime.arguments import parse_args
 
     STOP = ElasticStop()
-    trainer.in_place_requested, trainer.AgentBarrier = (lambda: True), LocalBarrier
+    worker.in_place_requested, worker.AgentBarrier = (lambda: True), LocalBarrier
     GRPO.updates = faulted_in_step_3
-    sys.exit(trainer.main(parse_args(), stop=STOP))
+    sys.exit(worker.main(parse_args(), stop=STOP))
 '''
 
 
