@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-PROCESS_START = time.time()  # imported before torch (training/__main__.py): restart costs count from here
+PROCESS_START = time.time()  # training.worker imports this before the trainer and torch: restart costs count from here
 
 import argparse  # noqa: E402
 import os  # noqa: E402
