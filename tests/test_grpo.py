@@ -426,7 +426,7 @@ method._rollout = lambda model, rows, step: Experience([PromptGroup(s, tuple(pro
                                                        [rewards[s * N + i] for s in mine for i in range(N)], {})
 rows = [{"sample_ids": [s], "prompt_ids": prompts[s]} for s in mine]
 gradients = []
-for update in method.updates(model, [{"prompts": rows}], step=0):
+for update in method.updates(model, [{"prompts": rows}], step=0).updates:
     counts = torch.tensor([float(sum(m["label_tokens"] for m in update))], dtype=torch.float64)
     dist.all_reduce(counts)
     method.forward_backward(model, update, counts[0], B)

@@ -48,6 +48,28 @@ def test_group_advantages_are_the_groups_standardized_rewards():
     assert got[12:].abs().max() == 0  # no signal in a group whose completions all scored the same
 
 
+def test_rloo_advantages_are_each_reward_minus_the_mean_of_the_others_kept():
+    """RLOO against its formula in float64, a dropped (NaN) reward left out of the others' mean, and a
+    group with one kept reward carrying no signal; the config offers the registry's estimators, no other."""
+    from training.contract.methods import method_facts
+    from training.rl.algorithms import ADVANTAGE_ESTIMATORS
+
+    rng = random.Random(1)
+    rewards = [rng.random() for _ in range(8)] + [0.5, math.nan, 1.0, 0.0] + [math.nan, math.nan, 0.7, math.nan]
+    options = method_facts("grpo").build_args({"adv_estimator": "rloo"})
+    got = ADVANTAGE_ESTIMATORS[options.adv_estimator](torch.tensor(rewards, dtype=torch.float64), 4, options)
+    for g in range(4):
+        group = rewards[4 * g:4 * g + 4]
+        kept = [r for r in group if not math.isnan(r)]
+        for i, r in enumerate(group):
+            others = [x for j, x in enumerate(group) if j != i and not math.isnan(x)]
+            want = 0.0 if math.isnan(r) or not others else r - sum(others) / len(others)
+            assert got[4 * g + i].item() == pytest.approx(want, rel=1e-12, abs=1e-15), (g, i, kept)
+    assert got[12:].abs().max() == 0
+    with pytest.raises(ConfigError, match=f"adv_estimator='gae' is not one of {', '.join(ADVANTAGE_ESTIMATORS)}:"):
+        method_facts("grpo").build_args({"adv_estimator": "gae"})
+
+
 def reference_policy_loss(logp, old, adv, low, high, c):
     ratio = math.exp(logp - old)
     unclipped, clipped = -adv * ratio, -adv * min(max(ratio, 1 - low), 1 + high)
@@ -858,6 +880,17 @@ def test_the_dry_run_refuses_a_reward_it_cannot_call_before_writing_anything(lau
                            "exist (paths are relative to the directory the job runs in)")
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("mini_batches", "3", "method_args.mini_batches=3 does not divide train_batch_size=8 (prompts per step)"),
+    ("eval_pass_k", "[1,8]", "method_args.eval_pass_k=[1, 8] needs k from 1 to eval_group_size=1: raise eval_group_size to 8"),
+])
+def test_the_dry_run_refuses_grpo_keys_that_do_not_fit_together_in_one_line(launch, tmp_path, key, value, message):
+    """What the trainer would refuse at its start, the dry run refuses first, before writing anything."""
+    code, out, err = launch("recipes=llama/tiny_llama_grpo", f"++recipes.training_config.training_args.method_args.{key}={value}")
+    assert code != 0 and not (tmp_path / "out").exists()
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_the_dry_run_reads_prompt_rows_and_counts_those_too_long(launch):
     code, out, err = launch("recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true",
                             "recipes.training_config.training_args.method_args.max_prompt_length=10")
@@ -929,7 +962,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
     hold at least one that passed; checked against enumerating every k-subset."""
     from itertools import combinations
 
-    from training.methods.grpo import pass_at_k
+    from training.rl.algorithms import pass_at_k
 
     for n, c, k in [(4, 0, 1), (4, 1, 1), (4, 1, 2), (8, 3, 4), (8, 8, 2), (5, 2, 5), (6, 1, 3)]:
         passed = [True] * c + [False] * (n - c)
@@ -943,8 +976,9 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
     over them and pass@k per k of eval_pass_k, from the sums every rank adds up."""
     from types import SimpleNamespace
 
-    from training.contract.methods import method_facts
-    from training.methods.grpo import GRPO, pass_at_k
+    from training.contract.methods import check_sampling_options, method_facts
+    from training.methods.grpo import GRPO
+    from training.rl.algorithms import pass_at_k
 
     options = method_facts("grpo").build_args({"eval_group_size": 4, "eval_pass_k": [1, 2, 4],
                                                "eval_success_threshold": 1.0, "temperature": 0.7})
@@ -955,12 +989,12 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
         drawn.append((len(groups), n, params.temperature))
         return [[None] * n for _ in groups]
 
-    method = SimpleNamespace(options=options, params=SimpleNamespace(temperature=0.7), _steps_taken=3,
+    method = SimpleNamespace(options=options, params=SimpleNamespace(temperature=0.7),
                              engine=SimpleNamespace(generate=generate), device=torch.device("cpu"),
                              rewards=SimpleNamespace(judge=None),
                              maker=SimpleNamespace(score=lambda prompts, completions, step: rewards))
     prompts = [{"sample_ids": [0], "prompt_ids": [5]}, {"sample_ids": [1], "prompt_ids": [6]}]
-    sums = GRPO.eval_sums(method, None, {"prompts": prompts})
+    sums = GRPO.eval_sums(method, None, {"prompts": prompts}, 3)
     assert drawn == [(2, 4, 0.7)]
     metrics = GRPO.eval_metrics(method, sums)
     assert metrics["eval_reward"] == pytest.approx(3.5 / 8)
@@ -968,8 +1002,7 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
         assert metrics[f"eval_pass@{k}"] == pytest.approx((pass_at_k(4, 1, k) + pass_at_k(4, 2, k)) / 2)
     assert metrics["eval_pass@1"] < metrics["eval_pass@2"] < metrics["eval_pass@4"] == 1.0
     with pytest.raises(ConfigError, match=r"eval_pass_k=\[1, 8\] needs k from 1 to eval_group_size=4"):
-        GRPO(SimpleNamespace(train_batch_size=8), method_facts("grpo").build_args({"eval_group_size": 4,
-                                                                                  "eval_pass_k": [1, 8]}), None)
+        check_sampling_options(8, method_facts("grpo").build_args({"eval_group_size": 4, "eval_pass_k": [1, 8]}))
 
 
 def test_a_rehearsal_names_the_first_step_whose_completions_differ_from_the_fixed_runs(tmp_path):

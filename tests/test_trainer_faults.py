@@ -292,10 +292,10 @@ def poisoned(*args, **kwargs):
     trained[0].grad.fill_(float("nan"))
     return result
 trainer.method.forward_backward = poisoned
-record, _, _ = trainer.train_step(steps())
+record, *_ = trainer.train_step(steps())
 trainer.method.forward_backward = forward_backward
 unchanged = all(torch.equal(a, b) for a, b in zip(before, snapshot()))
-record, _, _ = trainer.train_step(steps())
+record, *_ = trainer.train_step(steps())
 moved = not all(torch.equal(a, b) for a, b in zip(before, snapshot()))
 print(json.dumps({"before_update": before_update, "skipped_unchanged": unchanged, "next_moves": moved,
                   "skipped_steps": trainer.state.skipped_steps, "config_unchanged": config_unchanged}))

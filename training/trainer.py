@@ -32,7 +32,7 @@ from training.data import build_data, describe_drops
 from training.doctor import check_gpu_image
 from training.export import export_hf
 from training.methods import load_method
-from training.methods.base import RunInfo
+from training.methods.base import MethodStep, RunInfo
 from training.model.causal_lm import build_sharded_model, check_model, weights_from
 from training.model.flops import attention_flops, matmul_flops_per_token
 from training.model.lora import checkpointed_weights
@@ -264,9 +264,10 @@ class Trainer:
         staged.numpy()[:] = values
         return staged.to(self.device, non_blocking=True)
 
-    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool]:
+    def train_step(self, micro_batches: list[dict]) -> tuple[dict, bool, bool, MethodStep]:
         """One step, of one optimizer update (GRPO: as many as its rollout is split into): (metrics
-        record, some rank asked to stop, some rank's async save is still writing); StepAbandoned
+        record, some rank asked to stop, some rank's async save is still writing, the method's step
+        for its audit and warnings); StepAbandoned
         when a stop ends it before it is taken (GRPO). Nothing in it
         reads the device before the optimizer step is queued: the token counts and the stop/save
         flags reach the device from pinned memory and are summed over ranks on it, and a non-finite
@@ -276,13 +277,13 @@ class Trainer:
         ta = self.cfg.training_config.training_args
         started = time.perf_counter()
         lr = self.set_learning_rate()
-        updates = self.method.updates(self.model, micro_batches, self.state.step)
-        if updates is None:
+        planned = self.method.updates(self.model, micro_batches, self.state.step)
+        if planned is None:
             raise StepAbandoned("rollout")
         tokens, loss_sum, sums, norms = 0, 0, {}, []
         updating = time.perf_counter()
-        for done, update in enumerate(updates):
-            if done and self._abandon_between_updates(done, len(updates), updating):
+        for done, update in enumerate(planned.updates):
+            if done and self._abandon_between_updates(done, len(planned.updates), updating):
                 raise StepAbandoned("updates")
             counts = self.on_device(step_counts(update))  # [label, input tokens, squared lengths, samples]
             dist.all_reduce(counts)
@@ -296,7 +297,7 @@ class Trainer:
             tokens, loss_sum, sums = tokens + counts, loss_sum + update_loss, added(sums, update_sums)
             norms.append(grad_norm)
         flags = self.on_device([self.stop.requested, self.checkpointer.writing])
-        names, sums = packed(added(sums, self.method.step_stats()), self.device)
+        names, sums = packed(added(sums, self.method.step_stats(planned)), self.device)
         stats = torch.cat([loss_sum.double().reshape(1), flags, sums])
         dist.all_reduce(stats)
         loss_sum, stop, writing, *totals = stats.tolist()
@@ -313,7 +314,7 @@ class Trainer:
         self.state.consumed_samples += self.plan.global_batch
         record = self._step_record(loss_sum, skipped, lr, grad_norm, tokens.tolist(),
                                    time.perf_counter() - started, unpacked(names, totals))
-        return record, bool(stop), bool(writing)
+        return record, bool(stop), bool(writing), planned
 
     def _abandon_between_updates(self, done: int, total: int, updating: float) -> bool:
         """Whether an agreed stop abandons the step after `done` of its `total` updates, begun at
@@ -362,16 +363,16 @@ class Trainer:
         with torch.no_grad():
             for i in range(rounds):
                 batch = self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]])
-                sums = added(sums, self.method.eval_sums(self.model, batch))
+                sums = added(sums, self.method.eval_sums(self.model, batch, self.state.step))
         self.model.train()
         names, totals = packed(sums, self.device)
         dist.all_reduce(totals)
         return {"step": self.state.step, **self.method.eval_metrics(unpacked(names, totals.tolist()))}
 
-    def _audit(self, micro_batches: list[dict]) -> None:
+    def _audit(self, micro_batches: list[dict], planned: MethodStep) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]
         gathered = [None] * self.topo.world_size if self.rank0 else None
-        dist.gather_object((ids, self.method.audited()), gathered, dst=0)
+        dist.gather_object((ids, self.method.audited(planned)), gathered, dst=0)
         if self.rank0:
             extra = {k: [x for _, part in gathered for x in part[k]] for k in gathered[0][1]}
             self.log.samples(self.state.step, self.topo.world_size, [sid for part, _ in gathered for sid in part], **extra)
@@ -408,18 +409,18 @@ class Trainer:
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
             try:
-                record, stopping, writing = self.train_step(micro_batches)
+                record, stopping, writing, planned = self.train_step(micro_batches)
             except StepAbandoned as e:  # redone after the restart
                 return self._stop(abandoned=e.phase)
             if self.process.unsynced is not None:  # the restart is over: the disk's work slows nothing now
                 self.process.unsynced.release()
                 self.process.unsynced = None
             if tc.logging.audit_samples:
-                self._audit(micro_batches)
+                self._audit(micro_batches, planned)
             if self.state.step % tc.logging.log_every == 0 or self.state.step == self.last_step:
                 self.log.log(record)
                 reset_peak_memory(self.device)  # the next record's peak is its logging window's
-            for warning in self.method.watch(record):
+            for warning in self.method.watch(record, planned):
                 self.log.event(event="warning", step=self.state.step, message=warning)
             failing = self.method.failing()
             if failing:  # every rank read the same record: all stop here, with this step's checkpoint

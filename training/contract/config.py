@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from training.contract.errors import ConfigError
-from training.contract.methods import method_facts, method_names
+from training.contract.methods import check_sampling_options, method_facts, method_names
 from training.contract.typed import build, one_of, ranged
 from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 
@@ -228,7 +228,9 @@ def check_methods(tc: TrainingSection) -> None:
                           f"model_config.architecture=null to train that model, or model_name_or_path=null to build the "
                           f"inline one")
     method = method_facts(tc.training_args.trainer_type)
-    method.build_args(tc.training_args.method_args)
+    options = method.build_args(tc.training_args.method_args)
+    if method.data_format == "prompts":
+        check_sampling_options(tc.training_args.train_batch_size, options)
     if tc.datasets.format != "auto" and method.data_format == "pairs":
         raise ConfigError(f"training_config.datasets.format={tc.datasets.format!r} with trainer_type={method.name}: "
                           f"formats are SFT's; preference training reads pairs (prompt, chosen, rejected): set "

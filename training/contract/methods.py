@@ -90,6 +90,16 @@ def completion_budget(options) -> int:
     return options.max_total_tokens or options.max_new_tokens * options.max_turns
 
 
+def check_sampling_options(train_batch_size: int, options) -> None:
+    """GRPO's keys that only make sense together: checked by the launcher at every size, by the trainer at its start."""
+    if train_batch_size % options.mini_batches:
+        raise ConfigError(f"{ARGS_KEY}.mini_batches={options.mini_batches} does not divide train_batch_size="
+                          f"{train_batch_size} (prompts per step): each update takes an equal share of the step's prompts")
+    if options.eval_pass_k and (max(options.eval_pass_k) > options.eval_group_size or min(options.eval_pass_k) < 1):
+        raise ConfigError(f"{ARGS_KEY}.eval_pass_k={options.eval_pass_k} needs k from 1 to eval_group_size="
+                          f"{options.eval_group_size}: raise eval_group_size to {max(options.eval_pass_k)} or drop the larger k")
+
+
 def sampling_options(tc):
     """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
     method = method_facts(tc.training_args.trainer_type)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -50,6 +50,16 @@ class RunInfo:
     audit: bool = False  # logging.audit_samples: keep what reproduces the run (a judge's every verdict)
 
 
+@dataclass
+class MethodStep:
+    """A step as its method planned it: the optimizer updates, each a list of micro-batches (the same
+    count on every rank), and the method's own record of the step (GRPO: its experience), which the
+    trainer hands back to the step's statistics, audit and warnings: nothing of a step stays on the method."""
+
+    updates: list[list[dict]]
+    state: Any = None
+
+
 class TrainingMethod:
     data_format: str  # how training.data encodes a row: "chat" (one conversation) or "pairs" (chosen/rejected)
     reference_forwards = 0  # forward passes without gradients per trained sequence (for the FLOPs count)
@@ -79,18 +89,18 @@ class TrainingMethod:
         """A padded micro-batch (of `self.shape`) with host-side `label_tokens`, `tokens` and `sample_ids`."""
         raise NotImplementedError
 
-    def updates(self, model, micro_batches: list[dict], step: int) -> list[list[dict]] | None:
-        """The step's optimizer updates, each a list of micro-batches (the same count on every rank):
-        one for SFT and DPO; GRPO generates and scores first, then splits its rollout. None, on every
-        rank, when a stop came before any update: the step is abandoned (and redone after a restart)."""
-        return [micro_batches]
+    def updates(self, model, micro_batches: list[dict], step: int) -> MethodStep | None:
+        """The step's optimizer updates: one for SFT and DPO; GRPO generates and scores first, then
+        splits its experience. None, on every rank, when a stop came before any update: the step is
+        abandoned (and redone after a restart)."""
+        return MethodStep([micro_batches])
 
-    def step_stats(self) -> dict:
-        """Sums of the step beyond its updates' (GRPO's rollout) by name, summed over ranks by the
+    def step_stats(self, step: MethodStep) -> dict:
+        """Sums of the step beyond its updates' (GRPO's experience) by name, summed over ranks by the
         trainer (training.runtime.named_sums) and handed to step_metrics with the updates' sums."""
         return {}
 
-    def watch(self, record: dict) -> list[str]:
+    def watch(self, record: dict, step: MethodStep) -> list[str]:
         """Warnings that this step's metrics record makes true (each said once a run): where a run
         cannot learn as configured (GRPO: training.rl.learning_signals)."""
         return []
@@ -104,7 +114,7 @@ class TrainingMethod:
         judge that failed every verdict for `max_failed_steps` steps."""
         return None
 
-    def audited(self) -> dict[str, list]:
+    def audited(self, step: MethodStep) -> dict[str, list]:
         """What samples.jsonl records of this rank's step beyond its sample ids (logging.audit_samples),
         as lists the trainer joins over ranks: GRPO's completions."""
         return {}
@@ -122,8 +132,8 @@ class TrainingMethod:
         """The step's `loss` and the method's own metrics, from the sums by name over every rank."""
         raise NotImplementedError
 
-    def eval_sums(self, model, batch: dict) -> dict:
-        """One validation micro-batch's sums by name, summed over batches and ranks."""
+    def eval_sums(self, model, batch: dict, step: int) -> dict:
+        """One validation micro-batch's sums by name, summed over batches and ranks, after `step` steps."""
         raise NotImplementedError
 
     def eval_metrics(self, sums: dict[str, float]) -> dict:

@@ -109,7 +109,7 @@ class DPO(TrainingMethod):
     def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
         return {"loss": loss_sum / global_batch, **reward_stats(sums, global_batch)}
 
-    def eval_sums(self, model, batch):
+    def eval_sums(self, model, batch, step):
         _, scores = self.pair_scores(model, batch)
         losses, chosen, rejected = dpo_loss(scores, self.options.beta, self.options.loss_type)
         sums = {"loss": losses.sum(), **pair_sums(chosen, rejected)}

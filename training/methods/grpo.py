@@ -1,15 +1,13 @@
 """Group relative policy optimization (Shao et al., 2024) with verifiable rewards.
 
-A step takes the global batch of prompts (`train_batch_size` counts prompts), samples
-`num_generations` completions of each from the current policy and scores them (training.rl.experience,
-with the engine of training.rl.engines: the same completions at any world size), and turns each
-completion's reward into an advantage relative to its group (training.rl.algorithms). The rollout batch is then
-split into `mini_batches` optimizer updates, each the same set of prompts at every world size: the
-clipped policy-gradient loss against the rollout's log-probabilities, plus `kl_coef` times the
-low-variance KL to the reference model, averaged over the update's completion tokens on every rank
-(verl's token-mean). The reference is the initial model: the base with LoRA's adapters switched
-off, or a frozen copy in full-parameter training (as DPO's). With `environment`, each completion is an
-agent's trajectory of turns and tool replies (training.rl.agent_rollout), its replies carrying no loss.
+A step takes the global batch of prompts (`train_batch_size` counts prompts), samples `num_generations`
+completions of each and scores them: the step's Experience (training.rl.experience, the same completions at
+any world size; an agent's trajectories with `environment`, their tool replies carrying no loss). Each reward
+becomes an advantage relative to its group (`adv_estimator`); the experience is split into `mini_batches`
+updates, the same prompts at every world size (training.rl.update_batches), each the policy loss `loss_fn`
+against the rollout's log-probabilities plus `kl_coef` times the low-variance KL to the reference (the
+initial model: LoRA's base, or a frozen copy as DPO's), averaged over the update's completion tokens on every
+rank (verl's token-mean). The losses and estimators are registries in training.rl.algorithms.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from training.batches import IGNORE_INDEX, BatchShape, collate
+from training.batches import IGNORE_INDEX, BatchShape
 from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
@@ -32,16 +30,17 @@ from training.contract.judge import judge_settings
 from training.contract.methods import completion_budget
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.contract.typed import one_of, ranged
-from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
+from training.methods.base import MethodStep, TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
-from training.rl.algorithms import (POLICY_LOSSES, group_advantages, low_var_kl, rollout_correction_weights,
-                                     token_sum)
+from training.rl.algorithms import (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, low_var_kl, pass_at_k,
+                                     rollout_correction_weights, token_sum)
 from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
-from training.rl.experience import Experience, ExperienceMaker, prompt_groups, training_row
+from training.rl.experience import Experience, ExperienceMaker, prompt_groups
 from training.rl.judge import Judge, judge_metrics
 from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.sampling import SamplingParams
+from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
 from training.runtime.named_sums import added
 
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
@@ -72,7 +71,9 @@ class Args:  # training_args.method_args, with verl's defaults
     # weights, or CISPO's clipped and constant weights (clip_ratio_low/high bound them)
     loss_fn: str = one_of("ppo", "importance_sampling", "cispo")
     kl_coef: float = ranged(0.001, ge=0)  # low_var_kl to the reference; 0: no reference model
-    scale_rewards: bool = True  # divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
+    # each completion's advantage (training.rl.algorithms): relative to its group's mean, or to the others' (RLOO)
+    adv_estimator: str = one_of("grpo", "rloo")
+    scale_rewards: bool = True  # grpo: divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
     # verl's decoupled rollout importance sampling (algorithm.rollout_correction.rollout_is): each token's
     # loss weighed by pi_old / the sampler's probability, per token or per completion, at most the threshold
     rollout_correction: str = one_of("none", "token", "sequence")
@@ -111,29 +112,12 @@ class Args:  # training_args.method_args, with verl's defaults
     tool_max_failed_steps: int = ranged(3, ge=1)  # steps in a row whose every tool call raised or timed out: then stop
 
 
-def update_shares(plan, mini_batches: int) -> list[list[list[int]]]:
-    """For each optimizer update, every rank's own prompts in it (indices into the rank's share).
-    Update u takes the global batch's positions p with p % mini_batches == u, whichever ranks hold
-    them: the same prompts at every world size, and each rank holds its share of every update (a
-    contiguous split would leave most ranks padding through most updates)."""
-    return [[[i for i in range(n) if (off + i) % mini_batches == u] for off, n in zip(plan.offsets, plan.local_batches)]
-            for u in range(mini_batches)]
-
-
 class GRPO(TrainingMethod):
     data_format = DATA_FORMAT
     reference: torch.nn.Module | None = None
 
     def __init__(self, args, options, device, shape=None):
         super().__init__(args, options, device, shape)
-        if args.train_batch_size % options.mini_batches:
-            raise ConfigError(f"training_config.training_args.method_args.mini_batches={options.mini_batches} does not "
-                              f"divide train_batch_size={args.train_batch_size} (prompts per step): each update takes "
-                              f"an equal share of the step's prompts")
-        if options.eval_pass_k and (max(options.eval_pass_k) > options.eval_group_size or min(options.eval_pass_k) < 1):
-            raise ConfigError(f"training_config.training_args.method_args.eval_pass_k={options.eval_pass_k} needs k "
-                              f"from 1 to eval_group_size={options.eval_group_size}: raise eval_group_size to "
-                              f"{max(options.eval_pass_k)} or drop the larger k")
         self.rows_per_sample = options.num_generations
         self.prompt_limit = options.max_prompt_length
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
@@ -149,21 +133,17 @@ class GRPO(TrainingMethod):
         self.rewards = RewardPool(specs, options.reward_weights, RewardOptions(options.answer_key, options.format_pattern),
                                   options.reward_timeout)
         self.reward_names = metric_names(specs)
-        self._step_rollout: Experience | None = None  # the step's, for its statistics and its audit
-        self._longest = 0.0  # the step's longest completion over every rank
-        self._logprob_s = 0.0  # the step's scoring of its completions before the updates
-        self._steps_taken = 0  # optimizer steps before the one being taken (TRL's global_step)
         self.signals = SignalWatch()
         # The services the rewards depend on, each with this rank's newest failure of it: first the judge,
         # whose failures are why the groups are flat.
-        self.service_watches: list[tuple[FailureWatch, Callable[[], str | None]]] = []
+        self.service_watches: list[tuple[FailureWatch, Callable[[MethodStep], str | None]]] = []
         if self.judge_settings is not None:
             self.service_watches.append((FailureWatch(judge_service(self.judge_settings.label),
                                                       self.judge_settings.max_failed_steps),
-                                         lambda: self.rewards.judge.last_failure))
+                                         lambda step: self.rewards.judge.last_failure))
         if options.environment:
             self.service_watches.append((FailureWatch(environment_service(options.environment),
-                                                      options.tool_max_failed_steps), self._a_tool_failure))
+                                                      options.tool_max_failed_steps), a_tool_failure))
 
     # --- set-up ---
     def prepare(self, model, frozen_copy, run=None):
@@ -212,28 +192,22 @@ class GRPO(TrainingMethod):
 
     # --- a step ---
     def updates(self, model, micro_batches, step):
-        self._steps_taken = step
         prompts = [p for micro in micro_batches for p in micro["prompts"]]
-        rollout = self._rollout(model, prompts, step)
+        experience = self._rollout(model, prompts, step)
         # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
         if self.run.agree_stop():
             return None
         scoring = time.perf_counter()
-        advantages = group_advantages(torch.tensor(rollout.rewards, dtype=torch.float64),
-                                      self.options.num_generations, self.options.scale_rewards)
-        n, micro = self.options.num_generations, self.row_shape.rows
-        updates = []
-        for u, share in enumerate(update_shares(self.run.plan, self.options.mini_batches)):
-            mine = [(p, i) for p in share[self.run.rank] for i in range(n)]  # (prompt, completion)
-            count = max(math.ceil(len(prompts) * n / micro) for prompts in share)  # micro-batches: equal on every rank
-            chunks = [mine[k * micro:(k + 1) * micro] for k in range(count)]
-            # The first update's policy is the rollout's: its own forward gives the old log-probabilities.
-            updates.append([self._micro_batch(model, rollout, advantages, chunk, old_log_probs=u > 0)
-                            for chunk in chunks])
+        advantages = ADVANTAGE_ESTIMATORS[self.options.adv_estimator](
+            torch.tensor(experience.rewards, dtype=torch.float64), self.options.num_generations, self.options)
+        # The first update's policy is the rollout's: its own forward gives the old log-probabilities.
+        updates = [[self._micro_batch(model, experience, advantages, chunk, old_log_probs=u > 0) for chunk in chunks]
+                   for u, chunks in enumerate(update_chunks(self.run.plan, self.run.rank, self.options.mini_batches,
+                                                            self.options.num_generations, self.row_shape.rows))]
         if self.run.agree_stop():  # a stop during the log-probabilities' forwards: the weights are still the last step's
             return None
-        self._step_rollout, self._logprob_s = rollout, time.perf_counter() - scoring  # the agreement waited for them
-        return updates
+        experience.logprob_s = time.perf_counter() - scoring  # the agreement waited for them
+        return MethodStep(updates, experience)
 
     def _rollout(self, model, prompts: list[dict], step: int) -> Experience | None:
         """The step's experience (training.rl.experience); None when this rank's stop cut it short."""
@@ -243,21 +217,10 @@ class GRPO(TrainingMethod):
         finally:
             model.train()
 
-    def _micro_batch(self, model, rollout: Experience, advantages: torch.Tensor, completions: list[tuple[int, int]],
+    def _micro_batch(self, model, experience: Experience, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
-        n, rows, advantage = self.options.num_generations, [], []
-        for p, i in completions:
-            rows.append(training_row(rollout.groups[p], rollout.completions[p][i]))
-            advantage.append(advantages[p * n + i])
-        batch = collate(rows, self.row_shape)
-        batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
-        batch["advantages"][:len(advantage)] = torch.tensor(advantage, dtype=torch.float64)
-        if self.options.rollout_correction != "none":  # the sampler's log-probabilities where the labels hold its tokens
-            batch["rollout_log_probs"] = torch.zeros(batch["labels"].shape)
-            for row, (p, i) in enumerate(completions):
-                completion = rollout.completions[p][i]
-                start, values = len(completion.prompt_ids or rollout.groups[p].prompt_ids) - 1, completion.log_probs
-                batch["rollout_log_probs"][row, start:start + len(values)] = torch.tensor(values)
+        batch = micro_batch(experience, advantages, completions, self.row_shape, self.options.num_generations,
+                            sampler_log_probs=self.options.rollout_correction != "none")
         with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
             inputs = model_inputs(batch, self.device)
             if old_log_probs:
@@ -268,19 +231,12 @@ class GRPO(TrainingMethod):
         return batch
 
     def traced_micro_batch(self, vocab: int) -> dict:
-        """An update's micro-batch at its largest, for the memory trace: every prompt max_prompt_length
-        and every completion at its budget (an agent's: max_total_tokens), with the log-probabilities it carries."""
+        """An update's micro-batch at its largest, for the memory trace (an agent's completion: max_total_tokens)."""
         o = self.options
-        ids = [i % vocab for i in range(o.max_prompt_length + self.completion_budget)]
-        labels = [IGNORE_INDEX] * o.max_prompt_length + ids[o.max_prompt_length:]
-        batch = collate([{"input_ids": ids, "labels": labels, "sample_ids": [n], "lengths": [len(ids)]}
-                         for n in range(self.row_shape.rows)], self.row_shape)
-        batch["advantages"] = torch.zeros(self.row_shape.rows, dtype=torch.float64)
-        for key, carried in (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0),
-                             ("rollout_log_probs", o.rollout_correction != "none")):
-            if carried:
-                batch[key] = torch.zeros(batch["labels"].shape)
-        return batch
+        carried = (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0),
+                   ("rollout_log_probs", o.rollout_correction != "none"))
+        return largest_micro_batch(self.row_shape, o.max_prompt_length, self.completion_budget, vocab,
+                                   tuple(key for key, kept in carried if kept))
 
     def forward_backward(self, model, micro_batches, label_tokens, global_batch, documents=None):
         # The update's loss summed over its completion tokens, over the update's tokens on every rank
@@ -312,37 +268,32 @@ class GRPO(TrainingMethod):
                 ("policy_loss", policy), ("kl", kl), ("clipped", clipped), ("entropy", entropy), ("correction", correction))})
         return loss_sum, sums
 
-    def watch(self, record: dict) -> list[str]:
-        said = [warning for watch, a_failure in self.service_watches for warning in watch(record, a_failure())]
+    def watch(self, record: dict, step: MethodStep) -> list[str]:
+        said = [warning for watch, a_failure in self.service_watches for warning in watch(record, a_failure(step))]
         return said + self.signals(record)
 
     def failing(self) -> str | None:
         return next((dead for watch, _ in self.service_watches if (dead := watch.dead())), None)
 
-    def _a_tool_failure(self) -> str | None:
-        completions = self._step_rollout.flat() if self._step_rollout is not None else []
-        return next((c.trace.failure for c in completions if c.trace.failure), None)
-
     def warnings(self) -> list[str]:
         return list(self.signals.said.values())
 
-    def audited(self):
-        return self._step_rollout.audited(self.run.tokenizer.decode, self.options.num_generations, self.reward_names)
+    def audited(self, step: MethodStep):
+        return step.state.audited(self.run.tokenizer.decode, self.options.num_generations, self.reward_names)
 
     # --- metrics ---
-    def step_stats(self) -> dict:
-        """This rank's sums of the step's rollout by name (summed over ranks by the trainer): its
-        completions and rewards, each reward function's, the judge's and an agent's; the longest
-        completion over every rank, to `_longest`."""
-        rollout = self._step_rollout
-        longest = torch.tensor([float(max((len(c.token_ids) for c in rollout.flat()), default=0))], device=self.device)
+    def step_stats(self, step: MethodStep) -> dict:
+        """This rank's sums of the step's experience by name (summed over ranks by the trainer): its
+        completions and rewards, each reward function's, the judge's and an agent's."""
+        experience: Experience = step.state
+        # The longest completion over every rank, as each rank's copy of it: summed, dp_size times it.
+        longest = torch.tensor([float(max((len(c.token_ids) for c in experience.flat()), default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
-        self._longest = float(longest)
-        sums = {**rollout.sums(self.options.num_generations, self.reward_names), "logprob_s": self._logprob_s}
+        sums = {**experience.sums(self.options.num_generations, self.reward_names), "longest_copies": float(longest)}
         if self.rewards.judge is not None:
             sums.update(dataclasses.asdict(self.rewards.judge.costs()))
         if self.options.environment:
-            sums.update(self.engine.step_sums([c.trace for c in rollout.flat()]))
+            sums.update(self.engine.step_sums([c.trace for c in experience.flat()]))
         return sums
 
     def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
@@ -355,7 +306,7 @@ class GRPO(TrainingMethod):
                 **{f"reward_{name}": sums[f"reward:{name}"] / max(sums[f"scored:{name}"], 1) for name in self.reward_names},
                 "flat_groups": sums["flat_groups"] / max(sums["groups"], 1),
                 "completion_tokens_mean": sums["completion_tokens"] / count,
-                "completion_tokens_max": self._longest, "cut_fraction": sums["cut"] / count,
+                "completion_tokens_max": sums["longest_copies"] / ranks, "cut_fraction": sums["cut"] / count,
                 "kl": sums["kl"] / tokens, "clip_fraction": sums["clipped"] / tokens,
                 "entropy": sums["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sums["weight_sync_s"] / ranks,
                 **({"rollout_correction_weight": sums["correction"] / tokens}
@@ -366,14 +317,14 @@ class GRPO(TrainingMethod):
                 **(self.engine.step_metrics(sums, count, ranks) if self.options.environment else {})}
 
     # --- evaluation: eval_group_size completions per validation prompt (one: greedy), the mean reward, pass@k ---
-    def eval_sums(self, model, batch):
+    def eval_sums(self, model, batch, step):
         prompts, o = batch["prompts"], self.options
         params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
         # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
         completions = list(self.engine.generate(prompt_groups(prompts, bool(o.environment)), o.eval_group_size, params, 0))
         sums = {"reward": 0.0, "scored": 0.0, "prompts": 0.0, **{f"pass@{k}": 0.0 for k in o.eval_pass_k or []}}
         if prompts:
-            totals = self.maker.score(prompts, completions, self._steps_taken)
+            totals = self.maker.score(prompts, completions, step)
             scored = [t for t in totals if not math.isnan(t)]
             n = o.eval_group_size
             passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
@@ -391,10 +342,9 @@ class GRPO(TrainingMethod):
                 **{f"eval_{k}": v for k, v in judged.items() if k != "judge_ledger"}}  # the ledger's size: the steps' records
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimate of pass@k from n completions of which c passed (Chen et al., 2021):
-    1 - C(n - c, k) / C(n, k)."""
-    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+def a_tool_failure(step: MethodStep) -> str | None:
+    """The step's first failed tool call or environment reset (an agent's trajectories)."""
+    return next((c.trace.failure for c in step.state.flat() if c.trace.failure), None)
 
 
 METHOD = GRPO

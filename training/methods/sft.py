@@ -53,7 +53,7 @@ class SFT(TrainingMethod):
         balance = {"router_balance_loss": sums["router_balance_loss"]} if "router_balance_loss" in sums else {}
         return {"loss": loss_sum / label_tokens if label_tokens else None, **balance}  # the balance: the samples' mean
 
-    def eval_sums(self, model, batch):
+    def eval_sums(self, model, batch, step):
         loss = model(**model_inputs(batch, self.device))  # stays on the device: no host sync per batch
         return {"loss": loss.double(), "label_tokens": float(batch["label_tokens"])}  # float64 over batches
 

@@ -9,6 +9,7 @@ MiniMax's CISPO, the losses the vendor's agentic recipes choose from (`loss_fn`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,27 @@ def _advantages_without(grouped: torch.Tensor, dropped: torch.Tensor, scale_rewa
         std = ((centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
         centered = torch.where(count > 1, centered / (std + ADVANTAGE_EPS), torch.zeros_like(centered))
     return centered
+
+
+def leave_one_out_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Each completion's reward minus the mean of the others in its group (RLOO: REINFORCE leave-one-out,
+    Ahmadian et al., 2024; verl's `rloo`): k / (k - 1) times the reward minus the group's mean over its k
+    kept completions. A dropped (NaN) reward, or a group with one kept completion, has advantage 0."""
+    grouped = rewards.reshape(-1, group_size)
+    kept = (~grouped.isnan()).to(grouped.dtype)
+    count = kept.sum(dim=1, keepdim=True)
+    values = grouped.nan_to_num(0.0)
+    centered = (values - values.sum(dim=1, keepdim=True) / count.clamp(min=1)) * kept
+    return torch.where(count > 1, centered * count / (count - 1).clamp(min=1), torch.zeros_like(centered)).reshape(-1)
+
+
+# The advantage estimators `adv_estimator` chooses from, one signature: (rewards of the step's groups one
+# after another, group size, GRPO's options) -> per-completion advantages. A new one is a function and a line.
+AdvantageEstimator = Callable[[torch.Tensor, int, object], torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "grpo": lambda rewards, group_size, o: group_advantages(rewards, group_size, o.scale_rewards),
+    "rloo": lambda rewards, group_size, o: leave_one_out_advantages(rewards, group_size),
+}
 
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -119,3 +141,9 @@ def token_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The sum over real completion tokens; divided by the update's completion tokens over every
     rank it is verl's `token-mean` over the whole batch, the same at every world size."""
     return (values * mask).sum()
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n completions of which c passed (Chen et al., 2021):
+    1 - C(n - c, k) / C(n, k)."""
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
