@@ -49,7 +49,7 @@ def worker(directory: str) -> None:
                         world_size=dist.get_world_size())
     dist.barrier()
     start = time.perf_counter()
-    path = ckpt.save(model, opt, TrainState(step=1, fingerprint={}), blocking=True)
+    path = Path(ckpt.save(model, opt, TrainState(step=1, fingerprint={}), blocking=True))
     save = time.perf_counter() - start
     model, opt = fresh()
     if dist.get_rank() == 0:

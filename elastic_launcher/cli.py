@@ -126,8 +126,16 @@ def dry_run(job: Job) -> int:
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
               f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "
               f"{job.plan.instance.name}: restarts in a pod that stayed read its checkpoint there")
-    if job.plan.policy.is_elastic and not job.settings.cluster.checkpoint_pvc:
-        print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize")
+    uri, cluster = job.plan.base.training_config.checkpoint.uri, job.settings.cluster
+    if uri:  # read and written by the trainer, which checks the bucket before its first step (as it does hub ids)
+        role = f"cluster.service_account={cluster.service_account}'s role" if cluster.service_account else "their role"
+        print(f"checkpoints: {uri} (checked by the trainer; the pods reach it with {role}, no volume needed)")
+        if not cluster.service_account:
+            print(f"warning: no cluster.service_account: the pods need a role that may read, write and delete under "
+                  f"{uri} (EKS IRSA or Pod Identity); set cluster.service_account=<name>")
+    elif job.plan.policy.is_elastic and not cluster.checkpoint_pvc:
+        print("warning: no cluster.checkpoint_pvc: checkpoints on pod-local storage do not survive a resize; give a "
+              "PersistentVolumeClaim or recipes.training_config.checkpoint.uri=s3://<bucket>/<prefix>")
     if not job.settings.cluster.image:
         print("warning: cluster.image is not set: the manifest names a placeholder image; set cluster.image=<image> "
               "before applying it")

@@ -65,14 +65,14 @@ def whole_tier(config) -> bool:
 def pytest_sessionstart(session):
     config = session.config
     config.stash[SESSION_START] = time.time()
-    # A whole run of the full tier needs both cached virtualenvs: on a fresh machine their builds
+    # A whole run of the full tier needs its cached virtualenvs: on a fresh machine their builds
     # (downloads, mostly) start now, beside the first tests, instead of one at a time when a test first
     # asks; the fixtures wait on a build's lock (scripts/image_venv.py) and rebuild one that failed.
     if config.getoption("--full") and not hasattr(config, "workerinput") and whole_tier(config):
         config.stash[VENV_BUILDS] = [
-            subprocess.Popen([sys.executable, str(ROOT / "scripts" / script)], stdout=subprocess.DEVNULL,
+            subprocess.Popen([sys.executable, str(ROOT / "scripts" / script), *args], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-            for script in ("image_venv.py", "vllm_cpu_venv.py")]
+            for script, *args in (["image_venv.py"], ["vllm_cpu_venv.py"], ["s3_server.py", "--python"])]
 
 
 def pytest_runtest_logreport(report):
@@ -342,6 +342,47 @@ def vllm_python() -> str:
                            text=True, timeout=IMAGE_VENV_BUILD_TIMEOUT)
     assert built.returncode == 0, built.stderr[-3000:]
     return built.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 on loopback (moto's server in its own virtualenv: scripts/s3_server.py), for the whole
+    session; yields its endpoint URL. Nothing reaches AWS."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "s3_server.py")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        endpoint = server.stdout.readline().strip()  # printed once it listens (after a first build of its venv)
+        assert endpoint.startswith("http://127.0.0.1:"), endpoint
+        yield endpoint
+    finally:
+        server.stdin.close()  # the server stops when its input ends
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, request):
+    """The standard AWS variables pointed at the loopback S3 (in this process and the jobs it starts), and
+    a new empty bucket named after the test: its name."""
+    import re
+    import urllib.request
+
+    for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
+                        "AWS_SECRET_ACCESS_KEY": "test"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-")
+    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{bucket}", method="PUT"), timeout=30).close()
+    return bucket
+
+
+def bucket_keys(bucket: str, prefix: str = "") -> dict[str, int]:
+    """Key -> size of every object under `prefix` in the loopback bucket."""
+    from training.contract.buckets import client, objects
+
+    return objects(client("test"), "test", f"s3://{bucket}", prefix)
 
 
 @pytest.fixture(params=["requirements", "image"])

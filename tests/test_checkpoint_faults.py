@@ -13,8 +13,8 @@ import torch
 
 from conftest import tiny_causal_lm
 from training.state import checkpoint_files
-from training.state.checkpoint import (COMPLETE, CORRUPT_SUFFIX, Checkpointer, CheckpointError, TrainState,
-                                       complete_checkpoints, is_checkpoint, step_dir)
+from training.contract.checkpoint_dirs import COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint, step_dir
+from training.state.checkpoint import Checkpointer, CheckpointError, TrainState
 from training.state.node_local import NODE_LOCAL, SHARED, NodeLocalTier
 
 

@@ -10,7 +10,7 @@ import torch
 
 from conftest import (ROOT, committed_samples, losses, records, render_configs, run_launcher_process, tiny_causal_lm,
                       train)
-from training.state.checkpoint import latest_checkpoint
+from training.contract.checkpoint_dirs import latest_checkpoint
 from training.state.checkpoint_files import bytes_on_disk
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

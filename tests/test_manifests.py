@@ -15,6 +15,7 @@ FULL_CLUSTER = ["cluster.image=123456789012.dkr.ecr.us-west-2.amazonaws.com/trai
                 "cluster.shm_size=64Gi", "+cluster.env.NCCL_DEBUG=WARN",
                 "+cluster.secret_env.HF_TOKEN={secret:hf-token,key:token}",
                 "+cluster.host_paths.datasets={path:/fsx/datasets,mount:/datasets}",
+                "+cluster.pvcs.s3-data={claim:s3-data-claim,mount:/s3-data}",
                 "cluster.tolerations=[{key:nvidia.com/gpu,operator:Exists,effect:NoSchedule}]"]
 
 
@@ -199,8 +200,11 @@ def test_trainjob_fields_users_rely_on(launch, tmp_path):
     assert container["name"] == "node"  # the runtime's trainer container, which the patch extends
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts == {"training-config": "/config", "shm": "/dev/shm", "checkpoints": "/checkpoints",
-                      "datasets": "/datasets", "node-local": "/node-local"}
+                      "datasets": "/datasets", "s3-data": "/s3-data", "node-local": "/node-local"}
     assert {v["name"] for v in pod["spec"]["volumes"]} == set(mounts)
+    # a claim of cluster.pvcs (a bucket through the Mountpoint for S3 CSI driver): read-only
+    [data] = [v for v in pod["spec"]["volumes"] if v["name"] == "s3-data"]
+    assert data["persistentVolumeClaim"] == {"claimName": "s3-data-claim", "readOnly": True}
     assert "config-n2.yaml" in configmap["data"]
 
 

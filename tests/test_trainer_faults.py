@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, losses, render_configs, running
-from training.state.checkpoint import complete_checkpoints
+from training.contract.checkpoint_dirs import complete_checkpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -202,7 +202,7 @@ def test_a_missing_local_path_is_never_taken_for_a_hub_id(tmp_path, monkeypatch)
 
 
 def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_weights(configs, tmp_path):
-    from training.state.checkpoint import CORRUPT_SUFFIX, step_dir
+    from training.contract.checkpoint_dirs import CORRUPT_SUFFIX, step_dir
 
     run_dir = tmp_path / "run"
     first = trainer(configs, run_dir)

@@ -11,7 +11,7 @@ import pytest
 from conftest import (assert_stops_cleanly, committed_samples, killed_if_left, local_job, losses, records,
                       render_configs, running, train, wait_for)
 from elastic_launcher.local.run import child_pids
-from training.state.checkpoint import COMPLETE, latest_checkpoint, step_dir
+from training.contract.checkpoint_dirs import COMPLETE, latest_checkpoint, step_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 # The tests that compare with the module's fixed-size run: on one worker, which runs it once.

@@ -13,7 +13,8 @@ from training.contract.errors import ConfigError
 from training.runtime.elastic import finishing_fits
 from training.batches import IGNORE_INDEX, collate
 from training.chat_tokens import tokenize_chat
-from training.state.checkpoint import COMPLETE, Checkpointer, latest_checkpoint, step_dir
+from training.contract.checkpoint_dirs import COMPLETE, latest_checkpoint, step_dir
+from training.state.checkpoint import Checkpointer
 from training.state.checkpoint_files import STATE_FILE
 from training.state.sampler import GlobalBatchSampler
 from training.state.schedule import lr_factor

@@ -116,6 +116,13 @@ CASES = {
     "keep_last=0 would delete the checkpoint just written": (["recipes.training_config.checkpoint.keep_last=0"],
                                                             "checkpoint.keep_last=0 is out of range: it must be >= 1"),
     "save_steps=0": (["recipes.training_config.checkpoint.save_steps=0"], "save_steps=0 is out of range"),
+    "checkpoint uri that is not S3": (["+recipes.training_config.checkpoint.uri=/fsx/ckpt"],
+                                      "training_config.checkpoint.uri='/fsx/ckpt' is not an S3 uri: give "
+                                      "s3://<bucket>/<prefix>"),
+    "per-size checkpoint uri would split the checkpoints": (
+        [*TINY, "+recipes.training_config.checkpoint.uri=s3://b/run",
+         "+recipes.scale_config.n2.training_config.checkpoint.uri=s3://b/other"],
+        "training_config.checkpoint.uri is 's3://b/other' at 2 nodes but 's3://b/run' at 1"),
     "log_every=0": (["recipes.training_config.logging.log_every=0"], "log_every=0 is out of range"),
     "beta out of range": (["recipes.training_config.training_args.adam_beta2=1.5"], "adam_beta2=1.5 is out of range"),
     "unknown activation checkpointing policy": (["recipes.training_config.model_config.activation_checkpointing=some"],
@@ -197,3 +204,18 @@ def test_an_unwritable_output_or_run_dir_is_one_line(tmp_path, capsys, monkeypat
         err = capsys.readouterr().err
         assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {setting}: {why}"), err
         assert err.strip().endswith(f"set {setting} to a directory you can write")
+
+
+def test_checkpoints_in_s3_need_no_volume_but_a_service_account(launch):
+    """The dry run names the bucket as the trainer's to check, drops the checkpoint volume's warning, and
+    warns where no service account gives the pods a role for the bucket."""
+    code, out, err = launch(*MAIN_COMMAND, "+recipes.training_config.checkpoint.uri=s3://my-bucket/llama")
+    assert code == 0, err
+    assert "checkpoints: s3://my-bucket/llama (checked by the trainer; the pods reach it with their role, no " \
+           "volume needed)" in out
+    assert "no cluster.checkpoint_pvc" not in out and "warning: no cluster.service_account" in out
+    code, out, _ = launch(*MAIN_COMMAND, "+recipes.training_config.checkpoint.uri=s3://my-bucket/llama",
+                          "cluster.service_account=trainer")
+    assert "with cluster.service_account=trainer's role" in out and "warning: no cluster.service_account" not in out
+    code, out, _ = launch(*MAIN_COMMAND)
+    assert "warning: no cluster.checkpoint_pvc" in out

@@ -30,7 +30,7 @@ from training.contract.errors import ConfigError
 from training.contract.rewards import RewardError
 from training.data import build_data, describe_drops
 from training.doctor import check_gpu_image
-from training.export import export_hf
+from training.export import export_run
 from training.methods import load_method
 from training.methods.base import MethodStep, RunInfo
 from training.model.causal_lm import build_sharded_model, check_model, weights_from
@@ -44,12 +44,10 @@ from training.runtime.metrics import (MetricsLogger, host_peak_bytes, peak_flops
                                       reset_peak_memory)
 from training.runtime.named_sums import added, packed, unpacked
 from training.runtime.process import Process
-from training.runtime.snapshot import model_files
+from training.runtime.snapshot import data_files, model_files
 from training.runtime.topology import (GroupFormationError, Topology, collective_timeout, device_mesh,
                                       end_process_group, start_process_group)
-from training.state.checkpoint import (Checkpointer, CheckpointError, TrainState, fingerprint,
-                                       latest_checkpoint, step_dir, step_of)
-from training.state.checkpoint_files import bytes_on_disk
+from training.state.checkpoint import Checkpointer, CheckpointError, TrainState, fingerprint
 from training.state.node_local import NodeLocalTier
 from training.state.sampler import GlobalBatchSampler
 from training.state.schedule import lr_factor, schedule_change
@@ -91,7 +89,8 @@ class Trainer:
         loaded = load_job_config(config_path)
         tc = loaded.training_config
         self.plan: BatchPlan = plan_batches(tc.training_args, self.topo.world_size)
-        self.run_dir = process.writable(Path(args.run_dir or loaded.run.output_dir))
+        self.run_dir = process.writable(Path(args.run_dir or loaded.run.output_dir),
+                                        checkpoints=not loaded.training_config.checkpoint.uri)
         self.stop_at_step = args.stop_at_step
         self.pause_at = {int(s) for s in args.pause_at_steps.split(",") if s}
 
@@ -117,7 +116,7 @@ class Trainer:
         self.log = MetricsLogger.from_config(tc.logging, self.run_dir, self.rank0, asdict(loaded), launch)
         # Every micro-batch, training and evaluation, has the plan's rows and the packed length (or a
         # bucketed one): compiled functions meet one shape (training.batches.BatchShape).
-        ds, ta = tc.datasets, tc.training_args
+        ds, ta = data_files(tc.datasets, self.topo), tc.training_args  # an S3 train_data: fetched once per node
         self.method = load_method(ta, self.device, self.plan.micro_batch, ds.max_len, ds.packing)
         m = self.method
         tools = json.dumps(m.prompt_tools)  # an agent's: its prompts offer them
@@ -147,11 +146,11 @@ class Trainer:
         if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
             # Compiled kernels are cached on the run's (shared) volume: a restart after a resize reuses them.
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.run_dir / "inductor_cache"))
-        self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir / "checkpoints", self.topo.rank,
+        self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir, self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
                                                      checkpointed_weights(tc.model_config), self.node_local)
         if process.agent is None:
-            process.agent = AgentProgress(self.run_dir / "checkpoints", int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+            process.agent = AgentProgress(self.checkpointer.where, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.agent = process.agent
         self.state = self._model_and_state()
         self.flops_per_token = matmul_flops_per_token(self.model)
@@ -187,7 +186,7 @@ class Trainer:
         train state to go on from."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         agent_restart_point = self.agent.restart_point()
-        resuming = latest_checkpoint(self.run_dir / "checkpoints") is not None
+        resuming = self.checkpointer.newest_step() is not None
         self._build_model(resuming)
         fp = fingerprint(self.cfg, len(self.data.train))
         state = self.checkpointer.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint) if resuming \
@@ -204,14 +203,14 @@ class Trainer:
                            history=state.history, read_mb=tiers,
                            **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
             if self.rank0:
-                print(f"resumed from {step_dir(self.run_dir / 'checkpoints', state.step).name}: "
+                print(f"resumed from step-{state.step:08d}: "
                       + ", ".join(f"{mb:,.0f} MB from the {tier}" for tier, mb in tiers.items()), flush=True)
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
         if state is not None and state.schedule not in (None, schedule) and self.rank0:
             print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
-        resumed = step_dir(self.run_dir / "checkpoints", state.step) if state else None
+        resumed = self.checkpointer.location(state.step) if state else None
         if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
             print(f"warning: {why}", file=sys.stderr, flush=True)
         state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
@@ -383,12 +382,12 @@ class Trainer:
 
     def _log_saved(self) -> None:
         if self.checkpointer.last_saved:
-            path, seconds = self.checkpointer.last_saved
+            step, seconds = self.checkpointer.last_saved
             self.checkpointer.last_saved, self.save_s = None, seconds
-            self.agent.report(step_of(path), path)
-            self.method.checkpointed(step_of(path))
-            self.log.event(event="checkpoint", step=step_of(path), seconds=round(seconds, 3),
-                           bytes=bytes_on_disk(path) if self.rank0 else 0)
+            self.agent.report(step, self.checkpointer.location(step))
+            self.method.checkpointed(step)
+            self.log.event(event="checkpoint", step=step, seconds=round(seconds, 3),
+                           bytes=self.checkpointer.size(step) if self.rank0 else 0)
 
     def _pause(self) -> None:
         """Wait at this step until the driver releases it or a stop signal arrives (rehearsals)."""
@@ -444,9 +443,8 @@ class Trainer:
         self._log_saved()
         if ta.save_hf_ckpt and self.state.step == ta.max_steps:
             started = time.perf_counter()
-            written = export_hf(self.model, self.cfg, self.run_dir / "hf", self.rank0)
-            self.log.event(event="export", step=self.state.step, dirs=[str(d) for d in written],
-                           seconds=round(time.perf_counter() - started, 3))
+            written = export_run(self.model, self.cfg, self.run_dir, self.rank0, self.source)
+            self.log.event(event="export", step=self.state.step, dirs=written, seconds=round(time.perf_counter() - started, 3))
         for warning in self.method.warnings():  # said as they came, and again where the run ends
             self.log.event(event="warning", step=self.state.step, message=f"this run: {warning}")
         self.log.event(event="exit", step=self.state.step)
@@ -459,8 +457,8 @@ class Trainer:
         if abandoned == "updates":
             self.checkpointer.wait()  # a periodic save still writing: the newest checkpoint, the restart's
             self._log_saved()
-            newest = latest_checkpoint(self.checkpointer.root)
-            resume = f"step {step_of(newest)}" if newest else "the start"
+            newest = self.checkpointer.newest_step()
+            resume = f"step {newest}" if newest is not None else "the start"
             if self.rank0:
                 print(f"{self.stop.signal_name or 'a peer'}'s stop during step {self.state.step + 1}'s updates: "
                       f"finishing them and saving would outlast the graceful timeout, and the weights belong to no "

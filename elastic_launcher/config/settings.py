@@ -31,6 +31,9 @@ class ClusterSettings:
     checkpoint_pvc: str | None = None  # PersistentVolumeClaim for checkpoints, shared by all nodes
     checkpoint_mount: str = "/checkpoints"
     host_paths: dict[str, Any] = field(default_factory=dict)  # name: {path: /host/dir, mount: /container/dir}
+    # name: {claim: <PersistentVolumeClaim>, mount: /container/dir}, read-only: data and models on another
+    # volume, e.g. an S3 bucket through the Mountpoint for S3 CSI driver (docs/your-data.md)
+    pvcs: dict[str, Any] = field(default_factory=dict)
     shm_size: str | None = None  # /dev/shm size limit, e.g. 256Gi (None: no limit)
     node_local: bool = True  # each node keeps the newest checkpoint in a memory volume (restarts read it there)
     env: dict[str, Any] = field(default_factory=dict)  # extra plain environment variables

@@ -30,6 +30,7 @@ from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.local.progress import Progress, summary
 from elastic_launcher.render.configs import config_files, write_files
+from training.contract.buckets import CHECKPOINT_URI_KEY, check_bucket, checkpoint_steps, is_s3
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 from training.contract.config import JobConfig
 from training.contract.config_files import NODE_LOCAL_DIR_ENV, NUM_NODES_ENV
@@ -279,9 +280,15 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
     """Write the per-size configs into <run_dir>/launch/configs (a local run's restarts read its own
     copy, never a later dry run's) with local paths made absolute. No manifest: nothing is submitted."""
     run_dir = run_dir or run_dir_of(job)
+    uri = job.plan.base.training_config.checkpoint.uri
+    if is_s3(uri):  # before anything is written: the bucket exists and may be listed with these credentials
+        check_bucket(CHECKPOINT_URI_KEY, uri)
     if not job.settings.local.resume and (run_dir / "checkpoints").exists():
         raise LauncherError(f"{run_dir}/checkpoints exists and local.resume=false: remove it or pick "
                             f"local.run_dir=<new dir>")
+    if not job.settings.local.resume and is_s3(uri) and newest_step(run_dir, uri) is not None:
+        raise LauncherError(f"{uri} holds checkpoints and local.resume=false: remove them or point "
+                            f"{CHECKPOINT_URI_KEY} at a new prefix")
     plan = plan or job.plan
     nproc = job.settings.local.nproc_per_node
     sizes = tuple(dataclasses.replace(s, config=_on_this_machine(localized(s.config), s.nodes * nproc))
@@ -291,7 +298,10 @@ def prepare(job: Job, plan=None, run_dir: Path | None = None) -> LocalJob:
     return LocalJob(configs.resolve(), run_dir, nproc)
 
 
-def newest_step(run_dir: Path) -> int | None:
+def newest_step(run_dir: Path, uri: str | None = None) -> int | None:
+    """The newest complete checkpoint's step: in the run directory, or under `checkpoint.uri` in S3."""
+    if is_s3(uri):
+        return next(reversed(checkpoint_steps(CHECKPOINT_URI_KEY, uri)), None)
     path = latest_checkpoint(run_dir / "checkpoints")
     return step_of(path) if path else None
 
@@ -340,7 +350,8 @@ def run(job: Job) -> int:
     say(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
         f"run dir {local.run_dir}")
     local.run_dir.mkdir(parents=True, exist_ok=True)
-    before = newest_step(local.run_dir)
+    uri = job.plan.base.training_config.checkpoint.uri
+    before = newest_step(local.run_dir, uri)
     deadline = time.monotonic() + job.settings.local.timeout
     with sigterm_as_interrupt():
         try:
@@ -359,7 +370,7 @@ def run(job: Job) -> int:
             with patient(f"{STILL_STOPPING}; waiting up to {grace:g}s before the rest is killed"):
                 stop_job(proc, grace, stop_signal(interrupt))
                 relay.join()
-            step = newest_step(local.run_dir)
+            step = newest_step(local.run_dir, uri)
             say(f"stopped: {'checkpoint at step ' + str(step) if step else 'no checkpoint yet'} in "
                 f"{local.run_dir}; rerun the same command to resume")
             return 130
@@ -367,7 +378,7 @@ def run(job: Job) -> int:
     if proc.returncode != 0:
         detail = relay.error or f"torchrun exited with {proc.returncode}"
         raise LauncherError(f"{detail} (full log: {local.run_dir / 'torchrun.log'})")
-    step, max_steps = newest_step(local.run_dir), _resolved_max_steps(local.run_dir)
+    step, max_steps = newest_step(local.run_dir, uri), _resolved_max_steps(local.run_dir)
     if step is not None and max_steps is not None and step < max_steps:
         say(f"stopped at step {step} of {max_steps}: checkpoint in {local.run_dir}; rerun the same command to resume")
     elif step is not None and step == before:

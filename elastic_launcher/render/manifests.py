@@ -122,6 +122,11 @@ def _volumes(cluster: ClusterSettings, job_name: str, node_local: float | None) 
             raise ConfigError(f"cluster.host_paths.{name}={spec!r} must be {{path: <host dir>, mount: <container dir>}}")
         volumes.append({"name": str(name), "hostPath": {"path": spec["path"], "type": "DirectoryOrCreate"}})
         mounts.append({"name": str(name), "mountPath": spec["mount"]})
+    for name, spec in cluster.pvcs.items():
+        if not isinstance(spec, dict) or set(spec) != {"claim", "mount"}:
+            raise ConfigError(f"cluster.pvcs.{name}={spec!r} must be {{claim: <PersistentVolumeClaim>, mount: <container dir>}}")
+        volumes.append({"name": str(name), "persistentVolumeClaim": {"claimName": spec["claim"], "readOnly": True}})
+        mounts.append({"name": str(name), "mountPath": spec["mount"], "readOnly": True})
     return volumes, mounts
 
 

@@ -32,3 +32,16 @@ def complete_checkpoints(root: Path) -> list[Path]:
 def latest_checkpoint(root: Path) -> Path | None:
     found = complete_checkpoints(root)
     return found[-1] if found else None
+
+
+def steps_of_keys(keys, prefix: str) -> tuple[set[int], set[int]]:
+    """(complete steps, steps with any file) among an S3 listing's keys under `prefix` (no trailing slash)."""
+    complete, seen = set(), set()
+    base = f"{prefix}/" if prefix else ""
+    for key in keys:
+        folder, _, name = key[len(base):].partition("/")
+        if key.startswith(base) and folder.startswith("step-") and folder[5:].isdigit():
+            seen.add(int(folder[5:]))
+            if name == COMPLETE:
+                complete.add(int(folder[5:]))
+    return complete, seen

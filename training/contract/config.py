@@ -22,7 +22,7 @@ from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
                      "datasets.train_data", "datasets.split", "datasets.subset", "datasets.format", "datasets.messages_key", "datasets.max_len",
                      "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
-                     "model_config.peft_config")
+                     "model_config.peft_config", "checkpoint.uri")
 
 
 def get_path(obj: Any, path: str) -> Any:
@@ -156,6 +156,9 @@ class CheckpointConfig:
     async_save: bool = False
     save_timeout: float = ranged(1800.0, gt=0)  # seconds a save may take before the run fails with an error
     ignore_fingerprint: bool = False  # resume even if global batch / seq len / data changed
+    # s3://bucket/prefix: every checkpoint in a bucket (training.state.checkpoint_store), credentials and region
+    # from the standard AWS variables or the pod's service account; None: the run directory's checkpoints/
+    uri: str | None = None
 
 
 @dataclass
@@ -227,6 +230,10 @@ def check_methods(tc: TrainingSection) -> None:
                           f"inline architecture (model_type {mc.architecture.get('model_type')}): set "
                           f"model_config.architecture=null to train that model, or model_name_or_path=null to build the "
                           f"inline one")
+    uri = tc.checkpoint.uri
+    if uri is not None and not (uri.startswith("s3://") and uri[5:].split("/")[0]):
+        raise ConfigError(f"training_config.checkpoint.uri={uri!r} is not an S3 uri: give s3://<bucket>/<prefix>, or "
+                          f"leave it unset for the run directory's checkpoints/")
     method = method_facts(tc.training_args.trainer_type)
     options = method.build_args(tc.training_args.method_args)
     if method.data_format == "prompts":

@@ -23,6 +23,7 @@ from typing import Iterator
 
 import torch
 
+from training.contract import buckets
 from training.contract.config import JobConfig
 from training.model.lora import adapter_config, adapter_tensors
 from training.model.stored_layout import file_tensors
@@ -99,9 +100,10 @@ def write_model_config(model, directory: Path, dtype: torch.dtype) -> None:
     GenerationConfig.from_model_config(config).save_pretrained(directory)
 
 
-def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
+def export_hf(model, cfg: JobConfig, out: Path, rank0: bool, tokenizer_from: str | None = None) -> list[Path]:
     """Write the Hugging Face directories of the trained model (in the dtype it computed in); returns
-    the directories written."""
+    the directories written. The tokenizer is read from `tokenizer_from` (the model's local files,
+    where the model came from a bucket), else as the config names it."""
     from transformers import AutoTokenizer
 
     mc, ta = cfg.training_config.model_config, cfg.training_config.training_args
@@ -110,7 +112,8 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
 
     def model_files(directory: Path) -> None:
         write_model_config(model, directory, dtype)
-        AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or mc.model_name_or_path).save_pretrained(directory)
+        AutoTokenizer.from_pretrained(mc.tokenizer_name_or_path or tokenizer_from or mc.model_name_or_path
+                                      ).save_pretrained(directory)
 
     written = []
     if not lora or ta.merge_weights:
@@ -123,3 +126,17 @@ def export_hf(model, cfg: JobConfig, out: Path, rank0: bool) -> list[Path]:
                lambda d: config_of_adapters.save_pretrained(d))
         written.append(adapter_dir)
     return written
+
+
+def export_run(model, cfg: JobConfig, run_dir: Path, rank0: bool, tokenizer_from: str | None) -> list[str]:
+    """A run's export at its end: <run_dir>/hf (LoRA: and hf_adapter), also put beside the checkpoints
+    where they are in S3 (<checkpoint.uri>/hf); returns where the export is."""
+    written = [str(d) for d in export_hf(model, cfg, run_dir / "hf", rank0, tokenizer_from)]
+    uri = cfg.training_config.checkpoint.uri
+    if not buckets.is_s3(uri):
+        return written
+    uploaded = [f"{uri.rstrip('/')}/{Path(d).name}" for d in written]
+    if rank0:
+        for local, remote in zip(written, uploaded):
+            buckets.upload(buckets.CHECKPOINT_URI_KEY, Path(local), remote)
+    return uploaded

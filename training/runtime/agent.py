@@ -22,7 +22,7 @@ ASK_TIMEOUT_S = 10.0  # the client's own request has no timeout
 
 
 class AgentProgress:
-    def __init__(self, checkpoints: Path, local_world_size: int):
+    def __init__(self, checkpoints: str, local_world_size: int):
         self._client = self._type = None
         if not under_agent():
             return
@@ -31,7 +31,7 @@ class AgentProgress:
             from hyperpod_elastic_agent.ipc import CheckpointDiscoverySocketClient
 
             # The prefix names the run: the agent keeps progress per prefix across restarts.
-            self._client = CheckpointDiscoverySocketClient(str(Path(checkpoints).resolve()),
+            self._client = CheckpointDiscoverySocketClient(checkpoints,
                                                            num_model_checkpoints=local_world_size)
             self._type = CheckpointType.MODEL_CHECKPOINT
         except Exception as e:  # noqa: BLE001 - progress reporting is a courtesy, never a reason to stop
@@ -55,31 +55,34 @@ class AgentProgress:
             return None
         return answer[0]
 
-    def report(self, step: int, path: Path) -> None:
+    def report(self, step: int, path: str) -> None:
+        """Checkpoint `step` is complete at `path` (a directory or an S3 uri)."""
         if self._client is None:
             return
         try:
-            self._client.update(step, str(Path(path).resolve()), self._type)
+            self._client.update(step, path, self._type)
         except Exception as e:  # noqa: BLE001
             self._give_up("report to", e)
 
 
-def disagreement(agent_path: str | None, resumed: Path | None) -> str | None:
+def disagreement(agent_path: str | None, resumed: str | None) -> str | None:
     """Why the agent's restart point is not the checkpoint this restart resumed from (None: agreed,
-    or the agent named none)."""
-    if not agent_path:
+    or the agent named none). Both are directories, or S3 uris of checkpoints in a bucket."""
+    if not agent_path or agent_path == resumed:
         return None
+    here = resumed.rsplit("/", 1)[-1] if resumed is not None else "no checkpoint (starting afresh)"
+    if agent_path.startswith("s3://"):
+        return f"the agent's progress names {agent_path}, which is not the newest checkpoint that verifies: resuming from {here}"
     named = Path(agent_path)
-    if resumed is not None and named.resolve() == resumed.resolve():
+    if resumed is not None and not resumed.startswith("s3://") and named.resolve() == Path(resumed).resolve():
         return None
-    here = resumed.name if resumed is not None else "no checkpoint (starting afresh)"
     if named.with_name(named.name + CORRUPT_SUFFIX).exists():
         why = "it failed verification and was set aside"
     elif not named.exists():
         why = "it does not exist here (another volume?)"
     elif not (named / COMPLETE).exists():
         why = "it has no COMPLETE marker"
-    elif resumed is not None and step_of(named) < step_of(resumed):
+    elif resumed is not None and step_of(named) < step_of(Path(resumed)):
         why = "a newer one completed after the agent's last report"
     else:
         why = "it is not the newest checkpoint that verifies"

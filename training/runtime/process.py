@@ -17,10 +17,10 @@ from training.runtime.agent import AgentProgress  # noqa: E402
 from training.runtime.elastic import ElasticStop  # noqa: E402
 
 
-def _writable_run_dir(path: Path) -> Path:
-    """The run directory, refused at start (not at the first save, hours later) unless it and its
-    checkpoints/ can be written."""
-    for where, key in ((path, "run.output_dir"), (path / "checkpoints", "run.output_dir/checkpoints")):
+def _writable_run_dir(path: Path, checkpoints: bool) -> Path:
+    """The run directory, refused at start (not at the first save, hours later) unless it and, where
+    the checkpoints go there (not to a bucket), its checkpoints/ can be written."""
+    for where, key in ((path, "run.output_dir"), (path / "checkpoints", "run.output_dir/checkpoints"))[:1 + checkpoints]:
         try:
             where.mkdir(parents=True, exist_ok=True)
             probe = where / f".probe-{os.getpid()}"
@@ -45,11 +45,12 @@ class Process:
         self.unsynced = None  # the last size's stop checkpoint, put on the disk after the next size's first step
         self.sizes = 0  # world sizes this process has started (more than one: resized in place)
 
-    def writable(self, run_dir: Path) -> Path:
-        """The run directory, checked writable once per process (the probe's file operations would
-        queue behind the background sync of the checkpoint a resize in place just saved)."""
+    def writable(self, run_dir: Path, checkpoints: bool = True) -> Path:
+        """The run directory (with its checkpoints/, unless they go to a bucket), checked writable once
+        per process (the probe's file operations would queue behind the background sync of the
+        checkpoint a resize in place just saved)."""
         if run_dir not in self._writable:
-            self._writable.add(_writable_run_dir(run_dir))
+            self._writable.add(_writable_run_dir(run_dir, checkpoints))
         return run_dir
 
     def data(self, built_from: tuple, build):

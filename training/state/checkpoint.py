@@ -1,9 +1,10 @@
 """Distributed checkpoints (DCP) that survive a change of world size, a crash mid-save, a full disk
 and a corrupted file.
 
-Layout: <run_dir>/checkpoints/step-00000012/ holding DCP's shards, `.metadata`, per-rank RNG state,
+Layout: <run_dir>/checkpoints/step-00000012/ (or the same under `checkpoint.uri`'s S3 prefix:
+training.state.checkpoint_store) holding DCP's shards, `.metadata`, per-rank RNG state,
 `train_state.json` and, written last, `COMPLETE`: a JSON manifest of every file's size (and the CRC32
-of the small ones; every item of a shard carries its own, training.state.item_checksums).
+of the small ones on a volume; every item of a shard carries its own, training.state.item_checksums).
 Only a directory with `COMPLETE` is a checkpoint. A save becomes COMPLETE only when every rank
 reports success (an agreement, not a barrier, so one failed rank fails all of them with its message
 instead of leaving them waiting); a failed save's directory is removed at once. A save is refused
@@ -18,9 +19,8 @@ kept only when the world size is unchanged.
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import shutil
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,14 +36,12 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
 
-from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint,
-                                               latest_checkpoint, step_dir, step_of)
+from training.contract.checkpoint_dirs import COMPLETE, step_of
 from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
-from training.state import item_checksums
-from training.state.checkpoint_files import (STATE_FILE, DeferredSync, bytes_on_disk, human_bytes, io_threads,
-                                            lean_io, own_files, verify_files, write_durably)
-from training.state.node_local import NodeLocalTier, TieredReader
+from training.state.checkpoint_files import STATE_FILE, DeferredSync, human_bytes, io_threads, lean_io
+from training.state.checkpoint_store import VolumeStore, open_store
+from training.state.node_local import NodeLocalTier
 
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
 
@@ -91,16 +89,17 @@ def _all_finite(model) -> bool:
 
 class Checkpointer:
     @classmethod
-    def from_config(cls, section: CheckpointConfig, root: Path, rank: int, world_size: int, on_gpu: bool,
+    def from_config(cls, section: CheckpointConfig, run_dir: Path, rank: int, world_size: int, on_gpu: bool,
                     model_options: StateDictOptions, node_local: NodeLocalTier) -> "Checkpointer":
-        """The run's checkpointer from its `checkpoint` section."""
-        return cls(root, section.keep_last, section.async_save, rank, world_size, section.save_timeout, on_gpu,
-                   model_options, node_local)
+        """The run's checkpointer from its `checkpoint` section: in `uri`, else the run's checkpoints/."""
+        return cls(section.uri or run_dir / "checkpoints", section.keep_last, section.async_save, rank, world_size,
+                   section.save_timeout, on_gpu, model_options, node_local)
 
-    def __init__(self, root: Path, keep_last: int, async_save: bool, rank: int, world_size: int,
+    def __init__(self, where: Path | str, keep_last: int, async_save: bool, rank: int, world_size: int,
                  timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None,
                  node_local: NodeLocalTier | None = None):
-        self.root, self.keep_last, self.rank, self.world_size = Path(root), keep_last, rank, world_size
+        self.store = open_store(where)  # a directory, or an S3 prefix (training.state.checkpoint_store)
+        self.keep_last, self.rank, self.world_size = keep_last, rank, world_size
         self.node_local = node_local or NodeLocalTier(None)  # this node's copy of the newest checkpoint
         self.io_threads = io_threads()
         self.load_tiers: dict[str, int] = {}  # bytes the last load read from each tier
@@ -127,13 +126,38 @@ class Checkpointer:
         return {"model": model_sd, "optim": optim_sd}
 
     # --- save ---------------------------------------------------------------------------------------
+    def newest_step(self) -> int | None:
+        """The newest complete checkpoint's step, as rank 0 lists it, on every rank (a collective;
+        a bucket that cannot be listed is the same one-line error on every rank)."""
+        found: list = [None]
+        if self.rank == 0:
+            try:
+                found = [self.store.complete_steps()[-1:]]
+            except ConfigError as e:
+                found = [str(e)]
+        dist.broadcast_object_list(found, src=0)
+        if isinstance(found[0], str):
+            raise ConfigError(found[0])
+        return found[0][0] if found[0] else None
+
+    @property
+    def where(self) -> str:
+        """The checkpoints' directory or S3 prefix, as the HyperPod agent's progress names it."""
+        return self.store.location(0).rsplit("/", 1)[0]
+
+    def location(self, step: int) -> str:
+        return self.store.location(step)
+
+    def size(self, step: int) -> float:
+        return self.store.size(step)
+
     def _space_needed(self, model) -> float:
         """Bytes the next save will take (this rank's share): the newest checkpoint's size when
         there is one (rank 0 counts it), else what is saved, estimated from this rank's shards: the
         trained parameters with AdamW's two fp32 moments, plus the frozen ones unless they are left out."""
-        newest = latest_checkpoint(self.root)
-        if newest is not None:
-            return bytes_on_disk(newest) * SPACE_MARGIN if self.rank == 0 else 0
+        steps = self.store.complete_steps()  # a volume's: every rank sees the same directory
+        if steps:
+            return self.store.size(steps[-1]) * SPACE_MARGIN if self.rank == 0 else 0
         total = 0
         for p in model.parameters():
             local = p.to_local() if hasattr(p, "to_local") else p
@@ -143,84 +167,86 @@ class Checkpointer:
                 total += local.numel() * local.element_size()
         return total
 
-    def _check_space(self, need: float, free: float, target: Path) -> None:
+    def _check_space(self, need: float, free: float, step: int) -> None:
         if free < need:
-            raise CheckpointError(f"not enough disk space for checkpoint {target}: needs ~{human_bytes(need)}, "
-                                  f"{human_bytes(free)} free: free space there, lower checkpoint.keep_last, or "
-                                  f"point run.output_dir at a larger volume")
+            raise CheckpointError(f"not enough disk space for checkpoint {self.location(step)}: needs "
+                                  f"~{human_bytes(need)}, {human_bytes(free)} free: free space there, lower "
+                                  f"checkpoint.keep_last, or point run.output_dir at a larger volume")
 
     def check_space(self, model, next_step: int) -> None:
         """At start: refuse a run whose next save cannot fit, before any step is trained (a
-        relaunch that would fail at the same save again is a crash loop that burns compute)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        relaunch that would fail at the same save again is a crash loop that burns compute). A
+        bucket does not fill up."""
+        if not isinstance(self.store, VolumeStore):
+            return
         device = next(model.parameters()).device
-        found = torch.tensor([self._space_needed(model),
-                              shutil.disk_usage(self.root).free if self.rank == 0 else 0],
+        found = torch.tensor([self._space_needed(model), self.store.free_bytes() if self.rank == 0 else 0],
                              dtype=torch.float64, device=device)
         dist.all_reduce(found)
-        self._check_space(*found.tolist(), step_dir(self.root, next_step))
+        self._check_space(*found.tolist(), next_step)
 
-    def _preflight(self, model, target: Path) -> None:
+    def _preflight(self, model, step: int) -> None:
         """Refuse a save that would be poisoned or would not fit, before writing a byte. One
         collective: the ranks whose parameters are not all finite, plus rank 0's view of the disk."""
-        newest = latest_checkpoint(self.root)
-        free = shutil.disk_usage(self.root).free if self.rank == 0 else 0
+        on_volume = isinstance(self.store, VolumeStore)
+        free = self.store.free_bytes() if self.rank == 0 and on_volume else 0
         device = next(model.parameters()).device
-        found = torch.tensor([not _all_finite(model), self._space_needed(model), free],
+        found = torch.tensor([not _all_finite(model), self._space_needed(model) if on_volume else 0, free],
                              dtype=torch.float64, device=device)
         dist.all_reduce(found)
         bad, need, free = found.tolist()
-        keep = newest.name if newest else "(none)"
         if bad:
-            raise CheckpointError(f"model state at {target.name} holds non-finite values on {bad:.0f} rank(s): not "
-                                  f"saved; the newest checkpoint stays {keep}")
-        self._check_space(need, free, target)
+            newest = self.newest_step()
+            raise CheckpointError(f"model state at step-{step:08d} holds non-finite values on {bad:.0f} rank(s): not "
+                                  f"saved; the newest checkpoint stays {_named(newest)}")
+        if on_volume:
+            self._check_space(need, free, step)
 
-    def save(self, model, optimizer, state: TrainState, blocking: bool = False, sync_later: bool = False) -> Path:
-        """Save the step's state; async unless `blocking`. With `sync_later` (a blocking save the
-        process goes on from: an in-place resize) the files are put on the disk later, by
-        `self.unsynced` (a DeferredSync), instead of before the save returns: the next size starts
-        from them at once, and a node that died before they were on disk leaves checksums that fail,
-        so the job resumes from the checkpoint before (fsync is most of a blocking save's time)."""
+    def save(self, model, optimizer, state: TrainState, blocking: bool = False, sync_later: bool = False) -> str:
+        """Save the step's state; async unless `blocking`; returns where. With `sync_later` (a
+        blocking save the process goes on from: an in-place resize) a volume's files are put on the
+        disk later, by `self.unsynced` (a DeferredSync), instead of before the save returns: the next
+        size starts from them at once, and a node that died before they were on disk leaves checksums
+        that fail, so the job resumes from the checkpoint before (fsync is most of a blocking save's
+        time). A bucket's objects are durable once written."""
         self.wait()  # one save in flight at a time
-        target = step_dir(self.root, state.step)
-        if (target / COMPLETE).exists():
-            return target
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._preflight(model, target)
+        step = state.step
+        if self.store.has(step, COMPLETE):
+            return self.location(step)
+        self._preflight(model, step)
         started = time.perf_counter()
         if self.rank == 0:
-            shutil.rmtree(target, ignore_errors=True)  # leftovers of an interrupted save of this step
-            target.mkdir(parents=True)
+            self.store.clear(step)  # leftovers of an interrupted save of this step
         dist.barrier()
         app = self._app_state(model, optimizer)
-        rng = target / "rng" / f"rank{self.rank}.pt"
-        rng.parent.mkdir(parents=True, exist_ok=True)
+        rng = io.BytesIO()
         torch.save({"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, rng)
+        self.store.put(step, f"rng/rank{self.rank}.pt", rng.getvalue())
+        sync_later = sync_later and isinstance(self.store, VolumeStore)
         if self.async_save and not blocking:
             staged = self._stager.stage(app)  # a private host copy: training may update the parameters now
             self._group = self._group or dist.new_group(backend="gloo")
-            future = self._writer.submit(self._write, staged, target, self._group)
-            self._pending = (future, target, replace(state), started)  # training goes on mutating `state`
+            future = self._writer.submit(self._write, staged, step, self._group)
+            self._pending = (future, step, replace(state), started)  # training goes on mutating `state`
         else:
             future: Future = Future()
             try:
-                future.set_result(self._write(app, target, group=None, sync=not sync_later))  # the training's own group
+                future.set_result(self._write(app, step, group=None, sync=not sync_later))  # the training's own group
             except Exception as e:  # noqa: BLE001 - reported through the agreement below
                 future.set_exception(e)
-            self._pending = (future, target, state, started)
+            self._pending = (future, step, state, started)
             self.wait(sync=not sync_later)
             if sync_later:
-                self.unsynced = DeferredSync(target, self.rank, self._prune if self.rank == 0 else None)
-        return target
+                self.unsynced = DeferredSync(Path(self.location(step)), self.rank,
+                                             self._prune if self.rank == 0 else None)
+        return self.location(step)
 
-    def _write(self, app: dict, target: Path, group, sync: bool = True) -> dict[str, list]:
+    def _write(self, app: dict, step: int, group, sync: bool = True) -> dict[str, list]:
         with lean_io():
-            dcp.save(app, storage_writer=item_checksums.writer(target, self.io_threads, sync), process_group=group)
-        own = own_files(target, self.rank)
-        self.node_local.keep(target, [name for name in own if name.endswith(".distcp")])
-        return own
+            dcp.save(app, storage_writer=self.store.writer(step, self.io_threads, sync, self.node_local),
+                     process_group=group)
+        return self.store.written(step, self.rank, self.node_local)
 
     @property
     def writing(self) -> bool:
@@ -243,7 +269,7 @@ class Checkpointer:
         COMPLETE (with `sync`, on the disk, and prune the older ones), or remove it and raise on every rank."""
         if not self._pending:
             return
-        future, target, state, started = self._pending
+        future, step, state, started = self._pending
         self._pending = None
         try:
             result = (True, future.result(timeout=self.timeout_s), "")
@@ -257,79 +283,76 @@ class Checkpointer:
         failures = [msg for ok, _, msg in results if not ok]
         if failures:
             if self.rank == 0:
-                shutil.rmtree(target, ignore_errors=True)  # never leave a partial holding the space
+                self.store.remove(step)  # never leave a partial holding the space
             dist.barrier()
-            raise CheckpointError(f"checkpoint {target} failed and was removed ({failures[0]}); the newest "
-                                  f"checkpoint is still {getattr(latest_checkpoint(self.root), 'name', '(none)')}")
+            raise CheckpointError(f"checkpoint {self.location(step)} failed and was removed ({failures[0]}); the newest "
+                                  f"checkpoint is still {_named(self.newest_step())}")
         if self.rank == 0:
-            files = {name: entry for _, own, _ in results for name, entry in own.items()}
-            write_durably(target / STATE_FILE, json.dumps(asdict(state), indent=1), sync)
-            write_durably(target / COMPLETE, json.dumps({"files": files}), sync)  # last: the checkpoint exists
+            files = {name: entry for _, own, _ in results for name, entry in own.items()} or self.store.listed(step)
+            self.store.put(step, STATE_FILE, json.dumps(asdict(state), indent=1).encode(), sync)
+            self.store.put(step, COMPLETE, json.dumps({"files": files}).encode(), sync)  # last: the checkpoint exists
             if sync:
-                self._prune(step_of(target))
+                self._prune(step)
         dist.barrier()
-        self.node_local.drop_all_but(target.name)
-        self.last_saved = (target, time.perf_counter() - started)
+        self.node_local.drop_all_but(f"step-{step:08d}")
+        self.last_saved = (step, time.perf_counter() - started)
 
     def _prune(self, newest: int) -> None:
         """Keep the newest `keep_last` checkpoints (keep_last >= 1: the one just written always stays);
         drop partial saves and set-aside corrupt ones older than it."""
-        for old in complete_checkpoints(self.root)[: -self.keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
-        for other in self.root.glob("step-*"):
-            if not is_checkpoint(other) and step_of(other) < newest:
-                shutil.rmtree(other, ignore_errors=True)
+        for old in self.store.complete_steps()[: -self.keep_last]:
+            self.store.remove(old)
+        for other in self.store.incomplete_steps():
+            if other < newest:
+                self.store.remove(other)
 
     # --- load ---------------------------------------------------------------------------------------
     def _agree(self, problem: str | None) -> str | None:
         return _agree(problem, self.world_size)
 
-    def _set_aside(self, path: Path, problem: str) -> None:
+    def _set_aside(self, step: int, problem: str) -> None:
         if self.rank == 0:
-            aside = path.with_name(path.name + CORRUPT_SUFFIX)
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(path, aside)
-            print(f"warning: checkpoint {path} is unusable ({problem}): moved to {aside}, trying the previous one",
-                  file=sys.stderr, flush=True)
+            aside = self.store.set_aside(step)
+            print(f"warning: checkpoint {self.location(step)} is unusable ({problem}): moved to {aside}, trying the "
+                  f"previous one", file=sys.stderr, flush=True)
         dist.barrier()
 
     def loaded_mb_by_tier(self, device) -> dict[str, float]:
-        """MB the last load read from node memory and from the shared volume, over every rank (a collective)."""
+        """MB the last load read from node memory and from the shared volume or bucket, over every rank (a collective)."""
         counts = torch.tensor(list(self.load_tiers.values()), dtype=torch.float64, device=device)
         dist.all_reduce(counts)
         return {tier: round(n / 1e6, 1) for tier, n in zip(self.load_tiers, counts.tolist())}
 
     def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool) -> TrainState | None:
         """Resume from the newest checkpoint that verifies, resharded to this world size."""
-        while (path := latest_checkpoint(self.root)) is not None:
-            state, problem = _verified(path, self.rank, self.world_size)
+        while (step := self.newest_step()) is not None:
+            state, manifest, problem = _verified(self.store, step, self.rank, self.world_size)
             if problem is None:
-                _check_fingerprint(path, state, fingerprint, ignore_fingerprint)
+                _check_fingerprint(self.location(step), state, fingerprint, ignore_fingerprint)
                 try:
                     with lean_io():
-                        self._read(path, model, optimizer)
+                        self._read(step, manifest, model, optimizer)
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - an item that fails its checksum, ...
                     problem = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
                 problem = self._agree(problem)
             if problem is None:
-                self._restore_rng(path, state)
+                self._restore_rng(step, state)
                 return state
-            self._set_aside(path, problem)
+            self._set_aside(step, problem)
         return None
 
-    def _read(self, path: Path, model, optimizer) -> None:
+    def _read(self, step: int, manifest: dict, model, optimizer) -> None:
         marks = [time.perf_counter()]
         app = self._app_state(model, optimizer, to_load=True)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
-        manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
-        reader = TieredReader(path, self.node_local.holding(path, manifest), self.io_threads)
+        reader = self.store.reader(step, self.node_local.holding(f"step-{step:08d}", manifest), self.io_threads)
         try:
             dcp.load(app, storage_reader=reader)
         except CheckpointException:  # raised on every rank, whichever rank's read failed
             if _agree("node copies read" if reader.local_names else None, self.world_size) is None:
                 raise
-            # A node's copy may be what failed: read the shared volume alone before giving the checkpoint up.
-            reader = TieredReader(path, threads=self.io_threads)
+            # A node's copy may be what failed: read the shared copy alone before giving the checkpoint up.
+            reader = self.store.reader(step, {}, self.io_threads)
             dcp.load(app, storage_reader=reader)
         self.load_tiers = reader.bytes_read
         marks.append(time.perf_counter())
@@ -338,13 +361,20 @@ class Checkpointer:
         marks.append(time.perf_counter())
         self.load_seconds = dict(zip(("prepare", "read", "apply"), (b - a for a, b in zip(marks, marks[1:]))))
 
-    def _restore_rng(self, path: Path, state: TrainState) -> None:
-        rng = path / "rng" / f"rank{self.rank}.pt"
-        if state.world_size == self.world_size and rng.exists():
-            saved = torch.load(rng, weights_only=False)
-            torch.set_rng_state(saved["cpu"])
-            if saved["cuda"] is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state(saved["cuda"])
+    def _restore_rng(self, step: int, state: TrainState) -> None:
+        if state.world_size != self.world_size:
+            return
+        try:
+            saved = torch.load(io.BytesIO(self.store.get(step, f"rng/rank{self.rank}.pt")), weights_only=False)
+        except FileNotFoundError:
+            return
+        torch.set_rng_state(saved["cpu"])
+        if saved["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state(saved["cuda"])
+
+
+def _named(step: int | None) -> str:
+    return f"step-{step:08d}" if step is not None else "(none)"
 
 
 def _agree(problem: str | None, world_size: int) -> str | None:
@@ -354,16 +384,17 @@ def _agree(problem: str | None, world_size: int) -> str | None:
     return next((p for p in problems if p), None)
 
 
-def _verified(path: Path, rank: int, world_size: int) -> tuple[TrainState | None, str | None]:
-    """The checkpoint's train state, and the first problem any rank found checking its share of the
-    manifest (sizes of every file, CRC32 of every world_size-th), on every rank."""
+def _verified(store, step: int, rank: int, world_size: int) -> tuple[TrainState | None, dict, str | None]:
+    """The checkpoint's train state and manifest, and the first problem any rank found checking its
+    share of the manifest (sizes of every file, CRC32 of every world_size-th), on every rank."""
+    state, manifest = None, {}
     try:
-        state = TrainState(**json.loads((path / STATE_FILE).read_text()))
-        manifest = json.loads((path / COMPLETE).read_text() or "{}").get("files", {})
-        problem = verify_files(path, manifest, rank, world_size)
+        state = TrainState(**json.loads(store.get(step, STATE_FILE)))
+        manifest = json.loads(store.get(step, COMPLETE) or "{}").get("files", {})
+        problem = store.verify(step, manifest, rank, world_size)
     except (OSError, ValueError, TypeError) as e:
-        problem, state = f"{type(e).__name__}: {e}", None
-    return state, _agree(problem, world_size)
+        problem = f"{type(e).__name__}: {e}"
+    return state, manifest, _agree(problem, world_size)
 
 
 def fingerprint(cfg: JobConfig, dataset_len: int | None = None) -> dict:
@@ -375,18 +406,21 @@ def fingerprint(cfg: JobConfig, dataset_len: int | None = None) -> dict:
     return values if dataset_len is None else {**values, "dataset_len": dataset_len}
 
 
-def load_weights(path: Path, model, options: StateDictOptions, expected: dict, rank: int, world_size: int) -> TrainState:
+def load_weights(path: Path | str, model, options: StateDictOptions, expected: dict, rank: int,
+                 world_size: int) -> TrainState:
     """One checkpoint's model weights (no optimizer), verified as a resume verifies them: the
     manifest's sizes and checksums, and the fingerprint of the config it is read with. What an
-    export reads."""
-    state, problem = _verified(path, rank, world_size)
+    export reads; `path` a step directory, or its S3 uri."""
+    where, _, name = str(path).rstrip("/").rpartition("/")
+    store, step = open_store(where if str(path).startswith("s3://") else Path(path).parent), step_of(Path(name))
+    state, _, problem = _verified(store, step, rank, world_size)
     if problem:
         raise CheckpointError(f"checkpoint {path} is unusable ({problem}): export an older step-N directory")
     _check_fingerprint(path, state, expected, ignore=False)
     model_state = {"model": get_model_state_dict(model, options=options)}
     try:
         with lean_io():
-            dcp.load(model_state, storage_reader=TieredReader(path))
+            dcp.load(model_state, storage_reader=store.reader(step, {}, 1))
     except CheckpointException as e:
         raise CheckpointError(f"checkpoint {path} is unusable ({str(e).strip().splitlines()[-1][:300]}): export an "
                               f"older step-N directory") from None
@@ -394,7 +428,7 @@ def load_weights(path: Path, model, options: StateDictOptions, expected: dict, r
     return state
 
 
-def _check_fingerprint(path: Path, state: TrainState, fingerprint: dict, ignore: bool) -> None:
+def _check_fingerprint(path: Path | str, state: TrainState, fingerprint: dict, ignore: bool) -> None:
     changed = {k: (state.fingerprint.get(k), v) for k, v in fingerprint.items()
                if state.fingerprint and k in state.fingerprint and state.fingerprint[k] != v}
     if changed and not ignore:

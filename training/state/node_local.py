@@ -110,12 +110,12 @@ class NodeLocalTier:
                 if other.name != step_name:
                     shutil.rmtree(other, ignore_errors=True)
 
-    def holding(self, step_dir: Path, manifest: dict) -> dict[str, Path]:
-        """Shard name -> this node's copy, for every shard of `step_dir` held here whole (the size in
-        the manifest; which bytes are right, the items' checksums tell)."""
+    def holding(self, step_name: str, manifest: dict) -> dict[str, Path]:
+        """Shard name -> this node's copy, for every shard of checkpoint `step_name` held here whole
+        (the size in the manifest; which bytes are right, the items' checksums tell)."""
         if self.root is None:
             return {}
-        here = self.root / step_dir.name
+        here = self.root / step_name
         return {name: here / name for name, (size, _) in manifest.items()
                 if name.endswith(".distcp") and (here / name).is_file() and (here / name).stat().st_size == size}
 

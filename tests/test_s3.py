@@ -1,0 +1,145 @@
+"""Checkpoints in S3 (`checkpoint.uri: s3://bucket/prefix`) against a real S3 on loopback (moto's server):
+written and read through s3torchconnector with only the standard AWS variables set, resumed from the
+bucket in a fresh run directory at any size, after a graceful stop or a SIGKILL of the whole job."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from s3torchconnector._s3client import S3Client
+
+from conftest import (ROOT, bucket_keys, committed_samples, killed_if_left, local_job, losses, records,
+                      render_configs, train, wait_for)
+from training.contract.buckets import checkpoint_steps
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+SHARES_THE_FIXED_RUN = pytest.mark.xdist_group("test_s3")
+STEPS = 8
+TINY = ["recipes.training_config.logging.audit_samples=true", f"recipes.training_config.training_args.max_steps={STEPS}"]
+
+
+@pytest.fixture(scope="module")
+def fixed_run(tmp_path_factory):
+    """The reference: 8 steps on 2 processes with checkpoints on the run's volume, never interrupted."""
+    tmp = tmp_path_factory.mktemp("fixed")
+    train(render_configs(tmp / "configs", *TINY, "recipes.training_config.checkpoint.save_steps=1000"), tmp / "run",
+          nodes=2)
+    return tmp / "run"
+
+
+def bucket_configs(tmp_path, uri, *overrides):
+    return render_configs(tmp_path / "configs", *TINY, f"+recipes.training_config.checkpoint.uri={uri}", *overrides)
+
+
+def assert_the_fixed_runs_steps(run_dirs, fixed_run):
+    """The runs' steps, later runs' over earlier ones' (a step redone after a kill counts as redone), are
+    the fixed run's: its losses and the same samples, none repeated or skipped."""
+    got, samples = {}, {}
+    for run_dir in run_dirs:
+        got.update(losses(run_dir))
+        samples.update(committed_samples(run_dir))
+    want = losses(fixed_run)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert abs(got[step] - want[step]) <= 1e-6 * abs(want[step]), (step, got[step], want[step])
+    assert samples == committed_samples(fixed_run)
+
+
+@SHARES_THE_FIXED_RUN
+def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_any_volume(s3, fixed_run, tmp_path):
+    """2 nodes to step 3 (a graceful stop); 3 nodes in the same run directory (pods that stayed: their shards
+    come from node memory) to step 5; then 1 node in a fresh run directory, killed outright (SIGKILL of the
+    whole job) after step 7 was trained, step 6 its newest checkpoint; then 2 nodes in another fresh run
+    directory to the end. Together: the uninterrupted run's losses and samples, and the bucket holds the
+    newest `keep_last` complete checkpoints."""
+    uri = f"s3://{s3}/runs/tiny"
+    configs = bucket_configs(tmp_path, uri, "recipes.training_config.checkpoint.save_steps=2",
+                             "recipes.training_config.checkpoint.keep_last=2")
+    first, fresh, last = tmp_path / "first", tmp_path / "fresh", tmp_path / "last"
+    train(configs, first, nodes=2, stop_at_step=3)
+    assert checkpoint_steps("test", uri) == [2, 3]
+    assert not (first / "checkpoints").exists()
+    train(configs, first, nodes=3, stop_at_step=5)
+    resumed = [r for r in records(first) if r.get("event") == "resume"][-1]
+    assert resumed["step"] == 3 and resumed["read_mb"]["node memory"] > 0 and resumed["read_mb"]["bucket"] > 0, resumed
+
+    job = local_job(configs, fresh)
+    with open(tmp_path / "fresh.log", "wb") as log, killed_if_left(job.start(1, log=log, pause_at=[7])) as proc:
+        wait_for(lambda: any(r.get("step") == 7 and "loss" in r for r in records(fresh)), timeout=240, interval=0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # paused after step 7, whose checkpoint was never due
+        proc.wait(timeout=30)
+    assert [r["step"] for r in records(fresh) if r.get("event") == "resume"] == [5]
+    assert checkpoint_steps("test", uri) == [5, 6]  # keep_last 2
+
+    train(configs, last, nodes=2)
+    assert [r["step"] for r in records(last) if r.get("event") == "resume"] == [6]
+    assert_the_fixed_runs_steps([first, fresh, last], fixed_run)
+    assert checkpoint_steps("test", uri) == [6, 8]
+    files = {key.split("/", 3)[3] for key in bucket_keys(s3, "runs/tiny/step-00000008/")}
+    assert {"COMPLETE", "train_state.json", ".metadata", "__0_0.distcp", "__1_0.distcp", "rng/rank0.pt",
+            "rng/rank1.pt"} <= files, files
+
+
+@SHARES_THE_FIXED_RUN
+def test_a_checkpoint_cut_off_mid_upload_is_not_resumed_from(s3, fixed_run, tmp_path):
+    uri = f"s3://{s3}/tiny"
+    configs = bucket_configs(tmp_path, uri, "recipes.training_config.checkpoint.save_steps=1000")
+    train(configs, tmp_path / "first", nodes=2, stop_at_step=4)
+    # An upload of step 6 cut off: every object of a checkpoint there but its COMPLETE marker.
+    client = S3Client("us-east-1", endpoint=os.environ["AWS_ENDPOINT_URL"])
+    for key in bucket_keys(s3, "tiny/step-00000004/"):
+        if not key.endswith("/COMPLETE"):
+            client.copy_object(s3, key, s3, key.replace("step-00000004", "step-00000006"))
+    train(configs, tmp_path / "second", nodes=2)
+    assert [r["step"] for r in records(tmp_path / "second") if r.get("event") == "resume"] == [4]
+    assert not bucket_keys(s3, "tiny/step-00000006/")  # removed once a newer checkpoint completed
+    assert_the_fixed_runs_steps([tmp_path / "first", tmp_path / "second"], fixed_run)
+
+
+def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_written(s3, tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "launcher.py", "recipes=llama/tiny_llama_sft", "action=local",
+                          "+recipes.training_config.checkpoint.uri=s3://no-such-bucket/tiny", f"local.run_dir={run_dir}",
+                          f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == (
+        "error: training_config.checkpoint.uri=s3://no-such-bucket/tiny: the bucket no-such-bucket does not exist: "
+        "create it (aws s3 mb s3://no-such-bucket) or point training_config.checkpoint.uri at one that does")
+    assert len(out.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+
+
+def test_data_and_a_model_read_from_a_bucket_train_and_the_export_lands_beside_the_checkpoints(s3, tmp_path,
+                                                                                                monkeypatch):
+    """train_data and model_name_or_path in the bucket (fetched once per node into the S3 cache); the
+    export at the end lands in <checkpoint.uri>/hf, and transformers loads it from the bucket's files."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.contract.buckets import download, upload
+
+    upload("test", ROOT / "data" / "tiny_agent_model", f"s3://{s3}/models/tiny")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "chats.jsonl").write_bytes((ROOT / "data" / "sft_tiny.jsonl").read_bytes())
+    upload("test", tmp_path / "data", f"s3://{s3}/data")
+    monkeypatch.setenv("ELASTIC_S3_CACHE", str(tmp_path / "cache"))
+    configs = render_configs(tmp_path / "configs", "recipes.training_config.training_args.max_steps=2",
+                             "recipes.training_config.model_config.architecture=null",
+                             f"recipes.training_config.model_config.model_name_or_path=s3://{s3}/models/tiny",
+                             "recipes.training_config.model_config.tokenizer_name_or_path=null",
+                             f"recipes.training_config.datasets.train_data=s3://{s3}/data/chats.jsonl",
+                             f"+recipes.training_config.checkpoint.uri=s3://{s3}/run",
+                             "recipes.training_config.training_args.save_hf_ckpt=true")
+    run_dir = tmp_path / "run"
+    train(configs, run_dir, nodes=2)
+    model_event = next(r for r in records(run_dir) if r.get("event") == "model")
+    assert model_event["weights"] == "files" and model_event["files"].startswith(str(tmp_path / "cache"))
+    assert next(r for r in records(run_dir) if r.get("event") == "data")["rows"] == 512
+    assert [r["dirs"] for r in records(run_dir) if r.get("event") == "export"] == [[f"s3://{s3}/run/hf"]]
+    exported = download("test", f"s3://{s3}/run/hf", tmp_path / "fetched")
+    assert sorted(p.name for p in exported.iterdir()) == sorted(p.name for p in (run_dir / "hf").iterdir())
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    local = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), local.state_dict().values()))
+    assert {**model.config.to_dict(), "_name_or_path": None} == {**local.config.to_dict(), "_name_or_path": None}
