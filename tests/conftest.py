@@ -46,8 +46,9 @@ def pytest_collection_modifyitems(config, items):
 
 # The groups that take longest (their seconds in a whole run of the full tier on this repository's
 # 2-core machine, 2026-11-29): started first, none is left running alone at the end. The two that need
-# no cached virtualenv open the run: on a fresh machine the others' builds (started with the session)
-# take minutes, which two workers would otherwise spend waiting on the builds' locks.
+# no large cached virtualenv (the rehearsal's S3 server's builds in under a minute) open the run: on a
+# fresh machine the others' builds (started with the session) take minutes, which two workers would
+# otherwise spend waiting on the builds' locks.
 LONGEST_GROUPS = ("test_rehearsal", "test_rlaif", "test_agents", "test_grpo", "test_vllm_rollouts",
                   "test_hyperpod_agent", "test_training_runs")
 
@@ -362,20 +363,28 @@ def s3_server():
             os.killpg(server.pid, signal.SIGKILL)
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, request):
-    """The standard AWS variables pointed at the loopback S3 (in this process and the jobs it starts), and
-    a new empty bucket named after the test: its name."""
-    import re
+@contextlib.contextmanager
+def bucket(endpoint: str, name: str):
+    """The standard AWS variables pointed at the loopback S3 at `endpoint` (in this process and the jobs it
+    starts) while inside, and a new empty bucket `name`."""
     import urllib.request
 
-    for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
-                        "AWS_SECRET_ACCESS_KEY": "test"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-")
-    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{bucket}", method="PUT"), timeout=30).close()
-    return bucket
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
+                                "AWS_SECRET_ACCESS_KEY": "test"}.items():
+            patch.setenv(variable, value)
+        patch.delenv("AWS_PROFILE", raising=False)
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=30).close()
+        yield name
+
+
+@pytest.fixture
+def s3(s3_server, request):
+    """A new empty bucket named after the test, with the AWS variables pointed at it: its name."""
+    import re
+
+    with bucket(s3_server, re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-")) as name:
+        yield name
 
 
 def bucket_keys(bucket: str, prefix: str = "") -> dict[str, int]:

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, committed_samples, interruptible, losses, own_processes, records, wait_for
+from conftest import ROOT, bucket, committed_samples, interruptible, losses, own_processes, records, wait_for
+from training.contract.buckets import checkpoint_steps
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
@@ -19,20 +20,28 @@ STEPS = 36
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
+def rehearsal(tmp_path_factory, s3_server):
+    """The demo trace with every checkpoint in a bucket (checkpoint.uri; a volume's are every other
+    rehearsal's): the rehearsal and its fixed-size reference each under a prefix of their own."""
     from elastic_launcher.cli import main
 
     tmp = tmp_path_factory.mktemp("rehearsal")
-    code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
-                 f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
-                 f"recipes.training_config.training_args.max_steps={STEPS}", "local.timeout=500",
-                 f"output_dir={tmp / 'out'}"])
-    return code, tmp / "run", tmp / "run" / "fixed"
+    with bucket(s3_server, "rehearsal") as name:
+        code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                     f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
+                     f"recipes.training_config.training_args.max_steps={STEPS}", "local.timeout=500",
+                     f"+recipes.training_config.checkpoint.uri=s3://{name}/rehearsals", f"output_dir={tmp / 'out'}"])
+        steps = [checkpoint_steps("test", f"s3://{name}/rehearsals/run{part}") for part in ("", "/fixed")]
+    return code, tmp / "run", tmp / "run" / "fixed", steps
 
 
 def test_rehearsal_completes_and_matches_the_fixed_run(rehearsal):
-    code, run_dir, fixed_dir = rehearsal
+    code, run_dir, fixed_dir, (steps, fixed_steps) = rehearsal
     assert code == 0
+    assert not (run_dir / "checkpoints").exists() and not (fixed_dir / "checkpoints").exists()
+    assert steps[-1] == fixed_steps[-1] == STEPS  # in the bucket, each under its own prefix
+    resumes = [r for r in records(run_dir) if r.get("event") == "resume"]
+    assert len(resumes) == 5 and all(r["read_mb"]["bucket"] > 0 for r in resumes)
     assert sorted(losses(run_dir)) == list(range(1, STEPS + 1))
     samples, reference = committed_samples(run_dir), committed_samples(fixed_dir)
     assert samples == reference
@@ -46,7 +55,7 @@ def test_rehearsal_completes_and_matches_the_fixed_run(rehearsal):
 
 
 def test_failure_steps_are_recomputed_not_lost_or_doubled(rehearsal):
-    _, run_dir, fixed_dir = rehearsal
+    _, run_dir, fixed_dir, _ = rehearsal
     audit = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in audit]
     redone = [s for s in set(steps) if steps.count(s) > 1]
@@ -57,7 +66,7 @@ def test_failure_steps_are_recomputed_not_lost_or_doubled(rehearsal):
 
 
 def test_timeline_and_report_show_every_transition(rehearsal):
-    _, run_dir, _ = rehearsal
+    _, run_dir, _, _ = rehearsal
     timeline = json.loads((run_dir / "timeline.json").read_text())
     kinds = [e["event"] for e in timeline]
     assert [e["nodes"] for e in timeline if e["event"] == "launch"] == [2, 3, 1, 2, 1, 2]
@@ -78,7 +87,7 @@ def test_timeline_and_report_show_every_transition(rehearsal):
 
 
 def test_chart_is_a_valid_png(rehearsal):
-    _, run_dir, _ = rehearsal
+    _, run_dir, _, _ = rehearsal
     from PIL import Image
 
     with Image.open(run_dir / "rehearsal.png") as image:
@@ -106,7 +115,7 @@ def test_the_simulator_predicts_the_rehearsal_from_its_own_measurements(rehearsa
     operator decisions, virtual time) predicts its wall time and the steps committed at each size within 10%."""
     from elastic_launcher.cli import main
 
-    _, run_dir, _ = rehearsal
+    _, run_dir, _, _ = rehearsal
     code = main(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=simulate",
                  f"recipes.training_config.training_args.max_steps={STEPS}", f"simulate.capacity={ROOT / 'traces' / 'demo.yaml'}",
                  f"simulate.throughput={run_dir}", f"simulate.costs={run_dir / 'rehearsal_report.json'}",

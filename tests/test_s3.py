@@ -1,6 +1,7 @@
-"""Checkpoints in S3 (`checkpoint.uri: s3://bucket/prefix`) against a real S3 on loopback (moto's server):
-written and read through s3torchconnector with only the standard AWS variables set, resumed from the
-bucket in a fresh run directory at any size, after a graceful stop or a SIGKILL of the whole job."""
+"""Checkpoints, data and models in S3 (`checkpoint.uri: s3://bucket/prefix`) against a real S3 on loopback
+(moto's server): written and read through s3torchconnector with only the standard AWS variables set,
+resumed from the bucket in a fresh run directory at any size, after a graceful stop or a SIGKILL of the
+whole job. The demo trace's rehearsal keeps its checkpoints in a bucket too (tests/test_rehearsal.py)."""
 
 import os
 import signal
@@ -143,3 +144,4 @@ def test_data_and_a_model_read_from_a_bucket_train_and_the_export_lands_beside_t
     local = AutoModelForCausalLM.from_pretrained(run_dir / "hf")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), local.state_dict().values()))
     assert {**model.config.to_dict(), "_name_or_path": None} == {**local.config.to_dict(), "_name_or_path": None}
+

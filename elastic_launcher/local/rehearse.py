@@ -60,26 +60,34 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
 
 def run(job: Job) -> int:
     # Sample lineage is what proves a resize invisible: the rehearsal always records it.
-    recipe = copy.deepcopy(job.recipe)
-    recipe["training_config"]["logging"]["audit_samples"] = True
-    plan = make_plan(recipe, job.plan.job_name, typed=job.typed)  # the dry run's plan, with the audit on
-    if not plan.policy.is_elastic:
-        raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
     settings = job.settings.local
-    trace = parse_trace(settings.trace, plan.policy.max_nodes)
     # A rehearsal starts fresh: by default in a new directory beside the recipe's run directory, so it
     # never collides with a local run or an earlier rehearsal; the fixed-size reference lives inside it.
     run_dir = Path(settings.run_dir).resolve() if settings.run_dir else \
         run_dir_of(job).with_name(f"{run_dir_of(job).name}-rehearsal-{time.strftime('%Y%m%d-%H%M%S')}")
     reference_dir = run_dir / "fixed"
+    recipe = copy.deepcopy(job.recipe)
+    recipe["training_config"]["logging"]["audit_samples"] = True
+    checkpoints = recipe["training_config"].get("checkpoint", {})
+    uri = checkpoints.get("uri")
+    if uri:  # in a bucket: under a prefix of the rehearsal's own, as its directory is (the reference's inside it)
+        checkpoints["uri"] = f"{uri.rstrip('/')}/{run_dir.name}"
+    plan = make_plan(recipe, job.plan.job_name, typed=job.typed)  # the dry run's plan, with the audit on
+    if not plan.policy.is_elastic:
+        raise ConfigError("action=rehearse needs an elastic recipe: add recipes.elastic_policy.is_elastic=true")
+    trace = parse_trace(settings.trace, plan.policy.max_nodes)
     if (run_dir / "metrics.jsonl").exists():
         raise LauncherError(f"{run_dir} already holds a run: a rehearsal starts fresh; set local.run_dir=<new dir> "
                             f"or leave it unset for a new timestamped directory")
     if settings.agent_python:
         venv_bin = agents_bin(job)
     local = prepare(job, plan, run_dir)
+    reference = dataclasses.replace(local, run_dir=reference_dir)
+    if uri:
+        checkpoints["uri"] = f"{uri.rstrip('/')}/{run_dir.name}/fixed"
+        reference = prepare(job, make_plan(recipe, job.plan.job_name, typed=job.typed), reference_dir)
     if settings.agent_python:  # the agents' environment runs the reference too: the same torch
-        local = dataclasses.replace(local, python=settings.agent_python)
+        local, reference = (dataclasses.replace(j, python=settings.agent_python) for j in (local, reference))
     local.run_dir.mkdir(parents=True, exist_ok=True)
     args = (plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log",
             job.settings.cluster.job_max_retry_count)
@@ -92,8 +100,7 @@ def run(job: Job) -> int:
         try:
             rehearsal.run(settings.timeout)
             if settings.compare:  # the same judge's verdicts as the elastic run's: the trainer is what is compared
-                run_reference(rehearsal, dataclasses.replace(local, run_dir=reference_dir,
-                                                             extra_env=((REPLAY_ENV, str(local.run_dir)),)),
+                run_reference(rehearsal, dataclasses.replace(reference, extra_env=((REPLAY_ENV, str(local.run_dir)),)),
                               settings.timeout)
         except KeyboardInterrupt as interrupt:
             grace = plan.policy.graceful_shutdown_timeout
