@@ -211,7 +211,9 @@ class Checkpointer:
         time). A bucket's objects are durable once written."""
         self.wait()  # one save in flight at a time
         step = state.step
-        if self.store.has(step, COMPLETE):
+        saved = [self.store.has(step, COMPLETE) if self.rank == 0 else None]  # one rank asks (a bucket: one LIST)
+        dist.broadcast_object_list(saved, src=0)
+        if saved[0]:
             return self.location(step)
         self._preflight(model, step)
         started = time.perf_counter()
