@@ -143,7 +143,7 @@ class Checkpointer:
     @property
     def where(self) -> str:
         """The checkpoints' directory or S3 prefix, as the HyperPod agent's progress names it."""
-        return self.store.location(0).rsplit("/", 1)[0]
+        return self.store.where
 
     def location(self, step: int) -> str:
         return self.store.location(step)

@@ -39,6 +39,7 @@ class VolumeStore:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.where = str(self.root.resolve())
 
     def location(self, step: int) -> str:
         return str(step_dir(self.root, step).resolve())
@@ -115,7 +116,7 @@ class BucketStore:
     def __init__(self, uri: str):
         from s3torchconnector._s3client import S3Client
 
-        self.uri = uri.rstrip("/")
+        self.uri = self.where = uri.rstrip("/")
         self.bucket, self.prefix = buckets.split_uri(self.uri)
         self.region = buckets.region(buckets.CHECKPOINT_URI_KEY)
         self.client = S3Client(self.region, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
