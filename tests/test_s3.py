@@ -16,7 +16,6 @@ from conftest import (ROOT, bucket_keys, committed_samples, killed_if_left, loca
 from training.contract.buckets import checkpoint_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-SHARES_THE_FIXED_RUN = pytest.mark.xdist_group("test_s3")
 STEPS = 8
 TINY = ["recipes.training_config.logging.audit_samples=true", f"recipes.training_config.training_args.max_steps={STEPS}"]
 
@@ -48,13 +47,12 @@ def assert_the_fixed_runs_steps(run_dirs, fixed_run):
     assert samples == committed_samples(fixed_run)
 
 
-@SHARES_THE_FIXED_RUN
 def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_any_volume(s3, fixed_run, tmp_path):
     """2 nodes to step 3 (a graceful stop); 3 nodes in the same run directory (pods that stayed: their shards
     come from node memory) to step 5; then 1 node in a fresh run directory, killed outright (SIGKILL of the
-    whole job) after step 7 was trained, step 6 its newest checkpoint; then 2 nodes in another fresh run
-    directory to the end. Together: the uninterrupted run's losses and samples, and the bucket holds the
-    newest `keep_last` complete checkpoints."""
+    whole job) after step 7 was trained, step 6 its newest checkpoint; a save of step 7 cut off mid-upload;
+    then 2 nodes in another fresh run directory to the end, from step 6. Together: the uninterrupted run's
+    losses and samples, and the bucket holds the newest `keep_last` complete checkpoints."""
     uri = f"s3://{s3}/runs/tiny"
     configs = bucket_configs(tmp_path, uri, "recipes.training_config.checkpoint.save_steps=2",
                              "recipes.training_config.checkpoint.keep_last=2")
@@ -73,30 +71,20 @@ def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_
         proc.wait(timeout=30)
     assert [r["step"] for r in records(fresh) if r.get("event") == "resume"] == [5]
     assert checkpoint_steps("test", uri) == [5, 6]  # keep_last 2
+    # An upload of step 7 cut off: every object of a checkpoint there but its COMPLETE marker.
+    client = S3Client("us-east-1", endpoint=os.environ["AWS_ENDPOINT_URL"])
+    for key in bucket_keys(s3, "runs/tiny/step-00000006/"):
+        if not key.endswith("/COMPLETE"):
+            client.copy_object(s3, key, s3, key.replace("step-00000006", "step-00000007"))
 
     train(configs, last, nodes=2)
-    assert [r["step"] for r in records(last) if r.get("event") == "resume"] == [6]
+    assert [r["step"] for r in records(last) if r.get("event") == "resume"] == [6]  # not the cut-off 7
     assert_the_fixed_runs_steps([first, fresh, last], fixed_run)
     assert checkpoint_steps("test", uri) == [6, 8]
+    assert not bucket_keys(s3, "runs/tiny/step-00000007/")  # removed once a newer checkpoint completed
     files = {key.split("/", 3)[3] for key in bucket_keys(s3, "runs/tiny/step-00000008/")}
     assert {"COMPLETE", "train_state.json", ".metadata", "__0_0.distcp", "__1_0.distcp", "rng/rank0.pt",
             "rng/rank1.pt"} <= files, files
-
-
-@SHARES_THE_FIXED_RUN
-def test_a_checkpoint_cut_off_mid_upload_is_not_resumed_from(s3, fixed_run, tmp_path):
-    uri = f"s3://{s3}/tiny"
-    configs = bucket_configs(tmp_path, uri, "recipes.training_config.checkpoint.save_steps=1000")
-    train(configs, tmp_path / "first", nodes=2, stop_at_step=4)
-    # An upload of step 6 cut off: every object of a checkpoint there but its COMPLETE marker.
-    client = S3Client("us-east-1", endpoint=os.environ["AWS_ENDPOINT_URL"])
-    for key in bucket_keys(s3, "tiny/step-00000004/"):
-        if not key.endswith("/COMPLETE"):
-            client.copy_object(s3, key, s3, key.replace("step-00000004", "step-00000006"))
-    train(configs, tmp_path / "second", nodes=2)
-    assert [r["step"] for r in records(tmp_path / "second") if r.get("event") == "resume"] == [4]
-    assert not bucket_keys(s3, "tiny/step-00000006/")  # removed once a newer checkpoint completed
-    assert_the_fixed_runs_steps([tmp_path / "first", tmp_path / "second"], fixed_run)
 
 
 def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_written(s3, tmp_path):
