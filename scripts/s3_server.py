@@ -13,7 +13,7 @@ AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (moto accepts every key).
 from __future__ import annotations
 
 import argparse
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +50,8 @@ def main() -> int:
     if args.python:
         print(python)
         return 0
-    return subprocess.call([str(python), "-c", SERVE])
+    # The server replaces this process (one process, no child of ours left running when it stops).
+    os.execv(str(python), [str(python), "-c", SERVE])
 
 
 if __name__ == "__main__":
