@@ -81,12 +81,17 @@ def check_bucket(key: str, uri: str) -> None:
     objects(client(key), key, uri, f"{prefix}/" if prefix else "")
 
 
-def checkpoint_steps(key: str, uri: str) -> list[int]:
-    """The complete checkpoints' steps under an S3 checkpoint prefix, oldest first."""
+def step_folders(s3, key: str, uri: str) -> tuple[set[int], set[int]]:
+    """(complete steps, steps with any object) of the checkpoints under the S3 prefix `uri` (one LIST)."""
     from training.contract.checkpoint_dirs import steps_of_keys
 
     prefix = split_uri(uri)[1]
-    return sorted(steps_of_keys(objects(client(key), key, uri, f"{prefix}/step-" if prefix else "step-"), prefix)[0])
+    return steps_of_keys(objects(s3, key, uri, f"{prefix}/step-" if prefix else "step-"), prefix)
+
+
+def checkpoint_steps(key: str, uri: str) -> list[int]:
+    """The complete checkpoints' steps under an S3 checkpoint prefix, oldest first."""
+    return sorted(step_folders(client(key), key, uri)[0])
 
 
 def download(key: str, uri: str, cache: Path) -> Path:

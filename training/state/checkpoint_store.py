@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint, step_dir,
-                                               step_of, steps_of_keys)
+from training.contract.checkpoint_dirs import COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint, step_dir, step_of
 from training.contract import buckets
 from training.state import item_checksums
 from training.state.checkpoint_files import (bytes_on_disk, own_files, verify_files, write_durably)
 from training.state.node_local import NodeLocalTier, TieredReader
-
-SHARD = re.compile(r"__(\d+)_\d+\.distcp$")
 
 
 class VolumeStore:
@@ -131,15 +127,11 @@ class BucketStore:
         """Key -> size of every object under `prefix` (one LIST, paged)."""
         return buckets.objects(self.client, buckets.CHECKPOINT_URI_KEY, self.uri, prefix)
 
-    def _steps(self) -> tuple[set[int], set[int]]:
-        """(complete steps, steps with objects) under the prefix."""
-        return steps_of_keys(self._objects(f"{self.prefix}/step-" if self.prefix else "step-"), self.prefix)
-
     def complete_steps(self) -> list[int]:
-        return sorted(self._steps()[0])
+        return sorted(buckets.step_folders(self.client, buckets.CHECKPOINT_URI_KEY, self.uri)[0])
 
     def incomplete_steps(self) -> list[int]:
-        complete, seen = self._steps()
+        complete, seen = buckets.step_folders(self.client, buckets.CHECKPOINT_URI_KEY, self.uri)
         return sorted(seen - complete)
 
     def has(self, step: int, name: str) -> bool:
@@ -212,7 +204,7 @@ class BucketStore:
 
 
 def open_store(where: Path | str) -> VolumeStore | BucketStore:
-    return BucketStore(where) if str(where).startswith("s3://") else VolumeStore(Path(where))
+    return BucketStore(str(where)) if buckets.is_s3(str(where)) else VolumeStore(Path(where))
 
 
 class _TeeToNodeMemory:
@@ -228,7 +220,7 @@ class _TeeToNodeMemory:
     @contextmanager
     def create_stream(self, path, mode):
         name = os.path.basename(str(path))
-        if mode != "wb" or not SHARD.search(name):
+        if mode != "wb" or not name.endswith(".distcp"):  # a shard, as the volume's tier copies them
             with self.fs.create_stream(path, mode) as stream:
                 yield stream
             return
