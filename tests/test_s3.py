@@ -87,7 +87,7 @@ def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_
             "rng/rank1.pt"} <= files, files
 
 
-def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_written(s3, tmp_path):
+def test_a_missing_bucket_or_one_holding_checkpoints_without_resume_is_one_line_before_anything_is_written(s3, tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "launcher.py", "recipes=llama/tiny_llama_sft", "action=local",
                           "+recipes.training_config.checkpoint.uri=s3://no-such-bucket/tiny", f"local.run_dir={run_dir}",
@@ -97,6 +97,15 @@ def test_a_bucket_that_does_not_exist_is_one_line_before_anything_is_written(s3,
         "error: training_config.checkpoint.uri=s3://no-such-bucket/tiny: the bucket no-such-bucket does not exist: "
         "create it (aws s3 mb s3://no-such-bucket) or point training_config.checkpoint.uri at one that does")
     assert len(out.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+    # A prefix that holds a checkpoint is resumed from, unless local.resume=false: then one line.
+    S3Client("us-east-1", endpoint=os.environ["AWS_ENDPOINT_URL"]).put_object(s3, "tiny/step-00000002/COMPLETE").close()
+    out = subprocess.run([sys.executable, "launcher.py", "recipes=llama/tiny_llama_sft", "action=local", "local.resume=false",
+                          f"+recipes.training_config.checkpoint.uri=s3://{s3}/tiny", f"local.run_dir={run_dir}",
+                          f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and not run_dir.exists()
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: s3://{s3}/tiny holds checkpoints and local.resume=false: remove them or point "
+        f"training_config.checkpoint.uri at a new prefix")
 
 
 def test_data_and_a_model_read_from_a_bucket_train_and_the_export_lands_beside_the_checkpoints(s3, tmp_path,
