@@ -142,3 +142,21 @@ def test_data_and_a_model_read_from_a_bucket_train_and_the_export_lands_beside_t
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), local.state_dict().values()))
     assert {**model.config.to_dict(), "_name_or_path": None} == {**local.config.to_dict(), "_name_or_path": None}
 
+    # The same export from the checkpoint in the bucket, with the run's config (the bucket holds none).
+    def export(*args):
+        return subprocess.run([sys.executable, "-m", "training.export", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+
+    done = export("--checkpoint", f"s3://{s3}/run/step-00000002", "--config", str(run_dir / "job_config.yaml"),
+                  "--out", str(tmp_path / "again"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "again")
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), local.state_dict().values()))
+    missing = export("--checkpoint", f"s3://{s3}/run/step-00000009", "--config", str(run_dir / "job_config.yaml"),
+                     "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        f"error: --checkpoint s3://{s3}/run/step-00000009 is not a complete checkpoint: complete checkpoints under "
+        f"s3://{s3}/run: step-00000002"]
+    no_config = export("--checkpoint", f"s3://{s3}/run/step-00000002", "--out", str(tmp_path / "x"))
+    assert no_config.returncode == 2 and "pass --config" in no_config.stderr and not (tmp_path / "x").exists()
+
