@@ -87,6 +87,51 @@ def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_
             "rng/rank1.pt"} <= files, files
 
 
+def samples_of_step(run_dir, step):
+    """A step's completions with their rewards, as samples.jsonl keeps them (the last run of the step)."""
+    return [sorted((c["sample_id"], c["index"], c["completion"], c["reward"]) for c in r["readable"])
+            for r in records(run_dir, "samples.jsonl") if r["step"] == step][-1]
+
+
+def test_the_grpo_twins_checkpoints_and_judge_ledger_in_a_bucket_survive_a_sigkill_in_a_fresh_pod(s3, tmp_path):
+    """The RLAIF twin (GRPO judged by an LLM on loopback), checkpoints and the judge's ledger in the bucket:
+    2 nodes killed outright after step 3 (its checkpoint is step 2's), then 1 node in a fresh run directory.
+    The redone step 3 takes every verdict from the bucket's ledger (the judge is not asked), draws the same
+    completions with the same rewards, and the ledger left at the end holds nothing a resume could need."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from judge_server import JudgeServer
+
+    uri = f"s3://{s3}/grpo"
+    with JudgeServer() as server:
+        configs = render_configs(tmp_path / "configs", "recipes.training_config.logging.audit_samples=true",
+                                 "recipes.training_config.training_args.max_steps=4",
+                                 "recipes.training_config.checkpoint.save_steps=2",
+                                 f"+recipes.training_config.checkpoint.uri={uri}",
+                                 f"recipes.training_config.training_args.method_args.judge.base_url={server.url}/v1",
+                                 recipe="llama/tiny_llama_grpo_rlaif")
+        killed, fresh = tmp_path / "killed", tmp_path / "fresh"
+        with open(tmp_path / "killed.log", "wb") as log, \
+                killed_if_left(local_job(configs, killed).start(2, log=log, pause_at=[3])) as proc:
+            wait_for(lambda: any(r.get("step") == 3 and "loss" in r for r in records(killed)), timeout=400,
+                     interval=0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert checkpoint_steps("test", uri) == [2]
+        ledger = bucket_keys(s3, "grpo/judge_ledger/")
+        assert len(ledger) == 2 and all(key.endswith(".jsonl") for key in ledger), ledger  # one per rank
+        asked = len(server.requests)
+
+        train(configs, fresh, nodes=1, timeout=400)
+        steps = {r["step"]: r for r in records(fresh) if "reward" in r}
+    assert [r["step"] for r in records(fresh) if r.get("event") == "resume"] == [2]
+    assert steps[3]["judge_calls"] == 0 and steps[3]["judge_cached"] == 32, steps[3]
+    assert samples_of_step(fresh, 3) == samples_of_step(killed, 3)
+    assert steps[4]["judge_calls"] > 0 and len(server.requests) - asked == steps[4]["judge_calls"]
+    assert checkpoint_steps("test", uri) == [2, 4]
+    # The files of both sizes folded into one at the last checkpoint, and pruned: no step after it.
+    assert list(bucket_keys(s3, "grpo/judge_ledger/").values()) == [0]
+
+
 def test_a_missing_bucket_or_one_holding_checkpoints_without_resume_is_one_line_before_anything_is_written(s3, tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "launcher.py", "recipes=llama/tiny_llama_sft", "action=local",

@@ -162,7 +162,8 @@ class Trainer:
                                                         tc.model_config.model_name_or_path, self.run_dir,
                                                         torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
                                                         else torch.float32, len(self.data.train),
-                                                        tc.datasets.template_kwargs, tc.logging.audit_samples))
+                                                        tc.datasets.template_kwargs, tc.logging.audit_samples,
+                                                        tc.checkpoint.uri))
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation

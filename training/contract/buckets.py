@@ -144,3 +144,34 @@ def upload(key: str, directory: Path, uri: str) -> None:
             while chunk := f.read(8 << 20):
                 stream.write(chunk)
         stream.close()
+
+
+def put(s3, key: str, uri: str, data: bytes) -> None:
+    """`data` as the object `uri` (s3://bucket/key), visible whole once written; one line on a refusal."""
+    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
+
+    try:
+        stream = s3.put_object(*split_uri(uri))
+        stream.write(data)
+        stream.close()
+    except S3Exception as e:
+        raise ConfigError(problem(key, uri, e)) from None
+
+
+def get(s3, key: str, uri: str) -> bytes:
+    """The object `uri` (s3://bucket/key); one line on a refusal."""
+    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
+
+    try:
+        return b"".join(s3.get_object(*split_uri(uri)))
+    except S3Exception as e:
+        raise ConfigError(problem(key, uri, e)) from None
+
+
+def delete(s3, key: str, uri: str) -> None:
+    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
+
+    try:
+        s3.delete_object(*split_uri(uri))
+    except S3Exception as e:
+        raise ConfigError(problem(key, uri, e)) from None

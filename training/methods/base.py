@@ -48,6 +48,7 @@ class RunInfo:
     train_rows: int = 0  # the training data's rows (an epoch's samples)
     template_kwargs: dict | None = None  # the chat template's arguments (enable_thinking), as the data renders it
     audit: bool = False  # logging.audit_samples: keep what reproduces the run (a judge's every verdict)
+    checkpoint_uri: str | None = None  # checkpoint.uri: where what a resume needs lives (S3), if not the run's volume
 
 
 @dataclass

@@ -164,7 +164,7 @@ class GRPO(TrainingMethod):
             size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
             dist.broadcast_object_list(size, src=0)
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
-                                       f"rank{run.rank}", audit=run.audit)
+                                       f"rank{run.rank}", audit=run.audit, checkpoint_uri=run.checkpoint_uri)
 
     @property
     def completion_budget(self) -> int:

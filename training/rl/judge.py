@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from training.contract import buckets
 from training.contract.judge import (HISTORY, REPLAY_ENV, JudgeRequest, JudgeSettings, UnreadableReply, parse_score,
                                      render, template, verdict_key)
 from training.contract.judge_client import REFUSED_STATUSES, CallFailed, ConverseJudge, OpenAIJudge
@@ -97,15 +98,23 @@ class Verdict:
 
 class Ledger:
     """Verdicts by key: read from every file of <dir> at the start, each new one appended to this
-    process's own file as it arrives (and, with `history`, to its file there, never pruned)."""
+    process's own file as it arrives (and, with `history`, to its file there, never pruned).
 
-    def __init__(self, directory: Path, size: str, name: str, history: Path | None = None):
+    With `bucket` (an S3 prefix: where the run's checkpoints are), a restart in a fresh pod keeps them
+    too: the files there are read at the start, this process's own is put there at the end of each step
+    (`publish`; an object cannot be appended to, and a step's verdicts are all in by then) and after each
+    prune. A process killed outright loses from the bucket only the verdicts of the step it was in."""
+
+    def __init__(self, directory: Path, size: str, name: str, history: Path | None = None, bucket: str | None = None):
         self.directory, self.size, self.lock = directory, size, threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
-        self.verdicts = read_verdicts(directory)
         self.path = directory / f"{size}-{name}.jsonl"
+        self.bucket = f"{bucket.rstrip('/')}/{directory.name}" if bucket else None
+        self.s3 = buckets.client(buckets.CHECKPOINT_URI_KEY) if bucket else None
+        self.verdicts = {**self._bucket_verdicts(), **read_verdicts(directory)}  # the local copy is the newer
         self.own = sum(1 for _ in open(self.path)) if self.path.exists() else 0
         self._file = open(self.path, "a")
+        self.unpublished = False
         self._history = None
         if history is not None:
             history.mkdir(parents=True, exist_ok=True)
@@ -123,6 +132,7 @@ class Ledger:
                     file.write(_line(key, verdict))
                     file.flush()
                 self.own += 1
+                self.unpublished = True
 
     def prune(self, step: int, others_too: bool) -> None:
         """Keep what a resume from the checkpoint of `step` can need: the verdicts of later steps.
@@ -134,14 +144,43 @@ class Ledger:
             partial = self.path.with_suffix(".partial")
             partial.write_text("".join(_line(k, v) for k, v in kept.items()))
             os.replace(partial, self.path)
+            self._publish()  # before the others' files go: a kill in between loses nothing
             if others_too:
                 for path in self.directory.glob("*.jsonl"):
                     if not path.name.startswith(f"{self.size}-"):
                         path.unlink(missing_ok=True)
+                for uri in self._bucket_files():
+                    if not uri.rpartition("/")[2].startswith(f"{self.size}-"):
+                        buckets.delete(self.s3, buckets.CHECKPOINT_URI_KEY, uri)
             self.own = len(kept)
             self._file = open(self.path, "a")
 
+    def publish(self) -> None:
+        """This process's file put in the bucket, where it changed since it was last put there."""
+        with self.lock:
+            if self.unpublished:
+                self._publish()
+
+    def _publish(self) -> None:
+        if self.bucket:
+            buckets.put(self.s3, buckets.CHECKPOINT_URI_KEY, f"{self.bucket}/{self.path.name}", self.path.read_bytes())
+        self.unpublished = False
+
+    def _bucket_files(self) -> list[str]:
+        if not self.bucket:
+            return []
+        bucket, prefix = buckets.split_uri(self.bucket)
+        return [f"s3://{bucket}/{key}" for key in buckets.objects(self.s3, buckets.CHECKPOINT_URI_KEY, self.bucket,
+                                                                   f"{prefix}/") if key.endswith(".jsonl")]
+
+    def _bucket_verdicts(self) -> dict[str, Verdict]:
+        verdicts = {}
+        for uri in sorted(self._bucket_files()):
+            verdicts.update(_parse(buckets.get(self.s3, buckets.CHECKPOINT_URI_KEY, uri).decode()))
+        return verdicts
+
     def close(self) -> None:
+        self.publish()
         self._file.close()
         if self._history is not None:
             self._history.close()
@@ -160,9 +199,13 @@ def _line(key: str, verdict: Verdict) -> str:
 
 
 def _read(path: Path) -> dict[str, Verdict]:
+    return _parse(path.read_text())
+
+
+def _parse(text: str) -> dict[str, Verdict]:
     """A ledger file's verdicts; a later line of a key wins (a verdict needed again by a later step)."""
     verdicts = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:  # the last line of a process that was killed while writing it
@@ -176,15 +219,17 @@ class Judge:
     where a verdict failed); `costs()` what the step took."""
 
     def __init__(self, settings: JudgeSettings, rank: int, world_size: int, run_dir: Path, size: str, name: str,
-                 audit: bool = False):
+                 audit: bool = False, checkpoint_uri: str | None = None):
         """`size`: an id the processes of this world size share; `name` this process's among them;
-        `audit`: keep every verdict in the run's history too."""
+        `audit`: keep every verdict in the run's history too; `checkpoint_uri`: where the checkpoints
+        are, if in S3 (the ledger is kept beside them)."""
         self.settings, self.template = settings, template(settings.prompt_template)
         workers, rpm, tpm = settings.share(rank, world_size)
         self.client = (ConverseJudge if settings.scheme == "bedrock" else OpenAIJudge)(settings, workers)
         self.requests = Bucket(rpm) if rpm else None
         self.tokens = Bucket(tpm) if tpm else None
-        self.ledger = Ledger(run_dir / "judge_ledger", size, name, run_dir / HISTORY if audit else None)
+        self.ledger = Ledger(run_dir / "judge_ledger", size, name, run_dir / HISTORY if audit else None,
+                             checkpoint_uri if buckets.is_s3(checkpoint_uri) else None)
         replay = os.environ.get(REPLAY_ENV)
         self.replayed = read_verdicts(Path(replay) / HISTORY) if replay else {}
         self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
@@ -303,7 +348,8 @@ class Judge:
             self.step_costs.judge_wait_s += seconds
 
     def costs(self) -> Costs:
-        """The step's costs, and a fresh account for the next."""
+        """The step's costs, and a fresh account for the next; its verdicts are in the bucket from here."""
+        self.ledger.publish()
         with self.lock:
             costs, self.step_costs = self.step_costs, Costs()
             if self.first_request is not None:
