@@ -3,10 +3,16 @@
 resumed from the bucket in a fresh run directory at any size, after a graceful stop or a SIGKILL of the
 whole job. The demo trace's rehearsal keeps its checkpoints in a bucket too (tests/test_rehearsal.py)."""
 
+import http.client
 import os
 import signal
 import subprocess
 import sys
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 from s3torchconnector._s3client import S3Client
@@ -85,6 +91,81 @@ def test_checkpoints_in_a_bucket_survive_a_resize_and_a_sigkill_with_nothing_on_
     files = {key.split("/", 3)[3] for key in bucket_keys(s3, "runs/tiny/step-00000008/")}
     assert {"COMPLETE", "train_state.json", ".metadata", "__0_0.distcp", "__1_0.distcp", "rng/rank0.pt",
             "rng/rank1.pt"} <= files, files
+
+
+SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your '
+             b'request rate.</Message><RequestId>0</RequestId></Error>')
+
+
+@contextmanager
+def throttled(endpoint: str, every: int):
+    """A proxy on loopback in front of the S3 at `endpoint` that answers every `every`-th request with S3's
+    throttling answer (503 SlowDown) and forwards the others: its URL, and a Counter of the requests it
+    throttled by method."""
+    target, lock, seen, slowed = urlsplit(endpoint), threading.Lock(), [0], Counter()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as S3 answers
+
+        def log_message(self, *args):
+            pass
+
+        def answer(self):
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            else:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                seen[0] += 1
+                slow = seen[0] % every == 0
+                slowed[self.command] += slow
+            if slow:
+                status, headers, reply = 503, [("Content-Type", "application/xml")], SLOW_DOWN
+            else:
+                upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                sent = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                upstream.request(self.command, self.path, body=body, headers={**sent, "Content-Length": str(len(body))})
+                response = upstream.getresponse()
+                status, headers, reply = response.status, response.getheaders(), response.read()
+                upstream.close()
+            self.send_response(status)
+            for name, value in headers:
+                if name.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(reply)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", slowed
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_s3s_throttling_answers_are_retried_with_backoff(s3, s3_server, fixed_run, tmp_path, monkeypatch):
+    """Every 4th request to the bucket answered 503 SlowDown (S3's "reduce your request rate"), saves,
+    listings and reads alike: the run stops at step 4 and resumes from the bucket at another size to the
+    end, with the uninterrupted run's losses; the throttled requests were retried."""
+    with throttled(s3_server, every=4) as (endpoint, slowed):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        configs = bucket_configs(tmp_path, f"s3://{s3}/throttled", "recipes.training_config.checkpoint.save_steps=2")
+        train(configs, tmp_path / "first", nodes=2, stop_at_step=4)
+        train(configs, tmp_path / "second", nodes=1)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    assert [r["step"] for r in records(tmp_path / "second") if r.get("event") == "resume"] == [4]
+    assert_the_fixed_runs_steps([tmp_path / "first", tmp_path / "second"], fixed_run)
+    assert checkpoint_steps("test", f"s3://{s3}/throttled")[-1] == STEPS
+    assert slowed["PUT"] > 0 and slowed["GET"] > 0, slowed  # uploads' parts, listings and reads
 
 
 def samples_of_step(run_dir, step):
