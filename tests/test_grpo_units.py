@@ -177,6 +177,50 @@ def test_the_rollout_correction_weighs_by_pi_old_over_the_samplers_probability_t
     assert not token.requires_grad and not sequence.requires_grad
 
 
+@pytest.mark.parametrize("behind", [1, 3])
+def test_a_rollout_behind_is_drawn_by_the_policy_after_step_t_minus_1_minus_s(behind):
+    """Each step's update adds its step number to every weight, so a weight names the policy holding it.
+    The rollout of step t sees the policy after step max(0, t-1-s); the update starts from the model's own
+    policy; a checkpoint's state (after step t) holds the policies after steps t-s .. t-1, oldest first,
+    and loaded into a fresh model's versions, the next steps draw as the uninterrupted run does."""
+    from training.rl.policy_versions import PolicyVersions
+
+    def policy_after(step):  # the weights' value after `step` updates: 1 + 2 + ... + step
+        return step * (step + 1) / 2
+
+    def run(model, versions, steps):
+        drawn = {}
+        for t in steps:
+            with versions.oldest_in_the_model():
+                drawn[t] = model.weight.flatten()[0].item()
+            assert model.weight.flatten()[0].item() == policy_after(t - 1)  # the update's own policy
+            versions.advance()
+            with torch.no_grad():
+                model.weight.add_(t)
+        return drawn
+
+    model = torch.nn.Linear(3, 2, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    frozen = torch.nn.Linear(2, 2)
+    frozen.requires_grad_(False)
+    whole = torch.nn.Sequential(model, frozen)
+    versions = PolicyVersions(whole, behind)
+    assert [name for name, _ in versions.named] == ["0.weight"]  # the trainable parameters only (LoRA: adapters)
+    drawn = run(model, versions, range(1, 9))
+    assert drawn == {t: policy_after(max(0, t - 1 - behind)) for t in range(1, 9)}
+
+    saved = {age: {k: v.clone() for k, v in version.items()} for age, version in versions.state_dict().items()}
+    assert [v["0.weight"].flatten()[0].item() for v in saved.values()] == [policy_after(t) for t in range(8 - behind, 8)]
+    resumed_model = torch.nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        resumed_model.weight.copy_(model.weight)
+    resumed = PolicyVersions(torch.nn.Sequential(resumed_model, frozen), behind)
+    for age, version in resumed.state_dict().items():  # what a checkpoint load does: in place
+        for name, tensor in version.items():
+            tensor.copy_(saved[age][name])
+    assert run(resumed_model, resumed, range(9, 12)) == {t: policy_after(t - 1 - behind) for t in range(9, 12)}
+
+
 def test_token_log_probs_match_a_full_softmax_chunked_or_not():
     gen = torch.Generator().manual_seed(3)
     hidden = torch.randn(2, 7, 8, generator=gen, dtype=torch.float64, requires_grad=True)

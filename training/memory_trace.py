@@ -364,6 +364,9 @@ def _held_parameters(model, method):
     reference = getattr(method, "reference", None)  # DPO's frozen copy for full-parameter training
     if reference is not None:
         yield from reference.parameters()
+    versions = getattr(method, "versions", None)  # GRPO's policies kept for a rollout running behind
+    if versions is not None:
+        yield from (t for version in versions.kept for t in version.values())
 
 
 def _initial_optimizer_state(optimizer) -> None:

@@ -190,8 +190,8 @@ class Trainer:
         resuming = self.checkpointer.newest_step() is not None
         self._build_model(resuming)
         fp = fingerprint(self.cfg, len(self.data.train))
-        state = self.checkpointer.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint) if resuming \
-            else None
+        state = self.checkpointer.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint,
+                                       self.method.checkpoint_state(self.model)) if resuming else None
         if state is not None:
             # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
             # one that is the newest means the last launch died: a failure.
@@ -378,7 +378,8 @@ class Trainer:
             self.log.samples(self.state.step, self.topo.world_size, [sid for part, _ in gathered for sid in part], **extra)
 
     def _save(self, blocking: bool, process_goes_on: bool = False) -> None:
-        self.checkpointer.save(self.model, self.optimizer, self.state, blocking=blocking, sync_later=process_goes_on)
+        self.checkpointer.save(self.model, self.optimizer, self.state, blocking=blocking, sync_later=process_goes_on,
+                               method=self.method.checkpoint_state(self.model))
         self._log_saved()
 
     def _log_saved(self) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
-from training.contract.methods import completion_budget, method_facts, sampling_options
+from training.contract.methods import completion_budget, correction_level, method_facts, sampling_options
 
 GIB = 2**30
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale
@@ -362,8 +362,10 @@ def trace_inputs(model_shape: dict, training_config, shard_degree: int, micro_ba
                                    "old_log_probs": o.mini_batches > 1, "reference": o.kl_coef > 0})
         if o.micro_completions:  # a micro-batch of that many completions, whatever the prompts per micro-batch
             inputs.update(micro_batch=1, micro_completions=o.micro_completions)
-        if o.rollout_correction != "none":  # the sampler's log-probabilities carried too
+        if correction_level(o) != "none":  # the sampler's log-probabilities carried too
             inputs["completions"]["rollout_log_probs"] = True
+        if o.max_steps_off_policy:  # the policies kept for the rollouts behind (training.rl.policy_versions)
+            inputs["policy_versions"] = o.max_steps_off_policy
     return inputs
 
 

@@ -22,12 +22,16 @@ from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
                      "datasets.train_data", "datasets.split", "datasets.subset", "datasets.format", "datasets.messages_key", "datasets.max_len",
                      "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
-                     "model_config.peft_config", "checkpoint.uri")
+                     "model_config.peft_config", "checkpoint.uri",
+                     # GRPO's rollout behind the policy: its checkpoint holds that many policies
+                     "training_args.method_args.max_steps_off_policy")
+# A method's key (method_args is a dict) that is not set holds its default.
+UNSET_DEFAULTS = {"training_args.method_args.max_steps_off_policy": 0}
 
 
 def get_path(obj: Any, path: str) -> Any:
     for part in path.split("."):
-        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+        obj = obj.get(part, UNSET_DEFAULTS.get(path)) if isinstance(obj, dict) else getattr(obj, part)
     return obj
 
 

@@ -90,6 +90,13 @@ def completion_budget(options) -> int:
     return options.max_total_tokens or options.max_new_tokens * options.max_turns
 
 
+def correction_level(options) -> str:
+    """GRPO's rollout correction as it runs: `auto` is per token where the rollout runs behind, else none."""
+    if options.rollout_correction != "auto":
+        return options.rollout_correction
+    return "token" if options.max_steps_off_policy else "none"
+
+
 def check_sampling_options(train_batch_size: int, options) -> None:
     """GRPO's keys that only make sense together: checked by the launcher at every size, by the trainer at its start."""
     if train_batch_size % options.mini_batches:

@@ -82,6 +82,12 @@ class TrainingMethod:
     def close(self) -> None:
         """Release what the method holds outside the model (processes, files) when its size ends."""
 
+    def checkpoint_state(self, model: torch.nn.Module) -> dict:
+        """What of the method a checkpoint holds beside the model and optimizer, as tensors a load fills in
+        place (sharded like the model's); {} for none. Asked before `prepare` on a resume (to load into)
+        and at every save (GRPO running behind: the policies its next rollouts are drawn by)."""
+        return {}
+
     def checkpointed(self, step: int) -> None:
         """The checkpoint of `step` is complete: what only a resume from an earlier one needed may go
         (GRPO: its judge's verdicts of the steps it holds)."""

@@ -12,6 +12,7 @@ rank (verl's token-mean). The losses and estimators are registries in training.r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -27,7 +28,7 @@ from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
-from training.contract.methods import completion_budget
+from training.contract.methods import completion_budget, correction_level
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.contract.typed import one_of, ranged
 from training.methods.base import MethodStep, TrainingMethod, model_inputs, reducing_on_the_last
@@ -37,6 +38,7 @@ from training.rl.algorithms import (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, low_var
 from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
 from training.rl.experience import Experience, ExperienceMaker, prompt_groups
 from training.rl.judge import Judge, judge_metrics
+from training.rl.policy_versions import PolicyVersions
 from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.sampling import SamplingParams
@@ -75,9 +77,13 @@ class Args:  # training_args.method_args, with verl's defaults
     adv_estimator: str = one_of("grpo", "rloo")
     scale_rewards: bool = True  # grpo: divide by the group's standard deviation (verl's norm_adv_by_std_in_grpo)
     # verl's decoupled rollout importance sampling (algorithm.rollout_correction.rollout_is): each token's
-    # loss weighed by pi_old / the sampler's probability, per token or per completion, at most the threshold
-    rollout_correction: str = one_of("none", "token", "sequence")
+    # loss weighed by pi_old / the sampler's probability, per token or per completion, at most the threshold;
+    # auto: per token where the rollout runs behind (max_steps_off_policy > 0), else none
+    rollout_correction: str = one_of("auto", "none", "token", "sequence")
     rollout_correction_threshold: float = ranged(2.0, gt=0)
+    # The rollout runs behind (the vendor's async_config.max_steps_off_policy): step t's batch is drawn by the
+    # policy after step max(0, t-1-s), a schedule by step number (training.rl.policy_versions); 0: on policy
+    max_steps_off_policy: int = ranged(0, ge=0)
     rewards: list | None = None  # reward functions (training.contract.rewards) and `judge`; None: [math_verify]
     judge: dict | None = None  # the LLM judge that `judge` in rewards names (training.contract.judge)
     reward_weights: list | None = None  # one per reward function; None: 1 each
@@ -120,8 +126,10 @@ class GRPO(TrainingMethod):
         super().__init__(args, options, device, shape)
         self.rows_per_sample = options.num_generations
         self.prompt_limit = options.max_prompt_length
+        self.correction = correction_level(options)
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
-                                     log_probs=options.rollout_correction != "none")
+                                     log_probs=self.correction != "none")
+        self.versions: PolicyVersions | None = None
         if options.environment:
             from training.contract.environments import load_environment, tools
 
@@ -146,7 +154,15 @@ class GRPO(TrainingMethod):
                                                       options.tool_max_failed_steps), a_tool_failure))
 
     # --- set-up ---
+    def checkpoint_state(self, model) -> dict:
+        if not self.options.max_steps_off_policy:
+            return {}
+        if self.versions is None or self.versions.model is not model:  # a fresh start's: the initial weights
+            self.versions = PolicyVersions(model, self.options.max_steps_off_policy)
+        return {"policy_versions": self.versions.state_dict()}
+
     def prepare(self, model, frozen_copy, run=None):
+        self.checkpoint_state(model)
         if self.options.kl_coef > 0 and not adapter_layers(model):
             self.reference = frozen_copy()
         if run is None:  # the memory trace: the updates only
@@ -197,6 +213,8 @@ class GRPO(TrainingMethod):
         # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
         if self.run.agree_stop():
             return None
+        experience.policy_step = max(0, step - self.options.max_steps_off_policy)
+        experience.policy_lag = step - experience.policy_step
         scoring = time.perf_counter()
         advantages = ADVANTAGE_ESTIMATORS[self.options.adv_estimator](
             torch.tensor(experience.rewards, dtype=torch.float64), self.options.num_generations, self.options)
@@ -207,20 +225,23 @@ class GRPO(TrainingMethod):
         if self.run.agree_stop():  # a stop during the log-probabilities' forwards: the weights are still the last step's
             return None
         experience.logprob_s = time.perf_counter() - scoring  # the agreement waited for them
+        if self.versions is not None:  # the step is taken: its policy is kept for the rollouts behind it
+            self.versions.advance()
         return MethodStep(updates, experience)
 
     def _rollout(self, model, prompts: list[dict], step: int) -> Experience | None:
         """The step's experience (training.rl.experience); None when this rank's stop cut it short."""
         model.eval()
         try:
-            return self.maker.make(prompts, self.options.num_generations, self.params, step, self.run.stop_requested)
+            with self.versions.oldest_in_the_model() if self.versions is not None else contextlib.nullcontext():
+                return self.maker.make(prompts, self.options.num_generations, self.params, step, self.run.stop_requested)
         finally:
             model.train()
 
     def _micro_batch(self, model, experience: Experience, advantages: torch.Tensor, completions: list[tuple[int, int]],
                      old_log_probs: bool) -> dict:
         batch = micro_batch(experience, advantages, completions, self.row_shape, self.options.num_generations,
-                            sampler_log_probs=self.options.rollout_correction != "none")
+                            sampler_log_probs=self.correction != "none")
         with torch.no_grad():  # the rollout policy's and the reference's log-probabilities, before any update
             inputs = model_inputs(batch, self.device)
             if old_log_probs:
@@ -234,7 +255,7 @@ class GRPO(TrainingMethod):
         """An update's micro-batch at its largest, for the memory trace (an agent's completion: max_total_tokens)."""
         o = self.options
         carried = (("old_log_probs", o.mini_batches > 1), ("ref_log_probs", o.kl_coef > 0),
-                   ("rollout_log_probs", o.rollout_correction != "none"))
+                   ("rollout_log_probs", self.correction != "none"))
         return largest_micro_batch(self.row_shape, o.max_prompt_length, self.completion_budget, vocab,
                                    tuple(key for key, kept in carried if kept))
 
@@ -254,7 +275,7 @@ class GRPO(TrainingMethod):
             correction = torch.ones_like(policy)
             if "rollout_log_probs" in micro:
                 correction = rollout_correction_weights(old, micro["rollout_log_probs"].to(old), mask,
-                                                        o.rollout_correction, o.rollout_correction_threshold)
+                                                        self.correction, o.rollout_correction_threshold)
                 policy = policy * correction
             loss = policy
             kl = torch.zeros_like(policy)
@@ -265,7 +286,9 @@ class GRPO(TrainingMethod):
             (total * scale.to(total.dtype)).backward()
             loss_sum += total.detach()
             sums = added(sums, {name: token_sum(t.detach(), mask).double() for name, t in (
-                ("policy_loss", policy), ("kl", kl), ("clipped", clipped), ("entropy", entropy), ("correction", correction))})
+                ("policy_loss", policy), ("kl", kl), ("clipped", clipped), ("entropy", entropy), ("correction", correction),
+                ("correction_sq", correction * correction),
+                ("truncated", (correction >= o.rollout_correction_threshold).float()))})
         return loss_sum, sums
 
     def watch(self, record: dict, step: MethodStep) -> list[str]:
@@ -309,8 +332,8 @@ class GRPO(TrainingMethod):
                 "completion_tokens_max": sums["longest_copies"] / ranks, "cut_fraction": sums["cut"] / count,
                 "kl": sums["kl"] / tokens, "clip_fraction": sums["clipped"] / tokens,
                 "entropy": sums["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sums["weight_sync_s"] / ranks,
-                **({"rollout_correction_weight": sums["correction"] / tokens}
-                   if self.options.rollout_correction != "none" else {}),
+                "policy_lag": sums["policy_lag"] / ranks,  # each rank's copy of the batch's lag
+                **(correction_metrics(sums, tokens) if self.correction != "none" else {}),
                 "reward_s": sums["reward_s"] / ranks, "logprob_s": sums["logprob_s"] / ranks,
                 "rollout_tokens_per_s": sums["completion_tokens"] / max(rollout_s, 1e-9),
                 **(judge_metrics(sums, sums["dropped"], ranks) if self.rewards.judge is not None else {}),
@@ -340,6 +363,15 @@ class GRPO(TrainingMethod):
         return {"eval_reward": sums["reward"] / max(sums["scored"], 1),
                 **{f"eval_pass@{k}": sums[f"pass@{k}"] / max(prompts, 1) for k in self.options.eval_pass_k or []},
                 **{f"eval_{k}": v for k, v in judged.items() if k != "judge_ledger"}}  # the ledger's size: the steps' records
+
+
+def correction_metrics(sums: dict, tokens: float) -> dict:
+    """The rollout correction's weights over the step's completion tokens: their mean, the share truncated
+    at the threshold, and the effective sample size (Kish's, as a share of the tokens: 1 when every
+    weight is equal, toward 0 as a few tokens carry the loss)."""
+    return {"rollout_correction_weight": sums["correction"] / tokens,
+            "rollout_correction_truncated": sums["truncated"] / tokens,
+            "rollout_correction_ess": sums["correction"] ** 2 / max(tokens * sums["correction_sq"], 1e-30)}
 
 
 def a_tool_failure(step: MethodStep) -> str | None:

@@ -33,6 +33,7 @@ class Experience:
     # sampling, then waiting for the last scores; of the sampling, bringing the new weights to the sampler
     seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
     policy_step: int = 0  # the optimizer steps the policy that drew them had taken
+    policy_lag: int = 0  # how many steps that policy is behind the one trained on them (max_steps_off_policy at most)
     logprob_s: float = 0.0  # the trainer's scoring of its completions (old and reference log-probabilities)
 
     def sums(self, group_size: int, reward_names: list[str]) -> dict:
@@ -47,7 +48,8 @@ class Experience:
                                    <= 1 for g in range(len(self.groups))),
                 "completion_tokens": sum(len(c.token_ids) for c in self.flat()),
                 "cut": sum(not c.stopped for c in self.flat()),
-                "rollout_s": generate_s, "reward_s": reward_s, "weight_sync_s": sync_s, "logprob_s": self.logprob_s}
+                "rollout_s": generate_s, "reward_s": reward_s, "weight_sync_s": sync_s, "logprob_s": self.logprob_s,
+                "policy_lag": self.policy_lag}
         for name, scores in zip(reward_names, self.per_function.values()):
             sums[f"reward:{name}"] = sum(x for x in scores if scored_value(x))
             sums[f"scored:{name}"] = sum(scored_value(x) for x in scores)

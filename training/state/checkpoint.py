@@ -120,10 +120,11 @@ class Checkpointer:
                                                         use_async_staging=False, use_non_blocking_copy=on_gpu))
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
-    def _app_state(self, model, optimizer, to_load: bool = False) -> dict:
+    def _app_state(self, model, optimizer, method: dict, to_load: bool = False) -> dict:
+        """What DCP saves and loads: the model, the optimizer and, where it holds any, the method's state."""
         _allocate_adamw_state(optimizer, to_load)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
-        return {"model": model_sd, "optim": optim_sd}
+        return {"model": model_sd, "optim": optim_sd, **({"method": method} if method else {})}
 
     # --- save ---------------------------------------------------------------------------------------
     def newest_step(self) -> int | None:
@@ -202,7 +203,8 @@ class Checkpointer:
         if on_volume:
             self._check_space(need, free, step)
 
-    def save(self, model, optimizer, state: TrainState, blocking: bool = False, sync_later: bool = False) -> str:
+    def save(self, model, optimizer, state: TrainState, blocking: bool = False, sync_later: bool = False,
+             method: dict | None = None) -> str:
         """Save the step's state; async unless `blocking`; returns where. With `sync_later` (a
         blocking save the process goes on from: an in-place resize) a volume's files are put on the
         disk later, by `self.unsynced` (a DeferredSync), instead of before the save returns: the next
@@ -220,7 +222,7 @@ class Checkpointer:
         if self.rank == 0:
             self.store.clear(step)  # leftovers of an interrupted save of this step
         dist.barrier()
-        app = self._app_state(model, optimizer)
+        app = self._app_state(model, optimizer, method or {})
         rng = io.BytesIO()
         torch.save({"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, rng)
@@ -325,7 +327,8 @@ class Checkpointer:
         dist.all_reduce(counts)
         return {tier: round(n / 1e6, 1) for tier, n in zip(self.load_tiers, counts.tolist())}
 
-    def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool) -> TrainState | None:
+    def load(self, model, optimizer, fingerprint: dict, ignore_fingerprint: bool,
+             method: dict | None = None) -> TrainState | None:
         """Resume from the newest checkpoint that verifies, resharded to this world size."""
         while (step := self.newest_step()) is not None:
             state, manifest, problem = _verified(self.store, step, self.rank, self.world_size)
@@ -333,7 +336,7 @@ class Checkpointer:
                 _check_fingerprint(self.location(step), state, fingerprint, ignore_fingerprint)
                 try:
                     with lean_io():
-                        self._read(step, manifest, model, optimizer)
+                        self._read(step, manifest, model, optimizer, method or {})
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - an item that fails its checksum, ...
                     problem = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
                 problem = self._agree(problem)
@@ -343,9 +346,9 @@ class Checkpointer:
             self._set_aside(step, problem)
         return None
 
-    def _read(self, step: int, manifest: dict, model, optimizer) -> None:
+    def _read(self, step: int, manifest: dict, model, optimizer, method: dict) -> None:
         marks = [time.perf_counter()]
-        app = self._app_state(model, optimizer, to_load=True)  # allocates the optimizer state to read into
+        app = self._app_state(model, optimizer, method, to_load=True)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
         reader = self.store.reader(step, self.node_local.holding(f"step-{step:08d}", manifest), self.io_threads)
         try:
