@@ -1,0 +1,66 @@
+"""GRPO whose rollout runs behind its policy (`method_args.max_steps_off_policy`, s): step t's batch is
+drawn by the policy after step max(0, t-1-s), on a schedule by step number, so a run killed outright and
+started again at another size draws and trains every step as the uninterrupted run did (the checkpoint
+holds the policies its next rollouts are drawn by); a resume with another s is refused in one line."""
+
+import json
+import os
+import signal
+
+import pytest
+
+from conftest import killed_if_left, local_job, records, render_configs, train, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_grpo_async")]
+RECIPE = "llama/tiny_llama_grpo"
+STEPS, BEHIND = 6, 2
+
+
+def configs(tmp, behind=BEHIND, *overrides):
+    return render_configs(tmp / f"configs-{behind}", f"recipes.training_config.training_args.max_steps={STEPS}",
+                          f"+recipes.training_config.training_args.method_args.max_steps_off_policy={behind}",
+                          *overrides, recipe=RECIPE)
+
+
+def completions_by_step(run_dir) -> dict[int, list[str]]:
+    """Each step's completions, token ids and text (the last attempt's: a step redone counts once)."""
+    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
+
+
+def steps(run_dir) -> dict[int, dict]:
+    return {r["step"]: r for r in records(run_dir) if "reward" in r}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("behind")
+    train(configs(tmp, BEHIND, "recipes.training_config.checkpoint.save_steps=1000"), tmp / "run", nodes=2)
+    return tmp / "run"
+
+
+def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as_the_uninterrupted_run(
+        uninterrupted, tmp_path):
+    """2 nodes killed outright (SIGKILL) after step 5, the newest checkpoint step 4's; then 1 node from it.
+    Steps 5 and 6 are drawn by the policies after steps 2 and 3, which only the checkpoint holds: the
+    same completions, token for token, and rewards at every step as the uninterrupted run, each step
+    recording how far behind its batch was drawn. Then a start with s = 1 is refused in one line."""
+    run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, "recipes.training_config.checkpoint.save_steps=2")
+    with open(tmp_path / "killed.log", "wb") as log, \
+            killed_if_left(local_job(behind, run_dir).start(2, log=log, pause_at=[5])) as proc:
+        wait_for(lambda: 5 in steps(run_dir), timeout=300, interval=0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    train(behind, run_dir, nodes=1, timeout=300)
+    assert [r["step"] for r in records(run_dir) if r.get("event") == "resume"] == [4]
+    assert completions_by_step(run_dir) == completions_by_step(uninterrupted)
+    got, want = steps(run_dir), steps(uninterrupted)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)  # summed in another order
+    assert {t: r["policy_lag"] for t, r in got.items()} == {t: min(t - 1, BEHIND) for t in range(1, STEPS + 1)}
+    assert all(r["rollout_correction_weight"] > 0 for r in got.values())  # auto: per token, where it runs behind
+
+    other = local_job(configs(tmp_path, 1), run_dir)
+    with open(tmp_path / "refused.log", "wb") as log:
+        assert other.start(1, log=log).wait(timeout=300) != 0
+    errors = [line for line in (tmp_path / "refused.log").read_text().splitlines() if line.startswith("error:")]
+    assert errors and "training_args.method_args.max_steps_off_policy: 2 -> 1" in errors[0], errors
