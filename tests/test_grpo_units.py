@@ -177,6 +177,21 @@ def test_the_rollout_correction_weighs_by_pi_old_over_the_samplers_probability_t
     assert not token.requires_grad and not sequence.requires_grad
 
 
+def test_the_corrections_effective_sample_size_is_kishs_share_of_the_tokens():
+    """Equal weights: every token counts (1); one token carrying all the weight: one of n."""
+    from training.methods.grpo import correction_metrics
+
+    def metrics(weights, threshold=2.0):
+        w = torch.tensor(weights, dtype=torch.float64)
+        return correction_metrics({"correction": w.sum().item(), "correction_sq": (w * w).sum().item(),
+                                   "truncated": (w >= threshold).sum().item()}, len(weights))
+
+    assert metrics([0.7] * 8) == {"rollout_correction_weight": pytest.approx(0.7), "rollout_correction_truncated": 0.0,
+                                  "rollout_correction_ess": pytest.approx(1.0)}
+    assert metrics([2.0, 0, 0, 0])["rollout_correction_ess"] == pytest.approx(0.25)
+    assert metrics([2.0, 0, 0, 0])["rollout_correction_truncated"] == 0.25
+
+
 @pytest.mark.parametrize("behind", [1, 3])
 def test_a_rollout_behind_is_drawn_by_the_policy_after_step_t_minus_1_minus_s(behind):
     """Each step's update adds its step number to every weight, so a weight names the policy holding it.
@@ -535,8 +550,8 @@ def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_worl
 
 
 def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
-    """Flat groups (no advantage), completions cut at max_new_tokens and a runaway KL, each once it
-    has held for three steps in a row, each once, each naming what to change."""
+    """Flat groups (no advantage), completions cut at max_new_tokens, a runaway KL and a collapsing effective
+    sample size, each once it has held for three steps in a row, each once, each naming what to change."""
     from training.rl.learning_signals import SignalWatch
 
     watch = SignalWatch()
@@ -553,7 +568,13 @@ def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
         "the policy's KL to the reference is 0.90 per token for 3 steps: it is drifting far from where it started (a "
         "reward being gamed?); raise training_config.training_args.method_args.kl_coef or lower "
         "training_config.training_args.learning_rate"]
-    assert len(watch.said) == 3
+    # A rollout running behind whose correction weights sit on a few tokens.
+    behind = [watch({**fine, "policy_lag": 3.0, "rollout_correction_ess": 0.3}) for _ in range(3)]
+    assert behind[2] == [
+        "the rollout correction's effective sample size is 30% of the tokens for 3 steps: the policy has moved far from "
+        "the one that drew its batches (3 steps behind), and a few tokens carry the loss; lower "
+        "training_config.training_args.method_args.max_steps_off_policy or training_config.training_args.learning_rate"]
+    assert len(watch.said) == 4
 
 
 

@@ -1,4 +1,4 @@
-"""When a GRPO run cannot learn, said while it runs: each step's record watched for the three ways
+"""When a GRPO run cannot learn, said while it runs: each step's record watched for the ways
 a run burns compute without learning, each said once, naming the key to change.
 
 - No signal: a group whose completions all scored alike has zero advantage (training.rl.algorithms),
@@ -7,6 +7,8 @@ a run burns compute without learning, each said once, naming the key to change.
   answers and the model learns to fill the budget.
 - Runaway KL: the policy far from the reference, step after step (a reward being gamed, or a learning
   rate too high for the task).
+- A collapsing effective sample size: with the rollout running behind (max_steps_off_policy), the
+  correction's weights concentrate on a few tokens once the policy moves far from the one that drew.
 - A failing judge (RLAIF): a step where more than half its verdicts failed is said at once, and a run
   whose every verdict failed for `judge.max_failed_steps` steps in a row stops: its groups are flat
   because nothing judged them, whatever the reward's shape.
@@ -75,6 +77,11 @@ SIGNALS = (
            lambda r: f"the policy's KL to the reference is {r['kl']:.2f} per token for {STEPS} steps: it is drifting "
                      f"far from where it started (a reward being gamed?); raise {KEY}.method_args.kl_coef or lower "
                      f"{KEY}.learning_rate"),
+    Signal("ess", lambda r: r.get("rollout_correction_ess", 1) < 0.5,
+           lambda r: f"the rollout correction's effective sample size is {r['rollout_correction_ess']:.0%} of the "
+                     f"tokens for {STEPS} steps: the policy has moved far from the one that drew its batches "
+                     f"({r.get('policy_lag', 0):.0f} steps behind), and a few tokens carry the loss; lower "
+                     f"{KEY}.method_args.max_steps_off_policy or {KEY}.learning_rate"),
 )
 
 
