@@ -549,6 +549,17 @@ def test_the_dry_run_says_whether_a_recipes_completions_are_the_same_at_any_worl
     assert line(recipe=["recipes=llama/llama3_1_8b_sft"]) is None
 
 
+def test_the_dry_run_says_what_a_rollout_behind_the_policy_trains_on_and_keeps(launch):
+    """max_steps_off_policy: the schedule, the copies kept and the correction it defaults to, in one line."""
+    code, out, err = launch("recipes=llama/tiny_llama_grpo", f"{METHOD_ARG}max_steps_off_policy=3")
+    assert code == 0, err
+    assert ("rollouts behind: step t trains on a batch drawn by the policy after step max(0, t-1-3) "
+            "(max_steps_off_policy=3), on the training ranks; each rank keeps 3 older copies of its shard of the "
+            "trainable weights, in memory and in every checkpoint, and the loss weighs each token by the correction "
+            "(token, up to 2)") in out
+    assert "rollouts behind" not in launch("recipes=llama/tiny_llama_grpo")[1]
+
+
 def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
     """Flat groups (no advantage), completions cut at max_new_tokens, a runaway KL and a collapsing effective
     sample size, each once it has held for three steps in a row, each once, each naming what to change."""

@@ -12,7 +12,7 @@ from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, 
                                               ModelShape)
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME, describe, judge_settings
-from training.contract.methods import completion_budget, sampling_options
+from training.contract.methods import completion_budget, correction_level, sampling_options
 from training.contract.vllm_builds import batch_invariance_refusal
 
 
@@ -91,6 +91,18 @@ def rollout_reproducibility(tc, instance: InstanceType) -> str | None:
     return ("vLLM without batch invariance: a completion depends on the requests batched with it, so after a resize "
             "the completions are valid draws but not a fixed-size run's (method_args.rollout_batch_invariant=true "
             "makes them the same)")
+
+
+def rollout_lag(tc) -> str | None:
+    """GRPO with its rollout behind the policy: what each step trains on and what that keeps; None on policy."""
+    options = sampling_options(tc)
+    if options is None or not options.max_steps_off_policy:
+        return None
+    s = options.max_steps_off_policy
+    return (f"step t trains on a batch drawn by the policy after step max(0, t-1-{s}) (max_steps_off_policy={s}), "
+            f"on the training ranks; each rank keeps {s} older copies of its shard of the trainable weights, in memory "
+            f"and in every checkpoint, and the loss weighs each token by the correction "
+            f"({correction_level(options)}, up to {options.rollout_correction_threshold:g})")
 
 
 def judge_lines(tc, devices: int) -> list[str]:

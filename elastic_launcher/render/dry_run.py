@@ -7,7 +7,7 @@ from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
 from elastic_launcher.planning.plan import Plan
-from elastic_launcher.planning.rollouts import judge_lines, rollout_reproducibility
+from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
 from training.contract.methods import method_facts, sampling_options
@@ -117,6 +117,8 @@ def summary(plan: Plan, target: str) -> str:
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
     if reproducibility := rollout_reproducibility(plan.base.training_config, plan.instance):
         lines.append(f"rollouts: {reproducibility}")
+    if lag := rollout_lag(plan.base.training_config):
+        lines.append(f"rollouts behind: {lag}")
     lines += judge_lines(plan.base.training_config, max(s.devices for s in plan.sizes))
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
