@@ -55,7 +55,7 @@ class NewRecipe:
 
 
 def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, instance_types: list[str],
-                 min_nodes: int, max_nodes: int, micro: int) -> str:
+                 min_nodes: int, max_nodes: int, micro: int, method_args: dict) -> str:
     body = {
         "defaults": [*METHODS[method], {"/scale_configs@scale_config": SCALE_CONFIG}, "_self_"],
         "run": {"name": name.split("/")[-1].replace("_", "-")},
@@ -70,7 +70,7 @@ def _recipe_text(model: str, method: str, name: str, shape: dict, max_len: int, 
                          # a recurrent model cannot pack (training.contract.families), where the method would
                          **({"packing": False} if recurrent(shape) and method_facts(method.split("_")[0]).packing
                             else {})},
-            "training_args": {"micro_train_batch_size": micro},
+            "training_args": {"micro_train_batch_size": micro, **({"method_args": method_args} if method_args else {})},
         },
         "elastic_policy": {"is_elastic": True, "min_nodes": min_nodes, "max_nodes": max_nodes},
     }
@@ -94,9 +94,14 @@ def _misfit(name: str, instance: str, nodes: int, micro: int) -> str | None:
     return None if worst <= limit else f"{worst:.0f} GiB per GPU, over {limit:.0f}"
 
 
-def write_recipe(model: str, method: str, name: str, max_len: int = 4096) -> NewRecipe:
+def write_recipe(model: str, method: str, name: str, max_len: int = 4096, max_steps_off_policy: int = 0) -> NewRecipe:
+    """The recipe written (and the size it fits best); `max_steps_off_policy`: GRPO's rollout that many steps
+    behind its policy (its kept policies count in the memory every size must fit)."""
     if method not in METHODS:
         raise ConfigError(f"method={method!r} is not one of {', '.join(METHODS)}")
+    if max_steps_off_policy and not method.startswith("grpo"):
+        raise ConfigError(f"--max-steps-off-policy={max_steps_off_policy} is GRPO's: pick a grpo method or leave it out")
+    method_args = {"max_steps_off_policy": max_steps_off_policy} if max_steps_off_policy else {}
     if name.count("/") != 1 or not all(part.replace("_", "").isalnum() for part in name.split("/")):
         raise ConfigError(f"name={name!r} must be <family>/<name> of letters, digits and _ (e.g. byo/my_model_sft)")
     dirs = user_dirs()
@@ -114,7 +119,7 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096) -> New
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # first write with a placeholder size, then find the smallest one that fits
-        path.write_text(_recipe_text(model, method, name, shape, max_len, INSTANCE_TYPES[:1], 1, 4, 1))
+        path.write_text(_recipe_text(model, method, name, shape, max_len, INSTANCE_TYPES[:1], 1, 4, 1, method_args))
         fitting, why = {}, ""
         for instance in INSTANCE_TYPES:
             for nodes in NODE_COUNTS:  # the fewest nodes where micro-batch 1 fits, then the largest micro-batch there
@@ -130,7 +135,8 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096) -> New
         best = min(usable, key=lambda t: (fitting[t][0], -fitting[t][1], INSTANCE_TYPES.index(t)))
         nodes, micro = fitting[best]
         others = [t for t in usable if t != best]
-        path.write_text(_recipe_text(model, method, name, shape, max_len, [best, *others], nodes, nodes * 4, micro))
+        path.write_text(_recipe_text(model, method, name, shape, max_len, [best, *others], nodes, nodes * 4, micro,
+                                     method_args))
     except BaseException:
         path.unlink(missing_ok=True)  # nothing half-written left behind
         raise

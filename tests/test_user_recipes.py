@@ -239,6 +239,40 @@ def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tm
     assert made.micro_batch > 1  # the largest micro-batch whose updates fit, not the first try
 
 
+def test_a_new_grpo_recipe_behind_the_policy_keeps_its_policies_in_its_memory(tmp_path, monkeypatch):
+    """scripts/new_recipe.py --method grpo --max-steps-off-policy 3: the recipe carries the key, and each
+    size's memory counts the three older copies of the rank's shard of the weights kept for the rollout
+    behind (4 bytes a parameter each, over the shard degree): more per GPU than on policy. A key of GRPO's
+    for another method is one line."""
+    import json
+
+    from elastic_launcher.config.compose import compose, to_plain
+    from elastic_launcher.new_recipe import write_recipe
+    from elastic_launcher.planning.memory import ModelShape
+    from elastic_launcher.planning.plan import make_plan
+    from training.contract.errors import ConfigError
+
+    model = tmp_path / "llama_1b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    write_recipe(str(model), "grpo", "byo/llama_1b_grpo_behind", max_steps_off_policy=3)
+    behind = make_plan(to_plain(compose(["recipes=byo/llama_1b_grpo_behind"])[0])["recipes"])
+    on_policy = make_plan(to_plain(compose(["recipes=byo/llama_1b_grpo_behind",
+                                            "recipes.training_config.training_args.method_args.max_steps_off_policy=0"]
+                                           )[0])["recipes"])
+    assert behind.base.training_config.training_args.method_args["max_steps_off_policy"] == 3
+    params = ModelShape.from_config(behind.hardware.model_shape).params
+    for b, o in zip(behind.sizes, on_policy.sizes, strict=True):
+        assert not b.memory.traced and b.memory.state_gib - o.memory.state_gib == pytest.approx(
+            3 * 4 * params / b.shard_degree / 2**30)
+    with pytest.raises(ConfigError, match=r"^--max-steps-off-policy=2 is GRPO's: pick a grpo method or leave it out$"):
+        write_recipe(str(model), "sft", "byo/llama_1b_sft", max_steps_off_policy=2)
+
+
 def test_a_new_rlaif_recipe_has_the_vendors_judge_and_fits_its_long_completions(tmp_path, monkeypatch):
     """scripts/new_recipe.py --method grpo_rlaif_lora: the vendor's RLAIF judge (a Bedrock model, the
     summary template, 5 retries, 100 calls in flight), 4k-token prompts and completions, both phases

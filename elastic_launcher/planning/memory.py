@@ -398,7 +398,7 @@ def traced(inputs: dict, allowance: Allowance = Allowance()) -> MemoryEstimate |
 
 def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int, *, lora_r: int | None,
              activation_checkpointing: str, loss_chunk_tokens: int, sequences_per_sample: int = 1,
-             master_weights: str = "fp32", allowance: Allowance = Allowance()) -> MemoryEstimate:
+             master_weights: str = "fp32", kept_policies: int = 0, allowance: Allowance = Allowance()) -> MemoryEstimate:
     """Peak GiB per GPU, with the allowance (see the module docstring for what is counted)."""
     # FSDP pads fused experts it cannot split evenly (training.model.causal_lm.least_padding) to the rank count.
     padding = 0.0
@@ -407,7 +407,8 @@ def estimate(shape: ModelShape, world_size: int, micro_batch: int, seq_len: int,
         if shape.experts and shape.experts % world_size and all(d % world_size for d in dims):  # gate_up, down
             rows = -(-shape.experts // world_size) * world_size / shape.experts - 1
             padding += rows * shape.mlps.count("moe") * shape.experts * share * shape.hidden_size * width
-    trained = 32 if master_weights == "fp64" else 16  # weight, gradient and AdamW's two moments
+    master = 8 if master_weights == "fp64" else 4
+    trained = 4 * master + master * kept_policies  # weight, gradient, AdamW's two moments, GRPO's kept policies
     if lora_r is None:
         state = trained * (shape.params + padding)
         layer_grad = 6 * shape.layer_params

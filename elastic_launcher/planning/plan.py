@@ -377,6 +377,12 @@ def _memory(hardware: Hardware, cfg: JobConfig, instance: InstanceType, shard_de
                           f"num_attention_heads, num_key_value_heads and vocab_size (the model's config.json)") from None
 
 
+def kept_policies(tc) -> int:
+    """GRPO's older policies each rank keeps for a rollout behind the policy (max_steps_off_policy)."""
+    o = sampling_options(tc)
+    return o.max_steps_off_policy if o else 0
+
+
 def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micro: int,
                       allowance: Allowance = Allowance()) -> MemoryEstimate:
     """The analytic estimate (planning.memory.estimate) of one size's config, where no trace is kept."""
@@ -388,14 +394,15 @@ def fallback_estimate(model_shape: dict, cfg: JobConfig, shard_degree: int, micr
                     lora_r=mc.peft_config.r if mc.lora else None, activation_checkpointing=mc.activation_checkpointing,
                     loss_chunk_tokens=mc.loss_chunk_tokens,
                     sequences_per_sample=method_facts(tc.training_args.trainer_type).sequences_per_sample,
-                    master_weights=mc.master_weights, allowance=allowance)
+                    master_weights=mc.master_weights, kept_policies=kept_policies(tc), allowance=allowance)
 
 
-def checkpoint_gb(model_shape: dict, mc) -> float:
+def checkpoint_gb(model_shape: dict, mc, kept_policies: int = 0) -> float:
     """A checkpoint's size: the master weights and AdamW's two moments, 12 bytes per trained parameter
-    in fp32, 24 in fp64 (under LoRA the adapters only: the frozen base is read from the model's files)."""
+    in fp32, 24 in fp64 (under LoRA the adapters only: the frozen base is read from the model's files),
+    and GRPO's policies kept for a rollout behind (training.rl.policy_versions), 4 or 8 bytes each."""
     shape = ModelShape.from_config(model_shape)
-    per_param = 24 if mc.master_weights == "fp64" else 12
+    per_param = (24 if mc.master_weights == "fp64" else 12) * (1 + kept_policies / 3)  # each kept policy: the weights
     return per_param * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
 
 
@@ -410,7 +417,7 @@ def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, m
     mc = cfg.training_config.model_config
     config = hardware.model_shape or mc.architecture
     try:
-        gb = checkpoint_gb(config, mc)
+        gb = checkpoint_gb(config, mc, kept_policies(cfg.training_config))
         base_gb = 2 * ModelShape.from_config(config).params / 1e9 if mc.lora and not mc.architecture else 0.0
     except (ConfigError, KeyError, TypeError):
         return None
@@ -433,7 +440,8 @@ def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[S
     write bandwidth the simulator also assumes (simulate.write_gb_per_s, all nodes together)."""
     if not (hardware.model_shape and policy.use_graceful_shutdown and write_gb_per_s):
         return []
-    gb = checkpoint_gb(hardware.model_shape, sizes[0].config.training_config.model_config)
+    gb = checkpoint_gb(hardware.model_shape, sizes[0].config.training_config.model_config,
+                       kept_policies(sizes[0].config.training_config))
     if gb / write_gb_per_s <= policy.graceful_shutdown_timeout:
         return []
     return [f"a stop saves {gb:,.0f} GB: ~{gb / write_gb_per_s:.0f} s at simulate.write_gb_per_s={write_gb_per_s:g}, "

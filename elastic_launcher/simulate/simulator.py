@@ -30,7 +30,7 @@ from elastic_launcher.capacity.sizing_policy import Operator
 from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.errors import make_dir
 from elastic_launcher.job import Job
-from elastic_launcher.planning.plan import Plan, checkpoint_gb
+from elastic_launcher.planning.plan import Plan, checkpoint_gb, kept_policies
 from elastic_launcher.simulate.chart import chart, chart_data
 from elastic_launcher.simulate.outcome import Outcome, Point
 from training.contract.errors import ConfigError
@@ -261,7 +261,8 @@ def _checkpoint_gb(plan: Plan) -> float:
     inline architecture)."""
     mc = plan.sizes[0].config.training_config.model_config
     try:
-        return checkpoint_gb(plan.hardware.model_shape or mc.architecture, mc)
+        return checkpoint_gb(plan.hardware.model_shape or mc.architecture, mc,
+                             kept_policies(plan.sizes[0].config.training_config))
     except (ConfigError, KeyError, TypeError):
         raise ConfigError(f"simulate.checkpoint_gb is not set and the size of model {mc.model_name_or_path!r} is not "
                           f"known: set simulate.checkpoint_gb=<GB> (or simulate.costs=<rehearsal_report.json>)") from None
