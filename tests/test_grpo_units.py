@@ -179,7 +179,7 @@ def test_the_rollout_correction_weighs_by_pi_old_over_the_samplers_probability_t
 
 def test_the_corrections_effective_sample_size_is_kishs_share_of_the_tokens():
     """Equal weights: every token counts (1); one token carrying all the weight: one of n."""
-    from training.methods.grpo import correction_metrics
+    from training.rl.algorithms import correction_metrics
 
     def metrics(weights, threshold=2.0):
         w = torch.tensor(weights, dtype=torch.float64)

@@ -17,7 +17,6 @@ import dataclasses
 import math
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,13 +32,14 @@ from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_nam
 from training.contract.typed import one_of, ranged
 from training.methods.base import MethodStep, TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
-from training.rl.algorithms import (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, low_var_kl, pass_at_k,
+from training.rl.algorithms import (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, correction_metrics, low_var_kl,
                                      rollout_correction_weights, token_sum)
 from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
-from training.rl.experience import Experience, ExperienceMaker, prompt_groups
+from training.rl.evaluation import evaluation_metrics, evaluation_sums
+from training.rl.experience import Experience, ExperienceMaker
 from training.rl.judge import Judge, judge_metrics
+from training.rl.learning_signals import SignalWatch, service_watches
 from training.rl.policy_versions import PolicyVersions
-from training.rl.learning_signals import FailureWatch, SignalWatch, environment_service, judge_service
 from training.rl.reward_pool import RewardPool
 from training.rl.sampling import SamplingParams
 from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
@@ -142,16 +142,7 @@ class GRPO(TrainingMethod):
                                   options.reward_timeout)
         self.reward_names = metric_names(specs)
         self.signals = SignalWatch()
-        # The services the rewards depend on, each with this rank's newest failure of it: first the judge,
-        # whose failures are why the groups are flat.
-        self.service_watches: list[tuple[FailureWatch, Callable[[MethodStep], str | None]]] = []
-        if self.judge_settings is not None:
-            self.service_watches.append((FailureWatch(judge_service(self.judge_settings.label),
-                                                      self.judge_settings.max_failed_steps),
-                                         lambda step: self.rewards.judge.last_failure))
-        if options.environment:
-            self.service_watches.append((FailureWatch(environment_service(options.environment),
-                                                      options.tool_max_failed_steps), a_tool_failure))
+        self.service_watches = service_watches(self.judge_settings, lambda: self.rewards.judge.last_failure, options)
 
     # --- set-up ---
     def checkpoint_state(self, model) -> dict:
@@ -341,42 +332,11 @@ class GRPO(TrainingMethod):
 
     # --- evaluation: eval_group_size completions per validation prompt (one: greedy), the mean reward, pass@k ---
     def eval_sums(self, model, batch, step):
-        prompts, o = batch["prompts"], self.options
-        params = dataclasses.replace(self.params, temperature=0) if o.eval_group_size == 1 else self.params
-        # every rank gathers the model, even without prompts; step 0: the same draws at every evaluation
-        completions = list(self.engine.generate(prompt_groups(prompts, bool(o.environment)), o.eval_group_size, params, 0))
-        sums = {"reward": 0.0, "scored": 0.0, "prompts": 0.0, **{f"pass@{k}": 0.0 for k in o.eval_pass_k or []}}
-        if prompts:
-            totals = self.maker.score(prompts, completions, step)
-            scored = [t for t in totals if not math.isnan(t)]
-            n = o.eval_group_size
-            passed = [sum(t >= o.eval_success_threshold for t in totals[g * n:(g + 1) * n]) for g in range(len(prompts))]
-            sums = {"reward": sum(scored), "scored": len(scored), "prompts": len(prompts),
-                    **{f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) for k in o.eval_pass_k or []}}
-        if self.rewards.judge is not None:  # the evaluation's own
-            sums.update(dataclasses.asdict(self.rewards.judge.costs()))
-        return sums
+        return evaluation_sums(self.engine, self.maker, self.rewards.judge, batch["prompts"], self.params,
+                               self.options, step)
 
     def eval_metrics(self, sums):
-        prompts, dropped = sums["prompts"], sums["prompts"] * self.options.eval_group_size - sums["scored"]
-        judged = judge_metrics(sums, dropped, self.run.plan.dp_size) if self.rewards.judge is not None else {}
-        return {"eval_reward": sums["reward"] / max(sums["scored"], 1),
-                **{f"eval_pass@{k}": sums[f"pass@{k}"] / max(prompts, 1) for k in self.options.eval_pass_k or []},
-                **{f"eval_{k}": v for k, v in judged.items() if k != "judge_ledger"}}  # the ledger's size: the steps' records
-
-
-def correction_metrics(sums: dict, tokens: float) -> dict:
-    """The rollout correction's weights over the step's completion tokens: their mean, the share truncated
-    at the threshold, and the effective sample size (Kish's, as a share of the tokens: 1 when every
-    weight is equal, toward 0 as a few tokens carry the loss)."""
-    return {"rollout_correction_weight": sums["correction"] / tokens,
-            "rollout_correction_truncated": sums["truncated"] / tokens,
-            "rollout_correction_ess": sums["correction"] ** 2 / max(tokens * sums["correction_sq"], 1e-30)}
-
-
-def a_tool_failure(step: MethodStep) -> str | None:
-    """The step's first failed tool call or environment reset (an agent's trajectories)."""
-    return next((c.trace.failure for c in step.state.flat() if c.trace.failure), None)
+        return evaluation_metrics(sums, self.options, self.run.plan.dp_size if self.rewards.judge is not None else None)
 
 
 METHOD = GRPO

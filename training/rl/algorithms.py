@@ -130,6 +130,15 @@ def rollout_correction_weights(old_log_probs: torch.Tensor, rollout_log_probs: t
     return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=threshold)
 
 
+def correction_metrics(sums: dict, tokens: float) -> dict:
+    """The rollout correction's weights over the step's completion tokens: their mean, the share truncated
+    at the threshold, and the effective sample size (Kish's, as a share of the tokens: 1 when every
+    weight is equal, toward 0 as a few tokens carry the loss)."""
+    return {"rollout_correction_weight": sums["correction"] / tokens,
+            "rollout_correction_truncated": sums["truncated"] / tokens,
+            "rollout_correction_ess": sums["correction"] ** 2 / max(tokens * sums["correction_sq"], 1e-30)}
+
+
 def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate k3 = r - log r - 1 with r = pi_ref / pi (Schulman's
     unbiased, low-variance estimator), clamped as verl does."""

@@ -153,3 +153,21 @@ class FailureWatch:
         return (f"{self.service.name} failed every {self.service.calls} for {self.dead_steps} steps in a row "
                 f"({self.service.setting}={self.max_failed_steps}): {self.service.without}; fix the {self.service.kind} and "
                 f"restart, the run resumes from this step")
+
+
+def service_watches(judge, judge_failure: Callable[[], str | None], options) -> list[tuple[FailureWatch, Callable]]:
+    """The services a GRPO run's rewards depend on, each with a way to this rank's newest failure of it
+    (given the step's experience): first the judge (`judge`: its settings, or None), whose failures are
+    why the groups are flat, then an agent's environment (`options.environment`)."""
+    watches = []
+    if judge is not None:
+        watches.append((FailureWatch(judge_service(judge.label), judge.max_failed_steps), lambda step: judge_failure()))
+    if options.environment:
+        watches.append((FailureWatch(environment_service(options.environment), options.tool_max_failed_steps),
+                        a_tool_failure))
+    return watches
+
+
+def a_tool_failure(step) -> str | None:
+    """The step's first failed tool call or environment reset (an agent's trajectories; `step` a MethodStep)."""
+    return next((c.trace.failure for c in step.state.flat() if c.trace.failure), None)
