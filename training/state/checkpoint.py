@@ -433,9 +433,17 @@ def load_weights(path: Path | str, model, options: StateDictOptions, expected: d
     return state
 
 
+OFF_POLICY = "training_args.method_args.max_steps_off_policy"
+
+
 def _check_fingerprint(path: Path | str, state: TrainState, fingerprint: dict, ignore: bool) -> None:
     changed = {k: (state.fingerprint.get(k), v) for k, v in fingerprint.items()
                if state.fingerprint and k in state.fingerprint and state.fingerprint[k] != v}
+    if OFF_POLICY in changed:  # what the checkpoint holds differs, not only the data stream: never ignored
+        old, new = changed[OFF_POLICY]
+        raise ConfigError(f"checkpoint {path} was written with {OFF_POLICY}={old}, this run sets {new}: it holds the "
+                          f"{old} older policies its next rollouts are drawn by; resume with {old} or use a new "
+                          f"run.output_dir")
     if changed and not ignore:
         detail = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ConfigError(f"checkpoint {path} was written with different settings ({detail}): the data stream "
