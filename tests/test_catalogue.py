@@ -21,7 +21,7 @@ from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
 from elastic_launcher.planning.plan import fallback_estimate, make_plan, scale_config_key
 from elastic_launcher.planning.rollouts import rollout_phases
 from training.contract.errors import ConfigError
-from training.contract.methods import sampling_options
+from training.contract.methods import correction_level, sampling_options
 
 pytestmark = pytest.mark.slow  # composes and plans every recipe of the catalogue: the full suite only
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%
@@ -252,7 +252,7 @@ def test_every_grpo_twin_agrees_with_the_vendors_rlvr_recipe(vendor):
         assert (sampling.rollout_correction, sampling.rollout_correction_threshold) == \
             (vendor["rollout_correction"], vendor["rollout_correction_threshold"])
     else:
-        assert sampling.rollout_correction == "none"
+        assert correction_level(sampling) == "none"
 
 
 # --- the twins of the vendor's verl-grpo-rlaif recipes (tests/fixtures/vendor_grpo_rlaif_recipes.json) ----
