@@ -135,6 +135,11 @@ CASES = {
     "scale-config given a number": (["recipes.scale_config=5"], "recipes.scale_config=5 is not a mapping"),
     "elastic sizes on a static job": (["recipes.elastic_policy.min_nodes=2"],
                                       "recipes.elastic_policy.min_nodes is set but recipes.elastic_policy.is_elastic=false"),
+    "per-size rollout lag would be refused at resume": (
+        ["recipes=llama/tiny_llama_grpo", "recipes.elastic_policy.is_elastic=true",
+         "+recipes.training_config.training_args.method_args.max_steps_off_policy=2",
+         "+recipes.scale_config.n2.training_config.training_args.method_args.max_steps_off_policy=1"],
+        "training_config.training_args.method_args.max_steps_off_policy is 1 at 2 nodes but 2 at 1"),
     "per-size packing would be refused at resume": (
         [*TINY, "+recipes.scale_config.n2.training_config.datasets.packing=true"],
         "training_config.datasets.packing is True at 2 nodes but False at 1"),
