@@ -202,13 +202,26 @@ def test_a_new_recipe_for_qwen3_5_plans_with_sdpa_and_unpacked_rows(tmp_path, mo
     assert plan.base.training_config.model_config.attn_implementation == "sdpa"
 
 
+def llama_config(tmp_path, monkeypatch, name: str, **shape):
+    """A Llama's config.json in tmp_path/<name> (its shape given, its attention and vocabulary Llama 3's),
+    and LAUNCHER_RECIPES pointed at tmp_path/mine: the model directory."""
+    import json
+
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", **shape, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 131072}))
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    return model
+
+
 def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tmp_path, monkeypatch):
     """scripts/new_recipe.py --method grpo_lora: the vendor's LoRA RLVR values (8 completions of 128
     prompts a step in 4 updates, LR 1e-5, rank 32 / alpha 64, KL 0.001), GSM8K with math_verify,
     vLLM rollouts; at every allowed size both of GRPO's phases fit the GPU, and the recipe starts
     where its updates (micro-batches of 8 completions per prompt) first fit."""
-    import json
-
     import yaml
 
     from elastic_launcher.config.compose import compose, to_plain
@@ -216,13 +229,8 @@ def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tm
     from elastic_launcher.planning.memory import FIT_SHARE
     from elastic_launcher.planning.plan import make_plan
 
-    model = tmp_path / "llama_8b"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}))
-    (tmp_path / "mine").mkdir()
-    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    model = llama_config(tmp_path, monkeypatch, "llama_8b", hidden_size=4096, intermediate_size=14336,
+                         num_hidden_layers=32)
     made = write_recipe(str(model), "grpo_lora", "byo/llama_8b_grpo_lora")
     assert "docs/grpo.md" in made.path.read_text() and yaml.safe_load(made.path.read_text())
     plan = make_plan(to_plain(compose(["recipes=byo/llama_8b_grpo_lora"])[0])["recipes"])
@@ -244,21 +252,14 @@ def test_a_new_grpo_recipe_behind_the_policy_keeps_its_policies_in_its_memory(tm
     size's memory counts the three older copies of the rank's shard of the weights kept for the rollout
     behind (4 bytes a parameter each, over the shard degree): more per GPU than on policy. A key of GRPO's
     for another method is one line."""
-    import json
-
     from elastic_launcher.config.compose import compose, to_plain
     from elastic_launcher.new_recipe import write_recipe
     from elastic_launcher.planning.memory import ModelShape
     from elastic_launcher.planning.plan import make_plan
     from training.contract.errors import ConfigError
 
-    model = tmp_path / "llama_1b"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}))
-    (tmp_path / "mine").mkdir()
-    monkeypatch.setenv("LAUNCHER_RECIPES", str(tmp_path / "mine"))
+    model = llama_config(tmp_path, monkeypatch, "llama_1b", hidden_size=2048, intermediate_size=8192,
+                         num_hidden_layers=16)
     write_recipe(str(model), "grpo", "byo/llama_1b_grpo_behind", max_steps_off_policy=3)
     behind = make_plan(to_plain(compose(["recipes=byo/llama_1b_grpo_behind"])[0])["recipes"])
     on_policy = make_plan(to_plain(compose(["recipes=byo/llama_1b_grpo_behind",
