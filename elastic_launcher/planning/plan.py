@@ -402,7 +402,8 @@ def checkpoint_gb(model_shape: dict, mc, kept_policies: int = 0) -> float:
     in fp32, 24 in fp64 (under LoRA the adapters only: the frozen base is read from the model's files),
     and GRPO's policies kept for a rollout behind (training.rl.policy_versions), 4 or 8 bytes each."""
     shape = ModelShape.from_config(model_shape)
-    per_param = (24 if mc.master_weights == "fp64" else 12) * (1 + kept_policies / 3)  # each kept policy: the weights
+    master = 8 if mc.master_weights == "fp64" else 4
+    per_param = 3 * master + master * kept_policies  # weights and AdamW's two moments, GRPO's kept policies
     return per_param * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from training.contract.errors import ConfigError
@@ -59,15 +60,22 @@ def problem(key: str, uri: str, error: Exception) -> str:
     return f"{key}={uri}: S3 answered {text[:300]}"
 
 
-def listing(s3, key: str, uri: str, prefix: str) -> list:
-    """Every object of `uri`'s bucket under `prefix` (one LIST, paged; each with .key, .size, .etag), with `s3`
-    a CRT client."""
+@contextmanager
+def answered(key: str, uri: str):
+    """What S3 refuses inside, about `uri` (set as `key`), as one line with the fix (a ConfigError)."""
     from s3torchconnectorclient._mountpoint_s3_client import S3Exception
 
     try:
-        return [o for page in s3.list_objects(split_uri(uri)[0], prefix) for o in page.object_info]
+        yield
     except S3Exception as e:
         raise ConfigError(problem(key, uri, e)) from None
+
+
+def listing(s3, key: str, uri: str, prefix: str) -> list:
+    """Every object of `uri`'s bucket under `prefix` (one LIST, paged; each with .key, .size, .etag), with `s3`
+    a CRT client."""
+    with answered(key, uri):
+        return [o for page in s3.list_objects(split_uri(uri)[0], prefix) for o in page.object_info]
 
 
 def objects(s3, key: str, uri: str, prefix: str) -> dict[str, int]:
@@ -148,30 +156,18 @@ def upload(key: str, directory: Path, uri: str) -> None:
 
 def put(s3, key: str, uri: str, data: bytes) -> None:
     """`data` as the object `uri` (s3://bucket/key), visible whole once written; one line on a refusal."""
-    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
-
-    try:
+    with answered(key, uri):
         stream = s3.put_object(*split_uri(uri))
         stream.write(data)
         stream.close()
-    except S3Exception as e:
-        raise ConfigError(problem(key, uri, e)) from None
 
 
 def get(s3, key: str, uri: str) -> bytes:
     """The object `uri` (s3://bucket/key); one line on a refusal."""
-    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
-
-    try:
+    with answered(key, uri):
         return b"".join(s3.get_object(*split_uri(uri)))
-    except S3Exception as e:
-        raise ConfigError(problem(key, uri, e)) from None
 
 
 def delete(s3, key: str, uri: str) -> None:
-    from s3torchconnectorclient._mountpoint_s3_client import S3Exception
-
-    try:
+    with answered(key, uri):
         s3.delete_object(*split_uri(uri))
-    except S3Exception as e:
-        raise ConfigError(problem(key, uri, e)) from None

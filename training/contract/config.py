@@ -16,17 +16,18 @@ from training.contract.methods import check_sampling_options, method_facts, meth
 from training.contract.typed import build, one_of, ranged
 from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 
+# GRPO's rollout behind the policy: its checkpoint holds that many older policies
+MAX_STEPS_OFF_POLICY = "training_args.method_args.max_steps_off_policy"
+
 # Settings a resumed run must share with its checkpoint, as paths under training_config: the data
 # stream (which samples, in which order, in which global batches) hangs on them. The launcher
 # refuses a plan whose sizes differ in any of them; the trainer refuses a resume that changes one.
 RESUME_INVARIANTS = ("training_args.train_batch_size", "training_args.seed", "training_args.trainer_type",
                      "datasets.train_data", "datasets.split", "datasets.subset", "datasets.format", "datasets.messages_key", "datasets.max_len",
                      "datasets.packing", "datasets.train_val_split_ratio", "datasets.enable_thinking", "datasets.chat_template",
-                     "model_config.peft_config", "checkpoint.uri",
-                     # GRPO's rollout behind the policy: its checkpoint holds that many policies
-                     "training_args.method_args.max_steps_off_policy")
+                     "model_config.peft_config", "checkpoint.uri", MAX_STEPS_OFF_POLICY)
 # A method's key (method_args is a dict) that is not set holds its default.
-UNSET_DEFAULTS = {"training_args.method_args.max_steps_off_policy": 0}
+UNSET_DEFAULTS = {MAX_STEPS_OFF_POLICY: 0}
 
 
 def get_path(obj: Any, path: str) -> Any:

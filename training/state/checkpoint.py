@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_state_dict)
 
 from training.contract.checkpoint_dirs import COMPLETE, step_of
-from training.contract.config import RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
+from training.contract.config import MAX_STEPS_OFF_POLICY, RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
 from training.state.checkpoint_files import STATE_FILE, DeferredSync, human_bytes, io_threads, lean_io
 from training.state.checkpoint_store import VolumeStore, open_store
@@ -433,17 +433,14 @@ def load_weights(path: Path | str, model, options: StateDictOptions, expected: d
     return state
 
 
-OFF_POLICY = "training_args.method_args.max_steps_off_policy"
-
-
 def _check_fingerprint(path: Path | str, state: TrainState, fingerprint: dict, ignore: bool) -> None:
     changed = {k: (state.fingerprint.get(k), v) for k, v in fingerprint.items()
                if state.fingerprint and k in state.fingerprint and state.fingerprint[k] != v}
-    if OFF_POLICY in changed:  # what the checkpoint holds differs, not only the data stream: never ignored
-        old, new = changed[OFF_POLICY]
-        raise ConfigError(f"checkpoint {path} was written with {OFF_POLICY}={old}, this run sets {new}: it holds the "
-                          f"{old} older policies its next rollouts are drawn by; resume with {old} or use a new "
-                          f"run.output_dir")
+    if MAX_STEPS_OFF_POLICY in changed:  # what the checkpoint holds differs, not only the data stream: never ignored
+        old, new = changed[MAX_STEPS_OFF_POLICY]
+        raise ConfigError(f"checkpoint {path} was written with {MAX_STEPS_OFF_POLICY}={old}, this run sets {new}: it "
+                          f"holds the {old} older policies its next rollouts are drawn by; resume with {old} or use a "
+                          f"new run.output_dir")
     if changed and not ignore:
         detail = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ConfigError(f"checkpoint {path} was written with different settings ({detail}): the data stream "
