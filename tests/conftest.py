@@ -217,6 +217,22 @@ def records(run_dir, name="metrics.jsonl"):
     return read_records(run_dir, name)
 
 
+def step_records(run_dir) -> dict[int, dict]:
+    """GRPO's step records by step (a step redone counts with its last)."""
+    return {r["step"]: r for r in records(run_dir) if "reward" in r}
+
+
+def completions_by_step(run_dir) -> dict[int, list[str]]:
+    """Each GRPO step's completions, token ids and text (the last attempt's: a step redone counts once)."""
+    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
+
+
+def completion_rewards(run_dir) -> dict[int, list]:
+    """Each GRPO step's completions with their rewards (samples.jsonl; a step redone counts with its last)."""
+    return {r["step"]: sorted((c["sample_id"], c["index"], c["completion"], c["reward"]) for c in r["readable"])
+            for r in records(run_dir, "samples.jsonl")}
+
+
 def losses(run_dir) -> dict[int, float]:
     """Loss per step; a step recomputed after a crash counts with its last (committed) value."""
     from training.contract.records import committed

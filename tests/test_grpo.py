@@ -17,23 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (CORRECTION_TOLERANCE, ROOT, assert_stops_cleanly, killed_if_left, local_job, one_step_at_each_size,
-                      own_processes, records, render_configs, tracked_copy, train, wait_for)
+from conftest import (CORRECTION_TOLERANCE, ROOT, assert_stops_cleanly, completions_by_step, killed_if_left, local_job,
+                      one_step_at_each_size, own_processes, records, render_configs, step_records, tracked_copy, train,
+                      wait_for)
 from elastic_launcher.local.run import child_pids
 from training.contract.checkpoint_dirs import step_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.xdist_group("test_grpo")]  # on one worker: its tests share module fixtures
 RECIPE = "llama/tiny_llama_grpo"
-
-
-def step_records(run_dir) -> dict[int, dict]:
-    return {r["step"]: r for r in records(run_dir) if "reward" in r}
-
-
-def completions_by_step(run_dir) -> dict[int, list[str]]:
-    """Each step's completions (the last attempt's: a step redone after a failure counts once)."""
-    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
 # Whichever of these runs first pays for docs/grpo.md's runs (three of 30 steps) in its set-up.

@@ -3,13 +3,13 @@ drawn by the policy after step max(0, t-1-s), on a schedule by step number, so a
 started again at another size draws and trains every step as the uninterrupted run did (the checkpoint
 holds the policies its next rollouts are drawn by); a resume with another s is refused in one line."""
 
-import json
 import os
 import signal
 
 import pytest
 
-from conftest import killed_if_left, local_job, records, render_configs, train, wait_for
+from conftest import (completions_by_step, killed_if_left, local_job, records, render_configs, step_records, train,
+                      wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_grpo_async")]
 RECIPE = "llama/tiny_llama_grpo"
@@ -20,15 +20,6 @@ def configs(tmp, behind=BEHIND, *overrides):
     return render_configs(tmp / f"configs-{behind}", f"recipes.training_config.training_args.max_steps={STEPS}",
                           f"+recipes.training_config.training_args.method_args.max_steps_off_policy={behind}",
                           *overrides, recipe=RECIPE)
-
-
-def completions_by_step(run_dir) -> dict[int, list[str]]:
-    """Each step's completions, token ids and text (the last attempt's: a step redone counts once)."""
-    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
-
-
-def steps(run_dir) -> dict[int, dict]:
-    return {r["step"]: r for r in records(run_dir) if "reward" in r}
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +38,13 @@ def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as
     run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, "recipes.training_config.checkpoint.save_steps=2")
     with open(tmp_path / "killed.log", "wb") as log, \
             killed_if_left(local_job(behind, run_dir).start(2, log=log, pause_at=[5])) as proc:
-        wait_for(lambda: 5 in steps(run_dir), timeout=300, interval=0.05)
+        wait_for(lambda: 5 in step_records(run_dir), timeout=300, interval=0.05)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     train(behind, run_dir, nodes=1, timeout=300)
     assert [r["step"] for r in records(run_dir) if r.get("event") == "resume"] == [4]
     assert completions_by_step(run_dir) == completions_by_step(uninterrupted)
-    got, want = steps(run_dir), steps(uninterrupted)
+    got, want = step_records(run_dir), step_records(uninterrupted)
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
     assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)  # summed in another order
     assert {t: r["policy_lag"] for t, r in got.items()} == {t: min(t - 1, BEHIND) for t in range(1, STEPS + 1)}

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import ROOT, killed_if_left, local_job, records, render_configs, running, wait_for
+from conftest import ROOT, completion_rewards, killed_if_left, local_job, records, render_configs, running, wait_for
 from elastic_launcher.local.run import child_pids
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -27,12 +27,6 @@ RECIPE = "llama/tiny_llama_grpo_rlaif"
 
 def rewards_by_step(run_dir) -> dict[int, float]:
     return {r["step"]: r["reward"] for r in records(run_dir) if "reward" in r}
-
-
-def completion_rewards(run_dir) -> dict[int, list]:
-    """Each step's completions with their rewards (samples.jsonl; a step redone counts with its last)."""
-    return {r["step"]: sorted((c["sample_id"], c["index"], c["completion"], c["reward"]) for c in r["readable"])
-            for r in records(run_dir, "samples.jsonl")}
 
 
 # 2 -> 3 -> 1 -> 2 nodes, a node killed two steps after the last resize's checkpoint (steps 6 and 7 drawn

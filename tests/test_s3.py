@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 from s3torchconnector._s3client import S3Client
 
-from conftest import (ROOT, bucket_keys, committed_samples, killed_if_left, local_job, losses, records,
-                      render_configs, train, wait_for)
+from conftest import (ROOT, bucket_keys, committed_samples, completion_rewards, killed_if_left, local_job, losses,
+                      records, render_configs, train, wait_for)
 from training.contract.buckets import checkpoint_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -168,12 +168,6 @@ def test_s3s_throttling_answers_are_retried_with_backoff(s3, s3_server, fixed_ru
     assert slowed["PUT"] > 0 and slowed["GET"] > 0, slowed  # uploads' parts, listings and reads
 
 
-def samples_of_step(run_dir, step):
-    """A step's completions with their rewards, as samples.jsonl keeps them (the last run of the step)."""
-    return [sorted((c["sample_id"], c["index"], c["completion"], c["reward"]) for c in r["readable"])
-            for r in records(run_dir, "samples.jsonl") if r["step"] == step][-1]
-
-
 def test_the_grpo_twins_checkpoints_and_judge_ledger_in_a_bucket_survive_a_sigkill_in_a_fresh_pod(s3, tmp_path):
     """The RLAIF twin (GRPO judged by an LLM on loopback), checkpoints and the judge's ledger in the bucket:
     2 nodes killed outright after step 3 (its checkpoint is step 2's), then 1 node in a fresh run directory.
@@ -206,7 +200,7 @@ def test_the_grpo_twins_checkpoints_and_judge_ledger_in_a_bucket_survive_a_sigki
         steps = {r["step"]: r for r in records(fresh) if "reward" in r}
     assert [r["step"] for r in records(fresh) if r.get("event") == "resume"] == [2]
     assert steps[3]["judge_calls"] == 0 and steps[3]["judge_cached"] == 32, steps[3]
-    assert samples_of_step(fresh, 3) == samples_of_step(killed, 3)
+    assert completion_rewards(fresh)[3] == completion_rewards(killed)[3]
     assert steps[4]["judge_calls"] > 0 and len(server.requests) - asked == steps[4]["judge_calls"]
     assert checkpoint_steps("test", uri) == [2, 4]
     # The files of both sizes folded into one at the last checkpoint, and pruned: no step after it.

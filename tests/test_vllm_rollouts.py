@@ -13,20 +13,12 @@ import subprocess
 
 import pytest
 
-from conftest import CORRECTION_TOLERANCE, ROOT, local_job, records
+from conftest import CORRECTION_TOLERANCE, ROOT, completions_by_step, local_job, records, step_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.xdist_group("test_vllm_rollouts")]  # on one worker: its tests share the rehearsal
 RECIPE = "llama/tiny_llama_vllm_grpo"
 STEPS = 8  # the rehearsal's: 2 -> 1 at step 3, 1 -> 2 at step 6
-
-
-def step_records(run_dir) -> dict[int, dict]:
-    return {r["step"]: r for r in records(run_dir) if "reward" in r}
-
-
-def completions_by_step(run_dir) -> dict[int, list[str]]:
-    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
 def free_port() -> int:
