@@ -7,6 +7,7 @@ import os
 import signal
 
 import pytest
+from safetensors.torch import load_file
 
 from conftest import (completions_by_step, killed_if_left, local_job, records, render_configs, step_records, train,
                       wait_for)
@@ -34,7 +35,7 @@ def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as
     """2 nodes killed outright (SIGKILL) after step 5, the newest checkpoint step 4's; then 1 node from it.
     Steps 5 and 6 are drawn by the policies after steps 2 and 3, which only the checkpoint holds: the
     same completions, token for token, and rewards at every step as the uninterrupted run, each step
-    recording how far behind its batch was drawn. Then a start with s = 1 is refused in one line."""
+    recording how far behind its batch was drawn, and the same final weights. Then a start with s = 1 is refused in one line."""
     run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, "recipes.training_config.checkpoint.save_steps=2")
     with open(tmp_path / "killed.log", "wb") as log, \
             killed_if_left(local_job(behind, run_dir).start(2, log=log, pause_at=[5])) as proc:
@@ -49,6 +50,11 @@ def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as
     assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)  # summed in another order
     assert {t: r["policy_lag"] for t, r in got.items()} == {t: min(t - 1, BEHIND) for t in range(1, STEPS + 1)}
     assert all(r["rollout_correction_weight"] > 0 for r in got.values())  # auto: per token, where it runs behind
+    # The final weights: the same but for float32's reorderings at another world size (each update's gradient is
+    # summed over 2 ranks, then 1), far below a step's change (lr 3e-3 on weights of order 1).
+    final, uninterrupted_final = (load_file(d / "hf" / "model.safetensors") for d in (run_dir, uninterrupted))
+    scale = max(w.abs().max().item() for w in uninterrupted_final.values())
+    assert max((final[k].double() - w.double()).abs().max().item() for k, w in uninterrupted_final.items()) <= 1e-5 * scale
 
     # Even with ignore_fingerprint: the checkpoint holds another count of policies.
     other = local_job(configs(tmp_path, 1, "recipes.training_config.checkpoint.ignore_fingerprint=true"), run_dir)
