@@ -298,8 +298,9 @@ AGENT_TWINS = {"Qwen/Qwen3.6-27B": "qwen/qwen3_6_27b_agent_lora", "openai/gpt-os
 @pytest.mark.parametrize("vendor", VENDOR_AGENTS, ids=[v["file"] for v in VENDOR_AGENTS])
 def test_every_agent_twin_agrees_with_the_vendors_agentic_recipe(vendor):
     """The group, batch, loss and its clip (the vendor's ratio bounds), tokens per turn, LoRA, LR at
-    every size, gradient clipping, steps, validation as pass@k; elastic; and, unlike the vendor's,
-    synchronous rollouts on the trainer's own sampler, with a calculator on GSM8K."""
+    every size, gradient clipping, steps, validation as pass@k; elastic; rollouts as far behind the
+    policy as the vendor's, on the trainer's own sampler and weighed per token toward the policy
+    that drew them, with a calculator on GSM8K."""
     plan = plan_of(AGENT_TWINS[vendor["model"]])
     tc = plan.base.training_config
     args, o = tc.training_args, sampling_options(tc)
@@ -310,6 +311,7 @@ def test_every_agent_twin_agrees_with_the_vendors_agentic_recipe(vendor):
                                                 vendor["max_tokens"]))
     assert (o.mini_batches, o.kl_coef, o.rollout_engine, o.max_concurrency) == (1, 0.0, "trainer",
                                                                                vendor["max_concurrency"])
+    assert (o.max_steps_off_policy, correction_level(o)) == (vendor["max_steps_off_policy"], "token")
     assert (o.eval_pass_k, o.eval_group_size, o.eval_success_threshold) == \
         (vendor["pass_k_values"], max(vendor["pass_k_values"]), vendor["success_threshold"])
     peft = tc.model_config.peft_config
