@@ -71,9 +71,10 @@ def fixed(docs_commands):
 @READS_THE_PAGES_RUNS
 def test_docs_grpo_commands_run_as_written_on_cpu(docs_commands):
     """The tiny twin trains, its completions are shown, the RLAIF twin trains against the loopback
-    judge, and the vLLM tier's environment and the vLLM twin's run work."""
+    judge, the twin whose rollout runs behind its policy trains, and the vLLM tier's environment and
+    the vLLM twin's run work."""
     _, printed = docs_commands
-    assert len(printed) == 5 and sum("launcher.py" in c for c, _ in printed) == 4, printed
+    assert len(printed) == 6 and sum("launcher.py" in c for c, _ in printed) == 5, printed
     for command, out in printed:
         if "action=samples" in command:
             assert out.startswith("step 30 of ") and "best:" in out and "worst:" in out
@@ -123,6 +124,20 @@ def test_the_vllm_twin_learns_as_the_trainer_sampler_twin_does_and_exports(docs_
     weights = [r["rollout_correction_weight"] for r in steps.values()]
     assert all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
     assert_exported_model_generates(run_dir)
+
+
+@READS_THE_PAGES_RUNS
+def test_the_twin_whose_rollout_runs_two_steps_behind_learns(docs_commands):
+    """docs/grpo.md's run of recipes/llama/tiny_llama_grpo_async (tests/test_grpo_async.py: killed and
+    resumed at another size): each step's batch drawn by the policy after step max(0, t-3), the
+    correction weighing its tokens, and the mean reward of its last ten steps at least 1.5 times its
+    first ten's."""
+    steps = step_records(docs_commands[0] / "runs" / "tiny-llama-grpo-async")
+    assert sorted(steps) == list(range(1, 31))
+    assert [steps[t]["policy_lag"] for t in sorted(steps)] == [min(t - 1, 2) for t in sorted(steps)]
+    assert all(0 < steps[t]["rollout_correction_ess"] <= 1 for t in steps)
+    rewards = [steps[t]["reward"] for t in sorted(steps)]
+    assert statistics.mean(rewards[-10:]) >= 1.5 * statistics.mean(rewards[:10]) > 0, rewards
 
 
 @READS_THE_PAGES_RUNS

@@ -13,13 +13,13 @@ from conftest import (completions_by_step, killed_if_left, local_job, records, r
                       wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_grpo_async")]
-RECIPE = "llama/tiny_llama_grpo"
+RECIPE = "llama/tiny_llama_grpo_async"  # s = 2
 STEPS, BEHIND = 6, 2
 
 
 def configs(tmp, behind=BEHIND, *overrides):
     return render_configs(tmp / f"configs-{behind}", f"recipes.training_config.training_args.max_steps={STEPS}",
-                          f"+recipes.training_config.training_args.method_args.max_steps_off_policy={behind}",
+                          f"recipes.training_config.training_args.method_args.max_steps_off_policy={behind}",
                           *overrides, recipe=RECIPE)
 
 
