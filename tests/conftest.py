@@ -101,8 +101,9 @@ METHODS = ("sft_lora", "grpo_rlaif_lora", "grpo_lora", "grpo_rlaif", "agent_lora
 
 
 def method_of(recipe: str) -> str:
-    """A recipe's method, the end of its name (qwen/qwen3_8b_grpo_lora: grpo_lora)."""
-    return next(m for m in METHODS if recipe.endswith(f"_{m}"))
+    """A recipe's method, the end of its name (qwen/qwen3_8b_grpo_lora: grpo_lora; a rollout behind the
+    policy, llama/tiny_llama_grpo_async: grpo)."""
+    return next(m for m in METHODS if recipe.removesuffix("_async").endswith(f"_{m}"))
 
 
 # The vendor's verl-grpo-rlvr recipes' facts (scripts/vendor_grpo_facts.py), and those of their keys that
