@@ -204,8 +204,6 @@ class GRPO(TrainingMethod):
         # Before any forward of the updates (FSDP's collectives): whether a rank's stop cut its rollout.
         if self.run.agree_stop():
             return None
-        experience.policy_step = max(0, step - self.options.max_steps_off_policy)
-        experience.policy_lag = step - experience.policy_step
         scoring = time.perf_counter()
         advantages = ADVANTAGE_ESTIMATORS[self.options.adv_estimator](
             torch.tensor(experience.rewards, dtype=torch.float64), self.options.num_generations, self.options)
@@ -225,7 +223,8 @@ class GRPO(TrainingMethod):
         model.eval()
         try:
             with self.versions.oldest_in_the_model() if self.versions is not None else contextlib.nullcontext():
-                return self.maker.make(prompts, self.options.num_generations, self.params, step, self.run.stop_requested)
+                return self.maker.make(prompts, self.options.num_generations, self.params, step,
+                                       max(0, step - self.options.max_steps_off_policy), self.run.stop_requested)
         finally:
             model.train()
 

@@ -117,10 +117,10 @@ class ExperienceMaker:
         self.epoch_rows = epoch_rows  # training rows per prompt of a step: steps x this = epochs (TRL's trainer_state)
         self.environments, self.on_tool_timeout = environments, on_tool_timeout
 
-    def make(self, prompts: list[dict], n: int, params: SamplingParams, step: int,
+    def make(self, prompts: list[dict], n: int, params: SamplingParams, step: int, policy_step: int,
              stopped: Callable[[], bool] = never) -> Experience | None:
-        """The step's completions, each group scored in the reward pool while the next is generated;
-        None when `stopped()` cut it short."""
+        """The step's completions, drawn by the policy after `policy_step` optimizer steps, each group
+        scored in the reward pool while the next is generated; None when `stopped()` cut it short."""
         started = time.perf_counter()
         groups, completions, scoring = prompt_groups(prompts, self.environments is not None), [], []
         for i, group in enumerate(self.engine.generate(groups, n, params, step, stopped)):
@@ -138,7 +138,8 @@ class ExperienceMaker:
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.rewards.specs}
         totals = self.trajectories_scored([x for totals, _ in scores for x in totals], completions)
         return Experience(groups, completions, totals, per_function,
-                          (generated - started, time.perf_counter() - generated, self.engine.sync_s), step)
+                          (generated - started, time.perf_counter() - generated, self.engine.sync_s),
+                          policy_step, step - policy_step)
 
     def score(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> list[float]:
         """The completions' rewards, waited for (an evaluation's)."""
