@@ -11,15 +11,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT, own_processes, records, wait_for
+from conftest import ROOT, completions_by_step, own_processes, records, step_records, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("test_agents")]
 RECIPE = "llama/tiny_llama_agent"
-
-
-def trajectories_by_step(run_dir) -> dict[int, list[str]]:
-    """Each step's trajectories (ids, tokens and loss masks), the last attempt's."""
-    return {r["step"]: sorted(map(json.dumps, r["completions"])) for r in records(run_dir, "samples.jsonl")}
 
 
 # 2 -> 3 nodes (two workers stay, one joins), 3 -> 1, 1 -> 2, each in place, then a node killed two steps
@@ -85,8 +80,8 @@ def test_an_agents_rehearsal_in_place_through_every_resize_is_the_fixed_size_run
     assert report["matched"] is True and "consumed sample ids and completions identical" in done.stdout
     assert {r["world_size"] for r in records(run_dir) if "reward" in r} == {1, 2, 3}
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the run's curves, as a local run draws them
-    fixed = trajectories_by_step(fixed_dir)
-    assert trajectories_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, STEPS + 1))
+    fixed = completions_by_step(fixed_dir)
+    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, STEPS + 1))
     assert all(len(step) == PROMPTS * 8 for step in fixed.values())  # every prompt's group
     masks = [json.loads(t)[3] for t in fixed[1]]
     assert any(0 in mask and 1 in mask for mask in masks)  # the tool's replies inside the model's turns
@@ -106,7 +101,7 @@ def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(as_shipped, 
     from elastic_launcher.cli import main
 
     run_dir = as_shipped
-    steps = {r["step"]: r for r in records(run_dir) if "reward" in r}
+    steps = step_records(run_dir)
     rewards = [steps[s]["reward"] for s in sorted(steps)]
     assert statistics.mean(rewards[-10:]) >= 2 * statistics.mean(rewards[:10]) > 0, rewards
     last = steps[max(steps)]

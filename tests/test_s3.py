@@ -18,7 +18,7 @@ import pytest
 from s3torchconnector._s3client import S3Client
 
 from conftest import (ROOT, bucket_keys, committed_samples, completion_rewards, killed_if_left, local_job, losses,
-                      records, render_configs, train, wait_for)
+                      records, render_configs, step_records, train, wait_for)
 from training.contract.buckets import checkpoint_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -197,7 +197,7 @@ def test_the_grpo_twins_checkpoints_and_judge_ledger_in_a_bucket_survive_a_sigki
         asked = len(server.requests)
 
         train(configs, fresh, nodes=1, timeout=400)
-        steps = {r["step"]: r for r in records(fresh) if "reward" in r}
+        steps = step_records(fresh)
     assert [r["step"] for r in records(fresh) if r.get("event") == "resume"] == [2]
     assert steps[3]["judge_calls"] == 0 and steps[3]["judge_cached"] == 32, steps[3]
     assert completion_rewards(fresh)[3] == completion_rewards(killed)[3]
