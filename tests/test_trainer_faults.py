@@ -220,7 +220,7 @@ def test_when_every_checkpoint_is_corrupt_training_starts_afresh_from_initial_we
 
 
 HOST_READS = """
-import json, sys, warnings
+import json, os, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -298,7 +298,10 @@ unchanged = all(torch.equal(a, b) for a, b in zip(before, snapshot()))
 record, *_ = trainer.train_step(steps())
 moved = not all(torch.equal(a, b) for a, b in zip(before, snapshot()))
 print(json.dumps({"before_update": before_update, "skipped_unchanged": unchanged, "next_moves": moved,
-                  "skipped_steps": trainer.state.skipped_steps, "config_unchanged": config_unchanged}))
+                  "skipped_steps": trainer.state.skipped_steps, "config_unchanged": config_unchanged}), flush=True)
+# Ended as `python -m training` ends: the interpreter's teardown of a live process group is not a
+# worker's (a gloo thread destroyed while joinable aborts it: "terminate called without an active exception").
+os._exit(0)
 """
 
 
