@@ -149,6 +149,46 @@ def test_models_that_are_not_decoders_are_refused_in_one_line(model_type, what):
         check_trainable(AutoConfig.for_model(model_type), packing=False)
 
 
+def decoded_logits(reference, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """transformers' own decode of one row: its prompt prefilled alone, then token by token from the
+    cache; the logits before each of `tokens` (soft-capped where the family caps them)."""
+    out = reference.model(input_ids=torch.tensor([prompt]), use_cache=True)
+    last = [out.last_hidden_state[0, -1]]
+    for position, token in enumerate(tokens[:-1], start=len(prompt)):
+        out = reference.model(input_ids=torch.tensor([[token]]), position_ids=torch.tensor([[position]]),
+                              past_key_values=out.past_key_values, use_cache=True)
+        last.append(out.last_hidden_state[0, -1])
+    logits = reference.lm_head(torch.stack(last))
+    cap = getattr(reference.config, "final_logit_softcapping", None)
+    return cap * torch.tanh(logits / cap) if cap else logits
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_trainers_sampler_draws_each_row_as_the_row_alone_decodes(model_type):
+    """A group's rows continue one prompt from its prefill, done once and its cache repeated for the
+    rows (each row prefilled where a recurrent layer's state cannot be repeated): the log-probability
+    the sampler gives each drawn token is what transformers' decode of that row alone gives, past the
+    8-token windows, in rows that drew different tokens. A cache shared instead of repeated, or a
+    row's state left out, moves them by 1e-2 and more; the sampler's float32 log-softmax of float64
+    logits rounds by about 1e-6. (transformers keeps a recurrent state in float32, so its cached
+    decode and a full forward differ by up to 2e-3 in Nemotron-H: the row's own decode is the reference.)"""
+    from training.rl.rollout import ShardedModelRollout
+    from training.rl.sampling import SamplingParams
+
+    reference, model = tiny_pair(model_type)
+    rng = random.Random(7)
+    prompt = [rng.randrange(3, 97) for _ in range(11)]
+    rollout = ShardedModelRollout(model, torch.device("cpu"), seed=0)
+    generators = [torch.Generator().manual_seed(i) for i in range(4)]
+    with rollout.session():
+        rows = rollout.sample(torch.tensor(prompt), generators, SamplingParams(log_probs=True), max_new_tokens=6)
+        assert len({tuple(tokens) for tokens, _, _ in rows}) > 1, "the rows drew alike: nothing tells them apart"
+        for tokens, _, log_probs in rows:
+            expected = torch.log_softmax(decoded_logits(reference, prompt, tokens), dim=-1)
+            expected = expected.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+            torch.testing.assert_close(torch.tensor(log_probs, dtype=torch.float64), expected, rtol=0, atol=1e-5)
+
+
 @pytest.mark.slow  # compiles flex attention for each family: the full suite
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_the_trainers_flex_attention_equals_eager_attention(model_type):

@@ -20,7 +20,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from training.contract.config import ModelConfig
 from training.contract.errors import ConfigError
-from training.contract.families import EAGER_FAMILIES, SUPPORTED
+from training.contract.families import EAGER_FAMILIES, SUPPORTED, recurrent
 from training.model.attention import CAUSAL_SDPA, use_causal_sdpa, use_trainer_flex_attention
 from training.model.dtensors import local_part
 from training.model.lora import file_name, init_adapters, is_adapter, with_adapters
@@ -238,21 +238,29 @@ class CausalLM(torch.nn.Module):
         self.balance_coef = getattr(self.config, "router_aux_loss_coef", 0.0) if self.routers else 0.0
         self.balance_loss: torch.Tensor | None = None
         self.compute_dtype: torch.dtype | None = None  # set by apply_fsdp: bf16 under mixed precision
+        # Whether rows that continue one prompt can share its prefill (`rows`): one row's forward, its
+        # cache repeated for the rows; transformers repeats attention caches, not a recurrent layer's state.
+        self.prefills_once = not recurrent({"model_type": self.config.model_type, "layer_types": layer_kinds(self.config)})
 
     def forward(self, input_ids, position_ids, labels=None, document_ids=None, per_sequence: bool = False,
-                document_index=None, documents: int = 0, per_token: bool = False, cache=None):
+                document_index=None, documents: int = 0, per_token: bool = False, cache=None, rows: int = 1):
         """The summed token loss; with `per_sequence`, each row's summed token log-probability (DPO);
         with `per_token`, each label's log-probability and the entropy there (GRPO). `document_ids`
         (packed rows: which sample each token belongs to) keep packed samples apart; `document_index`
         and `documents` (each token's sample in the micro-batch, and their count) let a training
         forward sum its samples' router load-balancing losses into `balance_loss`.
         Without labels, a sampling step: (the last position's logits, the KV cache extended by
-        `input_ids`), from `cache` (None: a fresh one, of the kind the model's layers need)."""
+        `input_ids`), from `cache` (None: a fresh one, of the kind the model's layers need); with
+        `rows` > 1, one prompt's prefill shared by that many rows (`prefills_once`)."""
         from training.model.masks import attention_masks
 
         if labels is None:  # rows without padding: transformers' own causal mask, over the cache too
             out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=cache, use_cache=True)
-            return self.lm_head(out.last_hidden_state[:, -1]), out.past_key_values
+            last, cache = out.last_hidden_state[:, -1], out.past_key_values
+            if rows > 1:  # repeated before the head: the head runs on as many rows as without sharing
+                last = last.expand(rows, -1)
+                cache.batch_repeat_interleave(rows)
+            return self.lm_head(last), cache
 
         # Recorded in every training forward (an empty micro-batch too: compiled layers see one state).
         recording = self.routers is not None and not per_sequence and self.training and torch.is_grad_enabled()

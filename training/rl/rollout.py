@@ -5,9 +5,10 @@ GPU runs (an inference engine can stand behind the same interface).
 Every rank gathers the full model once per rollout (one all-gather per FSDP unit, all ranks
 together) and then generates its own groups with no further collective, so ranks with fewer or
 shorter groups never hold the others up. A group (the `n` completions of one prompt) is generated
-as one batch of `n` rows that share the prompt: no padding, a shape that depends on the group only,
-so the same prompt at the same step yields the same tokens bitwise at any world size and in any
-company (training.rl.sampling gives each completion its own random stream)."""
+as one batch of `n` rows that share the prompt, prefilled once (its cache repeated for the rows): no
+padding, a shape that depends on the group only, so the same prompt at the same step yields the same
+tokens bitwise at any world size and in any company (training.rl.sampling gives each completion its
+own random stream)."""
 
 from __future__ import annotations
 
@@ -99,15 +100,17 @@ class ShardedModelRollout:
         """One row per generator, all continuing `prompt` (in a session): each row's (tokens, whether it
         ended on a stop token, log-probabilities or Nones); None once `interrupted()` is true."""
         n = len(generators)
-        ids, positions = prompt.expand(n, -1), torch.arange(len(prompt), device=self.device).expand(n, -1)
         tokens: list[list[int]] = [[] for _ in range(n)]
         log_probs: list[list[float]] = [[] for _ in range(n)]
-        stopped, cache = [False] * n, None
-        stop_ids = set(params.stop_token_ids)
-        for _ in range(max_new_tokens):
-            if interrupted():
-                return None
-            logits, cache = self.model(ids, positions, cache=cache)
+        stopped, stop_ids = [False] * n, set(params.stop_token_ids)
+        if interrupted():
+            return None
+        # The rows share the prompt: prefilled once where the model's cache can be repeated for them.
+        shared = n > 1 and self.model.prefills_once
+        ids = prompt.unsqueeze(0) if shared else prompt.expand(n, -1)
+        positions = torch.arange(len(prompt), device=self.device).expand(ids.shape[0], -1)
+        logits, cache = self.model(ids, positions, cache=None, rows=n if shared else 1)
+        for position in range(len(prompt), len(prompt) + max_new_tokens):
             drawn = next_tokens(logits, params, generators)
             drawn_log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1) \
                 .tolist() if params.log_probs else [None] * n
@@ -116,10 +119,12 @@ class ShardedModelRollout:
                     tokens[row].append(token)
                     log_probs[row].append(log_prob)
                     stopped[row] = token in stop_ids
-            if all(stopped):
+            if all(stopped) or position == len(prompt) + max_new_tokens - 1:
                 break
+            if interrupted():
+                return None
             # A finished row keeps decoding (its tokens are dropped): the batch keeps its shape.
-            ids, positions = drawn.unsqueeze(1), positions[:, -1:] + 1
+            logits, cache = self.model(drawn.unsqueeze(1), torch.full((n, 1), position, device=self.device), cache=cache)
         return list(zip(tokens, stopped, log_probs))
 
 
