@@ -7,6 +7,7 @@ only instance types where it fits; the analytic fallback counts what transformer
 run warns outside a recipe's instance types and where a size would not fit; the table in docs/recipes.md is
 the recipes on disk."""
 
+import copy
 import functools
 import json
 import re
@@ -35,10 +36,21 @@ def composed(recipe: str) -> dict:
 
 
 @functools.cache
+def elastic_recipe(recipe: str, *overrides) -> dict:
+    """The recipe as composed elastic (composed once per test session)."""
+    return to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides])[0])["recipes"]
+
+
+@functools.cache
 def plan_of(recipe, *overrides):
     """The recipe's plan at its elastic sizes (planned once per test session: plans are frozen)."""
-    return make_plan(to_plain(compose([f"recipes={recipe}", "recipes.elastic_policy.is_elastic=true", *overrides])[0])
-                     ["recipes"])
+    return make_plan(copy.deepcopy(elastic_recipe(recipe, *overrides)))
+
+
+def plan_on(recipe: str, instance_type: str):
+    """The recipe's plan on another instance type: composition never reads `instance_type`, so the
+    composed recipe with it replaced is what `recipes.instance_type=...` composes."""
+    return make_plan({**copy.deepcopy(elastic_recipe(recipe)), "instance_type": instance_type})
 
 
 def twin_of(vendor: dict) -> str:
@@ -161,7 +173,7 @@ def test_instance_types_are_those_where_the_model_fits(recipe):
     for instance_type in plan.hardware.instance_types:
         if lookup(instance_type).gpus != plan.instance.gpus:
             continue
-        other = plan_of(recipe, f"recipes.instance_type={instance_type}")
+        other = plan_on(recipe, instance_type)
         assert any(fits(s.memory, other.instance) for s in other.sizes if s.memory.traced), (recipe, instance_type)
 
 
