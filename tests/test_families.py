@@ -82,12 +82,17 @@ def sample(rng, length, vocab=97):
             "lengths": [length]}
 
 
+def soft_capped(reference, logits: torch.Tensor) -> torch.Tensor:
+    """The logits as the family's head gives them: soft-capped where it caps them (Gemma 2, Gemma 4)."""
+    cap = getattr(reference.config, "final_logit_softcapping", None)
+    return cap * torch.tanh(logits / cap) if cap else logits
+
+
 def transformers_loss(reference, s) -> torch.Tensor:
     """The summed token loss of one sample from transformers' hidden states and head, each position
     predicting the next token (its own loss, and some families' logits, are cast to float32)."""
-    logits = reference.lm_head(reference.model(input_ids=torch.tensor([s["input_ids"]])).last_hidden_state)[0, :-1]
-    cap = getattr(reference.config, "final_logit_softcapping", None)
-    logits = cap * torch.tanh(logits / cap) if cap else logits
+    hidden = reference.model(input_ids=torch.tensor([s["input_ids"]])).last_hidden_state
+    logits = soft_capped(reference, reference.lm_head(hidden)[0, :-1])
     return torch.nn.functional.cross_entropy(logits, torch.tensor(s["labels"][1:]), ignore_index=IGNORE_INDEX,
                                              reduction="sum")
 
@@ -151,16 +156,14 @@ def test_models_that_are_not_decoders_are_refused_in_one_line(model_type, what):
 
 def decoded_logits(reference, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """transformers' own decode of one row: its prompt prefilled alone, then token by token from the
-    cache; the logits before each of `tokens` (soft-capped where the family caps them)."""
+    cache; the logits before each of `tokens`."""
     out = reference.model(input_ids=torch.tensor([prompt]), use_cache=True)
     last = [out.last_hidden_state[0, -1]]
     for position, token in enumerate(tokens[:-1], start=len(prompt)):
         out = reference.model(input_ids=torch.tensor([[token]]), position_ids=torch.tensor([[position]]),
                               past_key_values=out.past_key_values, use_cache=True)
         last.append(out.last_hidden_state[0, -1])
-    logits = reference.lm_head(torch.stack(last))
-    cap = getattr(reference.config, "final_logit_softcapping", None)
-    return cap * torch.tanh(logits / cap) if cap else logits
+    return soft_capped(reference, reference.lm_head(torch.stack(last)))
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

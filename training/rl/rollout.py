@@ -110,7 +110,8 @@ class ShardedModelRollout:
         ids = prompt.unsqueeze(0) if shared else prompt.expand(n, -1)
         positions = torch.arange(len(prompt), device=self.device).expand(ids.shape[0], -1)
         logits, cache = self.model(ids, positions, cache=None, rows=n if shared else 1)
-        for position in range(len(prompt), len(prompt) + max_new_tokens):
+        end = len(prompt) + max_new_tokens
+        for position in range(len(prompt), end):
             drawn = next_tokens(logits, params, generators)
             drawn_log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1) \
                 .tolist() if params.log_probs else [None] * n
@@ -119,7 +120,7 @@ class ShardedModelRollout:
                     tokens[row].append(token)
                     log_probs[row].append(log_prob)
                     stopped[row] = token in stop_ids
-            if all(stopped) or position == len(prompt) + max_new_tokens - 1:
+            if all(stopped) or position + 1 == end:
                 break
             if interrupted():
                 return None
