@@ -206,7 +206,7 @@ def test_a_rollout_behind_is_drawn_by_the_policy_after_step_t_minus_1_minus_s(be
     def run(model, versions, steps):
         drawn = {}
         for t in steps:
-            with versions.oldest_in_the_model():
+            with versions.in_the_model():
                 drawn[t] = model.weight.flatten()[0].item()
             assert model.weight.flatten()[0].item() == policy_after(t - 1)  # the update's own policy
             versions.advance()

@@ -163,7 +163,15 @@ class Trainer:
                                                         torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
                                                         else torch.float32, len(self.data.train),
                                                         tc.datasets.template_kwargs, tc.logging.audit_samples,
-                                                        tc.checkpoint.uri))
+                                                        tc.checkpoint.uri, tc.model_config, self.source,
+                                                        self.topo.nodes, self.state.step, self._prompts_at))
+
+    def _prompts_at(self, step: int, rank: int) -> list[dict]:
+        """Data-parallel rank `rank`'s rows of step `step` (GRPO's rollout processes draw ahead)."""
+        seed = self.cfg.training_config.training_args.seed
+        consumed = self.state.consumed_samples + (step - self.state.step) * self.plan.global_batch
+        sampler = GlobalBatchSampler(len(self.data.train), self.plan, rank, seed)
+        return [self.data.train[i] for micro in sampler.rank_micro_batches(consumed) for i in micro]
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation

@@ -15,7 +15,7 @@ from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstima
                                               trace_inputs, traced)
 from elastic_launcher.planning.model_config import (check_shape, local_config, local_model_dir, readable_shape,
                                                     shape_of)
-from elastic_launcher.planning.rollouts import check_phases, check_rollout_engine, rollout_phases
+from elastic_launcher.planning.rollouts import check_phases, check_rollout_engine, rollout_phases, training_processes
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, deep_merge, get_path
 from training.contract.errors import ConfigError
@@ -272,7 +272,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                                  mc.attn_implementation)
         if refusal:
             raise ConfigError(refusal)
-        nproc = cfg.trainer.nproc_per_node or instance.devices_per_node
+        nproc = training_processes(cfg.training_config, cfg.trainer.nproc_per_node or instance.devices_per_node)
         check_rollout_engine(cfg.training_config, nproc, hardware.model_shape or mc.architecture)
         try:
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
@@ -297,6 +297,12 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
                     f"training_config.{path} is {got!r} at {size.nodes} nodes but {want!r} at {first.nodes}: "
                     f"a resume at another size would be refused; it must be the same at every size (set it in "
                     f"the recipe, not per scale_config entry)")
+    split = {s.nodes: s.nproc_per_node for s in sizes}
+    if len(set(split.values())) > 1:
+        listed = ", ".join(f"{n} nodes: {p}" for n, p in split.items())
+        raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node leaves another count of "
+                          f"training processes per node at each size ({listed}): torchrun starts one count at every "
+                          f"size; set it in the recipe, not per scale_config entry")
     warnings = []
     rates = {s.nodes: s.learning_rate for s in sizes}
     if len(set(rates.values())) > 1:

@@ -61,6 +61,25 @@ def check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
         raise ConfigError(refusal)
 
 
+def training_processes(tc, nproc: int) -> int:
+    """Of a node's `nproc` processes, those that train: all but GRPO's rollout_ranks_per_node (k), which
+    only generate (training.rl.rollout_ranks). A split that leaves no training rank is refused."""
+    options = sampling_options(tc)
+    k = options.rollout_ranks_per_node if options is not None else 0
+    if k >= nproc:
+        raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node={k} leaves none of a "
+                          f"node's {nproc} processes to train: set it below {nproc}, or raise trainer.nproc_per_node")
+    if k and options.rollout_engine == "vllm":
+        raise ConfigError("training_config.training_args.method_args.rollout_ranks_per_node generates with the "
+                          "trainer's sampler; vLLM engines of their own are not built yet: set rollout_engine=trainer, "
+                          "or rollout_ranks_per_node=0 (vLLM on the training ranks)")
+    if k and NAME in (options.rewards or ()):
+        raise ConfigError("training_config.training_args.method_args.rollout_ranks_per_node with the LLM judge among "
+                          "the rewards is not built yet (its verdict ledger lives with the training ranks): set "
+                          "rollout_ranks_per_node=0")
+    return nproc - k
+
+
 def check_cluster_rollouts(tc, instance: InstanceType) -> None:
     """A cluster job's vLLM rollouts need GPUs: the image's vLLM is its CUDA build (a local run takes
     vLLM's CPU build)."""
@@ -96,11 +115,13 @@ def rollout_reproducibility(tc, instance: InstanceType) -> str | None:
 def rollout_lag(tc) -> str | None:
     """GRPO with its rollout behind the policy: what each step trains on and what that keeps; None on policy."""
     options = sampling_options(tc)
-    if options is None or not options.max_steps_off_policy:
+    if options is None or not (options.max_steps_off_policy or options.rollout_ranks_per_node):
         return None
-    s = options.max_steps_off_policy
+    s, k = options.max_steps_off_policy, options.rollout_ranks_per_node
+    where = f"by {k} rollout process(es) per node beside the training ranks, {s} steps ahead of the updates" if k \
+        else "on the training ranks"
     return (f"step t trains on a batch drawn by the policy after step max(0, t-1-{s}) (max_steps_off_policy={s}), "
-            f"on the training ranks; each rank keeps {s} older copies of its shard of the trainable weights, in memory "
+            f"{where}; each rank keeps {s} older copies of its shard of the trainable weights, in memory "
             f"and in every checkpoint, and the loss weighs each token by the correction "
             f"({correction_level(options)}, up to {options.rollout_correction_threshold:g})")
 

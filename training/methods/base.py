@@ -49,6 +49,12 @@ class RunInfo:
     template_kwargs: dict | None = None  # the chat template's arguments (enable_thinking), as the data renders it
     audit: bool = False  # logging.audit_samples: keep what reproduces the run (a judge's every verdict)
     checkpoint_uri: str | None = None  # checkpoint.uri: where what a resume needs lives (S3), if not the run's volume
+    # What GRPO's rollout processes (training.rl.rollout_ranks) build their model from and draw ahead
+    model_config: object = None  # training_config.model_config
+    model_source: str | None = None  # the model's files on this node (None: an inline architecture)
+    nodes: int = 1
+    step: int = 0  # the steps taken when the method is prepared (a resume's)
+    prompts_at: Callable[[int, int], list[dict]] | None = None  # (step, rank): that rank's prompt rows of that step
 
 
 @dataclass

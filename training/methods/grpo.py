@@ -41,6 +41,7 @@ from training.rl.judge import Judge, judge_metrics
 from training.rl.learning_signals import SignalWatch, service_watches
 from training.rl.policy_versions import PolicyVersions
 from training.rl.reward_pool import RewardPool
+from training.rl.rollout_ranks import RolloutRanks, RolloutSetup
 from training.rl.sampling import SamplingParams
 from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
 from training.runtime.named_sums import added
@@ -84,6 +85,10 @@ class Args:  # training_args.method_args, with verl's defaults
     # The rollout runs behind (the vendor's async_config.max_steps_off_policy): step t's batch is drawn by the
     # policy after step max(0, t-1-s), a schedule by step number (training.rl.policy_versions); 0: on policy
     max_steps_off_policy: int = ranged(0, ge=0)
+    # Ranks that only generate: k of each node's processes (on GPUs, its last k devices) make the experience
+    # while the others train, max_steps_off_policy steps ahead (training.rl.rollout_ranks); 0: the training
+    # ranks generate between their updates
+    rollout_ranks_per_node: int = ranged(0, ge=0)
     rewards: list | None = None  # reward functions (training.contract.rewards) and `judge`; None: [math_verify]
     judge: dict | None = None  # the LLM judge that `judge` in rewards names (training.contract.judge)
     reward_weights: list | None = None  # one per reward function; None: 1 each
@@ -164,14 +169,32 @@ class GRPO(TrainingMethod):
         self.engine, environments = rollout_engine(model, run, self.options, self.device, self.args.seed), None
         if self.options.environment:
             self.engine, environments = agent_engine(self.engine, run, self.options, self.prompt_tools, self.rewards)
-        self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer,
-                                     self.args.train_batch_size / max(run.train_rows, 1),
+        epoch_rows = self.args.train_batch_size / max(run.train_rows, 1)
+        self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer, epoch_rows,
                                      environments, self.options.on_tool_timeout)
+        if self.options.rollout_ranks_per_node:
+            self.rollout_ranks = self._rollout_ranks(model, run, epoch_rows)
         if self.judge_settings is not None:
             size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
             dist.broadcast_object_list(size, src=0)
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
                                        f"rank{run.rank}", audit=run.audit, checkpoint_uri=run.checkpoint_uri)
+
+    def _rollout_ranks(self, model, run, epoch_rows: float) -> RolloutRanks:
+        """The node's rollout processes, sent the policies of the steps s ahead: the kept older ones
+        (a resume's, from its checkpoint), then the model's."""
+        setup = RolloutSetup(run.model_config, run.model_source, self.options, self.args.seed, run.tokenizer,
+                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows, self.device.type)
+        ranks = RolloutRanks(setup, self.options.rollout_ranks_per_node, self.options.max_steps_off_policy,
+                             dist.get_world_size() // run.nodes, run.rank, run.prompts_at, self.params,
+                             self.options.num_generations)
+        first, step = True, run.step
+        for age in range(self.options.max_steps_off_policy):
+            with self.versions.in_the_model(age):
+                ranks.send_policy(model, max(0, step - self.options.max_steps_off_policy + age), everything=first)
+            first = False
+        ranks.send_policy(model, step, everything=first)
+        return ranks
 
     @property
     def completion_budget(self) -> int:
@@ -188,6 +211,8 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + self.completion_budget, False)
 
     def close(self) -> None:
+        if getattr(self, "rollout_ranks", None) is not None:
+            self.rollout_ranks.close()
         self.rewards.close()
         if getattr(self, "engine", None) is not None:  # none where only the memory trace prepared the method
             self.engine.close()
@@ -220,9 +245,17 @@ class GRPO(TrainingMethod):
 
     def _rollout(self, model, prompts: list[dict], step: int) -> Experience | None:
         """The step's experience (training.rl.experience); None when this rank's stop cut it short."""
+        if self.options.rollout_ranks_per_node:  # made by the rollout processes: the model's policy goes to them
+            sync_s = self.rollout_ranks.send_policy(model, step)
+            waiting = time.perf_counter()
+            experience = self.rollout_ranks.experience(step, self.run.stop_requested)
+            if experience is not None:
+                experience.seconds = (*experience.seconds[:2], sync_s)
+                experience.batch_wait_s = time.perf_counter() - waiting
+            return experience
         model.eval()
         try:
-            with self.versions.oldest_in_the_model() if self.versions is not None else contextlib.nullcontext():
+            with self.versions.in_the_model() if self.versions is not None else contextlib.nullcontext():
                 return self.maker.make(prompts, self.options.num_generations, self.params, step,
                                        max(0, step - self.options.max_steps_off_policy), self.run.stop_requested)
         finally:
@@ -306,7 +339,7 @@ class GRPO(TrainingMethod):
         if self.rewards.judge is not None:
             sums.update(dataclasses.asdict(self.rewards.judge.costs()))
         if self.options.environment:
-            sums.update(self.engine.step_sums([c.trace for c in experience.flat()]))
+            sums.update(self.engine.step_sums([c.trace for c in experience.flat()], experience.environment_s))
         return sums
 
     def step_metrics(self, loss_sum, sums, label_tokens, global_batch):
@@ -323,6 +356,8 @@ class GRPO(TrainingMethod):
                 "kl": sums["kl"] / tokens, "clip_fraction": sums["clipped"] / tokens,
                 "entropy": sums["entropy"] / tokens, "rollout_s": rollout_s, "weight_sync_s": sums["weight_sync_s"] / ranks,
                 "policy_lag": sums["policy_lag"] / ranks,  # each rank's copy of the batch's lag
+                **({"batch_wait_s": sums["batch_wait_s"] / ranks, "rollout_idle_s": sums["rollout_idle_s"] / ranks}
+                   if self.options.rollout_ranks_per_node else {}),
                 **(correction_metrics(sums, tokens) if self.correction != "none" else {}),
                 "reward_s": sums["reward_s"] / ranks, "logprob_s": sums["logprob_s"] / ranks,
                 "rollout_tokens_per_s": sums["completion_tokens"] / max(rollout_s, 1e-9),

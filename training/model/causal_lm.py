@@ -354,6 +354,20 @@ def sharded_skeleton(cfg: ModelConfig, mesh, on_gpu: bool, source: str | None = 
     return _sharded(with_adapters(_skeleton(cfg, source), cfg), cfg, mesh, on_gpu)
 
 
+def plain_model(cfg: ModelConfig, source: str | None, device: torch.device) -> CausalLM:
+    """The model unsharded, for sampling only (a rollout process's: training.rl.rollout_ranks): the
+    training model's modules and buffers, its parameters in the dtype the trained one computes in
+    (under bf16, as FSDP's mixed precision casts them), to be filled with a policy's weights."""
+    model = CausalLM(with_adapters(_skeleton(cfg, source), cfg), cfg.loss_chunk_tokens)
+    model.to_empty(device=device)
+    _recompute_buffers(model)
+    if cfg.mixed_precision == "bf16":
+        for p in model.parameters():
+            p.data = p.data.to(torch.bfloat16)
+        model.compute_dtype = torch.bfloat16
+    return model.requires_grad_(False).eval()
+
+
 def weights_from(cfg: ModelConfig, resuming: bool, source: str | None) -> str:
     """Where build_sharded_model takes the weights from: "checkpoint" (a full-parameter resume),
     "files" (the model's files, every rank its own shards) or "rank 0" (an inline architecture)."""

@@ -96,7 +96,7 @@ class AgentRollout:
     def close(self) -> None:
         self.sampler.close()
 
-    def step_sums(self, traces: list[Trace]) -> dict:
+    def step_sums(self, traces: list[Trace], environment_s: float) -> dict:
         """This rank's sums of a step's trajectories by name (summed over ranks by the trainer): turns,
         calls (and per tool), errors and timeouts, how they ended, and the wait for the environments."""
         return {"turns": sum(len(t.turns) for t in traces), "tool_calls": sum(sum(t.calls.values()) for t in traces),
@@ -104,7 +104,7 @@ class AgentRollout:
                 "tool_timeouts": sum(t.timeouts for t in traces),
                 "ended_max_turns": sum(t.ended == "max_turns" for t in traces),
                 "ended_max_total_tokens": sum(t.ended == "max_total_tokens" for t in traces),
-                "environment_s": self.environment_s,
+                "environment_s": environment_s,
                 **{f"tool_calls:{name}": sum(t.calls.get(name, 0) for t in traces) for name in self.tool_names}}
 
     def step_metrics(self, sums: dict[str, float], trajectories: float, ranks: int) -> dict:

@@ -35,6 +35,11 @@ class Experience:
     policy_step: int = 0  # the optimizer steps the policy that drew them had taken
     policy_lag: int = 0  # how many steps that policy is behind the one trained on them (max_steps_off_policy at most)
     logprob_s: float = 0.0  # the trainer's scoring of its completions (old and reference log-probabilities)
+    # Rollout ranks (training.rl.rollout_ranks): the training rank's wait for this batch, and the rollout
+    # process's wait for work (a request, or the policy it draws with) before drawing it
+    batch_wait_s: float = 0.0
+    rollout_idle_s: float = 0.0
+    environment_s: float = 0.0  # an agent's: the rollout's wait for its environments
 
     def sums(self, group_size: int, reward_names: list[str]) -> dict:
         """This rank's sums of the experience by name (training.runtime.named_sums): completions,
@@ -49,7 +54,7 @@ class Experience:
                 "completion_tokens": sum(len(c.token_ids) for c in self.flat()),
                 "cut": sum(not c.stopped for c in self.flat()),
                 "rollout_s": generate_s, "reward_s": reward_s, "weight_sync_s": sync_s, "logprob_s": self.logprob_s,
-                "policy_lag": self.policy_lag}
+                "policy_lag": self.policy_lag, "batch_wait_s": self.batch_wait_s, "rollout_idle_s": self.rollout_idle_s}
         for name, scores in zip(reward_names, self.per_function.values()):
             sums[f"reward:{name}"] = sum(x for x in scores if scored_value(x))
             sums[f"scored:{name}"] = sum(scored_value(x) for x in scores)
@@ -139,7 +144,7 @@ class ExperienceMaker:
         totals = self.trajectories_scored([x for totals, _ in scores for x in totals], completions)
         return Experience(groups, completions, totals, per_function,
                           (generated - started, time.perf_counter() - generated, self.engine.sync_s),
-                          policy_step, step - policy_step)
+                          policy_step, step - policy_step, environment_s=getattr(self.engine, "environment_s", 0.0))
 
     def score(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> list[float]:
         """The completions' rewards, waited for (an evaluation's)."""

@@ -26,13 +26,14 @@ class PolicyVersions:
             self.kept = deque({name: p.detach().clone() for name, p in self.named} for _ in range(count))
 
     @contextmanager
-    def oldest_in_the_model(self):
-        """The model holds the oldest kept policy while inside (a rollout draws with it), its own after."""
-        self._swap(self.kept[0])
+    def in_the_model(self, age: int = 0):
+        """The model holds the kept policy of `age` (0: the oldest, which a rollout draws with) while
+        inside, its own after."""
+        self._swap(self.kept[age])
         try:
             yield
         finally:
-            self._swap(self.kept[0])
+            self._swap(self.kept[age])
 
     def advance(self) -> None:
         """The step is committed: the model's policy (the one its update starts from) becomes the newest kept."""

@@ -1,0 +1,211 @@
+"""Ranks that only generate (`method_args.rollout_ranks_per_node` = k): each node's first training rank
+starts k rollout processes of its own (on GPUs, the node's last k devices), which make the node's
+experience while the training ranks update, up to `max_steps_off_policy` steps ahead.
+
+The schedule is the one of training.rl.policy_versions: step t's batch is drawn by the policy after
+step max(0, t-s). A rollout process keeps the policies it was sent (their trainable parameters: under
+LoRA the adapters) and draws each step's prompts, in step order, with the one the schedule names, so a
+completion is the one the training ranks would draw themselves (the trainer's sampler on an unsharded
+copy of the model: the same tokens, as training.rl.sampling seeds each completion by its coordinates).
+Its messages come in one queue, in order: a policy sent after step u comes before the request of step
+u+1+s that needs it, so a rollout process never waits for weights it was not yet sent.
+
+After each step every training rank gathers the new policy (FSDP's all-gather, all ranks at once) and
+the node's first sends it on; the node's ranks' prompts of the step s ahead are requested, and a step's
+experience is handed from the node's first rank to the others. Nothing of a rollout process is
+checkpointed: the trainer keeps the policies the next rollouts are drawn by (as with k = 0), so a
+restart, at any size and with any k, starts new rollout processes, sends them those policies, and
+draws again what was in flight."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from training.runtime.elastic import signal_mask_kept
+
+RESULT_POLL_S = 0.05  # how often a rank waiting for its batch checks its stop and its rollout processes
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSetup:
+    """What a rollout process builds its model and its experience maker from (pickled to it)."""
+
+    model_config: object  # training.contract.config.ModelConfig
+    source: str | None  # the model's files, or None: an inline architecture (the weights come from the trainer)
+    options: object  # the GRPO method's Args
+    seed: int
+    tokenizer: object
+    template_kwargs: dict | None
+    prompt_tools: list[dict] | None
+    epoch_rows: float
+    device: str  # "cpu" or "cuda:<index>"
+
+
+# --- in the training processes ---
+class RolloutRanks:
+    """The node's rollout processes, seen from its training ranks (every rank makes every call)."""
+
+    def __init__(self, setup: RolloutSetup | None, count: int, behind: int, ranks_per_node: int, rank: int,
+                 prompts_at: Callable[[int, int], list[dict]], params, group_size: int):
+        self.behind, self.params, self.group_size, self.prompts_at = behind, params, group_size, prompts_at
+        self.rank, self.first = rank, rank - rank % ranks_per_node  # the node's first training rank
+        self.node_ranks = list(range(self.first, self.first + ranks_per_node))
+        self.group, _ = dist.new_subgroups(ranks_per_node, backend="gloo")  # hands a step's experience out
+        self.owner = rank == self.first
+        self.requested = -1  # the last step whose prompts were sent
+        self.sent_policy: int | None = None
+        self.processes, self.inboxes, self.results = [], [], None
+        if self.owner:
+            context = torch.multiprocessing.get_context("spawn")
+            self.results = context.Queue()
+            with signal_mask_kept():
+                for i in range(count):
+                    inbox = context.Queue()
+                    device = setup.device if setup.device == "cpu" else f"cuda:{ranks_per_node + i}"
+                    process = context.Process(target=serve, args=(dataclasses.replace(setup, device=device), inbox,
+                                                                  self.results, os.getpid()))
+                    process.start()
+                    self.processes.append(process)
+                    self.inboxes.append(inbox)
+        self.pending: dict[int, dict[int, object]] = defaultdict(dict)  # step -> rank -> its experience
+
+    def send_policy(self, model, policy_step: int, everything: bool = False) -> float:
+        """Gather the model's policy (every rank: FSDP's all-gathers) and send it to the rollout processes
+        as the policy after `policy_step` steps: its trainable parameters, or `everything` (a start's)."""
+        if policy_step == self.sent_policy:
+            return 0.0
+        started = time.perf_counter()
+        weights = {}
+        for name, p in model.named_parameters():
+            if everything or p.requires_grad:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                weights[name] = full.detach().to("cpu", copy=True)  # its own memory: the queue shares it
+        for inbox in self.inboxes:  # the node's first rank's
+            inbox.put(("policy", policy_step, weights))
+        self.sent_policy = policy_step
+        return time.perf_counter() - started
+
+    def request_through(self, step: int) -> None:
+        """The node's prompts of every step up to `step` requested (steps in order; the first rank's)."""
+        while self.requested < step:
+            self.requested += 1
+            if self.owner:
+                for i, rank in enumerate(self.node_ranks):
+                    self.inboxes[i % len(self.inboxes)].put(
+                        ("draw", self.requested, max(0, self.requested - self.behind), rank,
+                         self.prompts_at(self.requested, rank), self.params))
+
+    def experience(self, step: int, stopped: Callable[[], bool]):
+        """This rank's experience of `step` (requesting the steps up to s ahead); None when a stop came first."""
+        self.request_through(step + self.behind)
+        mine = None
+        if self.owner:
+            while len(self.pending[step]) < len(self.node_ranks) and not stopped():
+                self._receive()
+            mine = self.pending.pop(step) if len(self.pending[step]) == len(self.node_ranks) else {}
+        handed = [None]
+        outgoing = [[mine.get(r) for r in self.node_ranks]] if self.owner else None
+        dist.scatter_object_list(handed, outgoing[0] if self.owner else None, src=self.first, group=self.group)
+        return handed[0]
+
+    def _receive(self) -> None:
+        try:
+            kind, step, rank, payload = self.results.get(timeout=RESULT_POLL_S)
+        except queue.Empty:
+            dead = [p for p in self.processes if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"a rollout process of training rank {self.rank} exited with code "
+                                   f"{dead[0].exitcode}: its log lines are above; the restart draws its work again")
+            return
+        if kind == "error":
+            raise RuntimeError(payload)
+        self.pending[step][rank] = payload
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(("close",))
+        for process in self.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+
+
+# --- in a rollout process ---
+def serve(setup: RolloutSetup, inbox, results, parent: int) -> None:
+    """A rollout process's loop: keep the policies sent, draw what is requested with the one it names."""
+    from training.runtime.elastic import die_with_parent
+
+    die_with_parent(parent)  # a training rank that dies, however, takes its rollout processes with it
+    try:
+        maker, model = rollout_maker(setup)
+        policies: dict[int, dict[str, torch.Tensor]] = {}
+        loaded, idle_s = None, 0.0
+        while True:
+            waiting = time.perf_counter()
+            message = inbox.get()
+            idle_s += time.perf_counter() - waiting
+            if message[0] == "close":
+                break
+            if message[0] == "policy":
+                _, policy_step, weights = message
+                policies[policy_step] = weights
+                continue
+            _, step, policy_step, rank, prompts, params = message
+            if loaded != policy_step:
+                load_policy(model, policies[policy_step])
+                loaded = policy_step
+                for older in [p for p in policies if p < policy_step]:
+                    del policies[older]
+            experience = maker.make(prompts, setup.options.num_generations, params, step, policy_step)
+            experience.rollout_idle_s, idle_s = idle_s, 0.0
+            results.put(("experience", step, rank, experience))
+    except Exception as e:  # noqa: BLE001 - reported to the training rank, which ends the run with it
+        import traceback
+
+        traceback.print_exc()
+        results.put(("error", -1, -1, f"a rollout process failed: {type(e).__name__}: {e}"))
+    finally:
+        if "maker" in locals():
+            maker.rewards.close()
+            maker.engine.close()
+
+
+def rollout_maker(setup: RolloutSetup):
+    """The unsharded model (its weights come with the first policy) and an experience maker over it."""
+    from training.model.causal_lm import plain_model
+    from training.rl.experience import ExperienceMaker
+    from training.rl.reward_pool import RewardPool
+    from training.rl.rollout import ShardedModelRollout
+    from training.contract.rewards import DEFAULT_REWARDS, RewardOptions
+
+    o, device = setup.options, torch.device(setup.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model = plain_model(setup.model_config, setup.source, device)
+    rewards = RewardPool(o.rewards or DEFAULT_REWARDS, o.reward_weights, RewardOptions(o.answer_key, o.format_pattern),
+                         o.reward_timeout)
+    engine, environments = ShardedModelRollout(model, device, setup.seed), None
+    if o.environment:
+        from training.rl.engines import agent_engine
+        from training.methods.base import RunInfo
+
+        engine, environments = agent_engine(engine, RunInfo(setup.tokenizer, None, 0,
+                                                            template_kwargs=setup.template_kwargs),
+                                            o, setup.prompt_tools, rewards)
+    return ExperienceMaker(engine, rewards, setup.tokenizer, setup.epoch_rows, environments, o.on_tool_timeout), model
+
+
+def load_policy(model, weights: dict[str, torch.Tensor]) -> None:
+    """The policy's parameters into the unsharded model, in the dtype each computes in."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name in weights:
+                p.copy_(weights[name])
