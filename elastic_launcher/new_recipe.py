@@ -94,14 +94,20 @@ def _misfit(name: str, instance: str, nodes: int, micro: int) -> str | None:
     return None if worst <= limit else f"{worst:.0f} GiB per GPU, over {limit:.0f}"
 
 
-def write_recipe(model: str, method: str, name: str, max_len: int = 4096, max_steps_off_policy: int = 0) -> NewRecipe:
+def write_recipe(model: str, method: str, name: str, max_len: int = 4096, max_steps_off_policy: int = 0,
+                 rollout_ranks_per_node: int = 0) -> NewRecipe:
     """The recipe written (and the size it fits best); `max_steps_off_policy`: GRPO's rollout that many steps
-    behind its policy (its kept policies count in the memory every size must fit)."""
+    behind its policy (its kept policies count in the memory every size must fit); `rollout_ranks_per_node`:
+    that many of each node's GPUs only generate, with the trainer's sampler (the sizes fit with the others training)."""
     if method not in METHODS:
         raise ConfigError(f"method={method!r} is not one of {', '.join(METHODS)}")
-    if max_steps_off_policy and not method.startswith("grpo"):
-        raise ConfigError(f"--max-steps-off-policy={max_steps_off_policy} is GRPO's: pick a grpo method or leave it out")
-    method_args = {"max_steps_off_policy": max_steps_off_policy} if max_steps_off_policy else {}
+    grpo_only = {"max_steps_off_policy": max_steps_off_policy, "rollout_ranks_per_node": rollout_ranks_per_node}
+    method_args = {key: value for key, value in grpo_only.items() if value}
+    for key, value in method_args.items():
+        if not method.startswith("grpo"):
+            raise ConfigError(f"--{key.replace('_', '-')}={value} is GRPO's: pick a grpo method or leave it out")
+    if rollout_ranks_per_node:  # the rollout ranks sample with the trainer's sampler (no vLLM engines of their own yet)
+        method_args["rollout_engine"] = "trainer"
     if name.count("/") != 1 or not all(part.replace("_", "").isalnum() for part in name.split("/")):
         raise ConfigError(f"name={name!r} must be <family>/<name> of letters, digits and _ (e.g. byo/my_model_sft)")
     dirs = user_dirs()

@@ -32,11 +32,15 @@ def main(argv=None) -> int:
     parser.add_argument("--max-len", type=int, default=4096, help="sequence length (datasets.max_len)")
     parser.add_argument("--max-steps-off-policy", type=int, default=0,
                         help="GRPO: draw each step's batch this many steps behind the policy (method_args.max_steps_off_policy)")
+    parser.add_argument("--rollout-ranks-per-node", type=int, default=0,
+                        help="GRPO: this many of each node's GPUs only generate, the others train "
+                             "(method_args.rollout_ranks_per_node)")
     parser.add_argument("--no-trace", action="store_true", help="skip tracing the memory of each allowed size")
     parser.add_argument("--output-dir", default="results", help="where the dry run writes the manifests")
     args = parser.parse_args(argv)
     try:
-        made = write_recipe(args.model, args.method, args.name, args.max_len, args.max_steps_off_policy)
+        made = write_recipe(args.model, args.method, args.name, args.max_len, args.max_steps_off_policy,
+                            args.rollout_ranks_per_node)
     except USER_ERRORS as e:
         return report(e)
     print(f"wrote {made.path}: {made.instance_type}, {made.min_nodes}..{made.max_nodes} nodes, micro-batch "

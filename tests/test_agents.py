@@ -95,6 +95,34 @@ def test_an_agents_rehearsal_in_place_through_every_resize_is_the_fixed_size_run
     assert wait_for(lambda: not own_processes(tmp), timeout=30), "agents, workers or reward processes left"
 
 
+def test_an_agent_whose_rollouts_run_three_steps_ahead_on_a_process_of_their_own_rehearses_the_demo_trace_matched(
+        tmp_path):
+    """s = 3 and one of each node's two processes generating (the vendor's async_config, on ranks of their
+    own): through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes and a node killed), every step's trajectories
+    and the final weights are the fixed-size run's, bit for bit, each step drawn by the policy after step
+    max(0, t-4), whichever process drew it; no agent or worker is left behind."""
+    import torch
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                           f"local.trace={ROOT / 'traces' / 'demo.yaml'}", *FOUR_PROMPTS,
+                           "+recipes.training_config.training_args.method_args.max_steps_off_policy=3",
+                           "+recipes.training_config.training_args.method_args.rollout_ranks_per_node=1",
+                           "recipes.trainer.nproc_per_node=2", f"local.run_dir={run_dir}", "local.timeout=1500",
+                           f"output_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=1600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((run_dir / "rehearsal_report.json").read_text())["matched"] is True
+    fixed = completions_by_step(run_dir / "fixed")
+    assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, 31))
+    steps = step_records(run_dir)
+    assert {r["world_size"] for r in steps.values()} == {1, 2, 3}
+    assert {t: r["policy_lag"] for t, r in steps.items()} == {t: min(t - 1, 3) for t in range(1, 31)}
+    resized, reference = hf_weights(run_dir), hf_weights(run_dir / "fixed")
+    assert all(torch.equal(resized[k], reference[k]) for k in reference)
+    assert wait_for(lambda: not own_processes(tmp_path), timeout=30), "torchrun or workers left"
+
+
 def test_the_tiny_agent_learns_to_use_its_tool_and_says_what_it_did(as_shipped, capsys):
     """As shipped: the mean reward of the last ten steps is at least twice the first ten's
     (docs/agents.md says so); every step logs the agent's metrics; its samples show the turns."""

@@ -311,8 +311,8 @@ AGENT_TWINS = {"Qwen/Qwen3.6-27B": "qwen/qwen3_6_27b_agent_lora", "openai/gpt-os
 def test_every_agent_twin_agrees_with_the_vendors_agentic_recipe(vendor):
     """The group, batch, loss and its clip (the vendor's ratio bounds), tokens per turn, LoRA, LR at
     every size, gradient clipping, steps, validation as pass@k; elastic; rollouts as far behind the
-    policy as the vendor's, on the trainer's own sampler and weighed per token toward the policy
-    that drew them, with a calculator on GSM8K."""
+    policy as the vendor's, on the trainer's own sampler on ranks of their own and weighed per token
+    toward the policy that drew them, with a calculator on GSM8K."""
     plan = plan_of(AGENT_TWINS[vendor["model"]])
     tc = plan.base.training_config
     args, o = tc.training_args, sampling_options(tc)
@@ -324,6 +324,9 @@ def test_every_agent_twin_agrees_with_the_vendors_agentic_recipe(vendor):
     assert (o.mini_batches, o.kl_coef, o.rollout_engine, o.max_concurrency) == (1, 0.0, "trainer",
                                                                                vendor["max_concurrency"])
     assert (o.max_steps_off_policy, correction_level(o)) == (vendor["max_steps_off_policy"], "token")
+    # half of each node's GPUs generate while the others train, each role's memory traced where it fits
+    assert o.rollout_ranks_per_node == 4 and {s.nproc_per_node for s in plan.sizes} == {4}
+    assert all(s.memory.traced and s.memory.rollout_gib is not None for s in plan.sizes)
     assert (o.eval_pass_k, o.eval_group_size, o.eval_success_threshold) == \
         (vendor["pass_k_values"], max(vendor["pass_k_values"]), vendor["success_threshold"])
     peft = tc.model_config.peft_config

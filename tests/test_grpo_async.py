@@ -1,6 +1,7 @@
 """GRPO whose rollout runs behind its policy (`method_args.max_steps_off_policy`, s): step t's batch is
-drawn by the policy after step max(0, t-1-s), on a schedule by step number, so a run killed outright and
-started again at another size draws and trains every step as the uninterrupted run did (the checkpoint
+drawn by the policy after step max(0, t-1-s), on a schedule by step number, so a run whose rollout
+processes draw ahead (`rollout_ranks_per_node`), killed outright and started again at another size with
+the training ranks drawing, draws and trains every step as the uninterrupted run did (the checkpoint
 holds the policies its next rollouts are drawn by); a resume with another s is refused in one line."""
 
 import os
@@ -13,12 +14,14 @@ from conftest import (completions_by_step, killed_if_left, local_job, records, r
                       wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_grpo_async")]
-RECIPE = "llama/tiny_llama_grpo_async"  # s = 2
+RECIPE = "llama/tiny_llama_grpo_async"  # s = 2, each node's one training process beside one rollout process
 STEPS, BEHIND = 6, 2
+ON_THE_TRAINING_RANKS = ["recipes.training_config.training_args.method_args.rollout_ranks_per_node=0",
+                         "recipes.trainer.nproc_per_node=1"]
 
 
-def configs(tmp, behind=BEHIND, *overrides):
-    return render_configs(tmp / f"configs-{behind}", f"recipes.training_config.training_args.max_steps={STEPS}",
+def configs(tmp, behind=BEHIND, *overrides, name="configs"):
+    return render_configs(tmp / f"{name}-{behind}", f"recipes.training_config.training_args.max_steps={STEPS}",
                           f"recipes.training_config.training_args.method_args.max_steps_off_policy={behind}",
                           *overrides, recipe=RECIPE)
 
@@ -32,17 +35,20 @@ def uninterrupted(tmp_path_factory):
 
 def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as_the_uninterrupted_run(
         uninterrupted, tmp_path):
-    """2 nodes killed outright (SIGKILL) after step 5, the newest checkpoint step 4's; then 1 node from it.
-    Steps 5 and 6 are drawn by the policies after steps 2 and 3, which only the checkpoint holds: the
-    same completions, token for token, and rewards at every step as the uninterrupted run, each step
-    recording how far behind its batch was drawn, and the same final weights. Then a start with s = 1 is refused in one line."""
-    run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, "recipes.training_config.checkpoint.save_steps=2")
+    """2 nodes, each a training process and its rollout process, killed outright (SIGKILL) after step 5,
+    the newest checkpoint step 4's; then 1 node from it, its training process drawing the rollouts. Steps
+    5 and 6 are drawn by the policies after steps 2 and 3, which only the checkpoint holds: the same
+    completions, token for token, and rewards at every step as the uninterrupted run, each step recording
+    how far behind its batch was drawn, and the same final weights. Then a start with s = 1 is refused in one line."""
+    save = "recipes.training_config.checkpoint.save_steps=2"
+    run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, save)
     with open(tmp_path / "killed.log", "wb") as log, \
             killed_if_left(local_job(behind, run_dir).start(2, log=log, pause_at=[5])) as proc:
         wait_for(lambda: 5 in step_records(run_dir), timeout=300, interval=0.05)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    train(behind, run_dir, nodes=1, timeout=300)
+    assert {r["batch_wait_s"] >= 0 and r["rollout_idle_s"] >= 0 for r in step_records(run_dir).values()} == {True}
+    train(configs(tmp_path, BEHIND, save, *ON_THE_TRAINING_RANKS, name="trained"), run_dir, nodes=1, timeout=300)
     assert [r["step"] for r in records(run_dir) if r.get("event") == "resume"] == [4]
     assert completions_by_step(run_dir) == completions_by_step(uninterrupted)
     got, want = step_records(run_dir), step_records(uninterrupted)

@@ -560,6 +560,30 @@ def test_the_dry_run_says_what_a_rollout_behind_the_policy_trains_on_and_keeps(l
     assert "rollouts behind" not in launch("recipes=llama/tiny_llama_grpo")[1]
 
 
+def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is_one_line(launch, tmp_path):
+    """rollout_ranks_per_node = k: of each node's processes k generate and the others train (torchrun
+    starts those), said in the dry run; a split leaving no training rank, one differing between sizes,
+    or one with vLLM or the judge (not built) is refused in one line naming the key."""
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_async")
+    assert code == 0, err
+    assert "2 nodes of ml.m5.2xlarge, 2 processes per node (1 training, 1 generating)" in out
+    assert "by 1 rollout process(es) per node beside the training ranks, 2 steps ahead of the updates" in out
+    manifest = (tmp_path / "out" / "tiny-llama-grpo-async" / "manifest.yaml").read_text()
+    assert "--nproc-per-node=1" in manifest  # the training processes; the rollout processes are their children
+    key = "training_config.training_args.method_args.rollout_ranks_per_node"
+    for overrides, said in [
+            (["recipes.trainer.nproc_per_node=1"],
+             f"{key}=1 leaves none of a node's 1 processes to train: set it below 1, or raise trainer.nproc_per_node"),
+            ([f"+recipes.scale_config.n2.{key}=0", "recipes.elastic_policy.is_elastic=true"],
+             f"{key} leaves another count of training processes per node at each size (1 nodes: 1, 2 nodes: 2, "
+             f"3 nodes: 1): torchrun starts one count at every size; set it in the recipe, not per scale_config entry"),
+            ([f"{METHOD_ARG}rollout_engine=vllm"], f"{key} generates with the trainer's sampler; vLLM engines of "
+             f"their own are not built yet"),
+            ([f"{METHOD_ARG[1:]}rewards=[judge]", f"{METHOD_ARG}judge.model=j", f"{METHOD_ARG}judge.base_url=http://j:8000/v1"], f"{key} with the LLM judge among the rewards is not built yet")]:
+        code, out, err = launch("recipes=llama/tiny_llama_grpo_async", *overrides)
+        assert code != 0 and err.count("\n") == 1 and said in err, (overrides, err)
+
+
 def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
     """Flat groups (no advantage), completions cut at max_new_tokens, a runaway KL and a collapsing effective
     sample size, each once it has held for three steps in a row, each once, each naming what to change."""

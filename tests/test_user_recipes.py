@@ -250,8 +250,9 @@ def test_a_new_grpo_recipe_has_the_vendors_rlvr_settings_and_fits_both_phases(tm
 def test_a_new_grpo_recipe_behind_the_policy_keeps_its_policies_in_its_memory(tmp_path, monkeypatch):
     """scripts/new_recipe.py --method grpo --max-steps-off-policy 3: the recipe carries the key, and each
     size's memory counts the three older copies of the rank's shard of the weights kept for the rollout
-    behind (4 bytes a parameter each, over the shard degree): more per GPU than on policy. A key of GRPO's
-    for another method is one line."""
+    behind (4 bytes a parameter each, over the shard degree): more per GPU than on policy. With
+    --rollout-ranks-per-node 4 the sizes are planned over each node's other 4 GPUs. A key of GRPO's for
+    another method is one line."""
     from elastic_launcher.config.compose import compose, to_plain
     from elastic_launcher.new_recipe import write_recipe
     from elastic_launcher.planning.memory import ModelShape
@@ -272,6 +273,13 @@ def test_a_new_grpo_recipe_behind_the_policy_keeps_its_policies_in_its_memory(tm
             3 * 4 * params / b.shard_degree / 2**30)
     with pytest.raises(ConfigError, match=r"^--max-steps-off-policy=2 is GRPO's: pick a grpo method or leave it out$"):
         write_recipe(str(model), "sft", "byo/llama_1b_sft", max_steps_off_policy=2)
+    # Half of each node's GPUs generating: the sizes are planned over the training half.
+    write_recipe(str(model), "grpo", "byo/llama_1b_grpo_split", max_steps_off_policy=3, rollout_ranks_per_node=4)
+    split = make_plan(to_plain(compose(["recipes=byo/llama_1b_grpo_split"])[0])["recipes"])
+    assert split.base.training_config.training_args.method_args["rollout_ranks_per_node"] == 4
+    assert {s.nproc_per_node for s in split.sizes} == {4} and all(s.memory.rollout_gib for s in split.sizes)
+    with pytest.raises(ConfigError, match=r"^--rollout-ranks-per-node=1 is GRPO's"):
+        write_recipe(str(model), "sft", "byo/llama_1b_sft", rollout_ranks_per_node=1)
 
 
 def test_a_new_rlaif_recipe_has_the_vendors_judge_and_fits_its_long_completions(tmp_path, monkeypatch):

@@ -61,11 +61,16 @@ def check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
         raise ConfigError(refusal)
 
 
+def rollout_ranks(tc) -> int:
+    """GRPO's rollout_ranks_per_node: of each node's processes, those that only generate; 0 otherwise."""
+    options = sampling_options(tc)
+    return options.rollout_ranks_per_node if options is not None else 0
+
+
 def training_processes(tc, nproc: int) -> int:
     """Of a node's `nproc` processes, those that train: all but GRPO's rollout_ranks_per_node (k), which
     only generate (training.rl.rollout_ranks). A split that leaves no training rank is refused."""
-    options = sampling_options(tc)
-    k = options.rollout_ranks_per_node if options is not None else 0
+    options, k = sampling_options(tc), rollout_ranks(tc)
     if k >= nproc:
         raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node={k} leaves none of a "
                           f"node's {nproc} processes to train: set it below {nproc}, or raise trainer.nproc_per_node")
@@ -141,7 +146,8 @@ def judge_lines(tc, devices: int) -> list[str]:
 def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: InstanceType) -> MemoryEstimate:
     """GRPO's two phases on one GPU, beside the sharded state: the rollout (the trainer's own
     sampler: the gathered model and one group's KV cache; vLLM: the engine awake, its share of the
-    GPU) and the updates (the training step; a vLLM engine asleep beside it). Other methods: the step."""
+    GPU) and the updates (the training step; a vLLM engine asleep beside it); with rollout ranks, the
+    rollout on a GPU of its own. Other methods: the step."""
     o = sampling_options(tc)
     if o is None:
         return step
@@ -153,4 +159,7 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
     # the KV cache of a group's batch; an agent's later turns are generated row by row
     tokens = max(o.num_generations * (o.max_prompt_length + o.max_new_tokens), o.max_prompt_length + completion_budget(o))
     sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB
-    return dataclasses.replace(step, rollout_gib=step.state_gib + sampling + CUDA_CONTEXT_GIB)
+    # rollout_ranks_per_node: a GPU of its own holds the rollout (the unsharded model and the KV cache;
+    # the policies it is sent wait on the host), and the training ranks only update
+    beside = 0.0 if o.rollout_ranks_per_node else step.state_gib
+    return dataclasses.replace(step, rollout_gib=beside + sampling + CUDA_CONTEXT_GIB)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
 from elastic_launcher.planning.plan import Plan
-from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_reproducibility
+from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_ranks, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
 from training.contract.methods import method_facts, sampling_options
@@ -103,8 +103,10 @@ def summary(plan: Plan, target: str) -> str:
         nodes = f"{p.min_nodes}..{p.max_nodes} nodes"
     else:
         nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
-    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {plan.nproc_per_node} processes per node, "
-             f"target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
+    k = rollout_ranks(plan.base.training_config)
+    processes = f"{plan.nproc_per_node + k} processes per node ({plan.nproc_per_node} training, {k} generating)" if k \
+        else f"{plan.nproc_per_node} processes per node"
+    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {processes}, target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if any(s.memory for s in plan.sizes):
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
                      f"{Allowance().describe()} (~: estimated, not traced); 'tight' above {FIT_SHARE:.0%} "
@@ -112,7 +114,8 @@ def summary(plan: Plan, target: str) -> str:
     elif plan.instance.gpu_memory_gib:
         lines.append(f"GiB/GPU -: {_no_memory_figure(plan)}")
     if phased := [s for s in plan.sizes if s.memory and s.memory.rollout_gib is not None]:  # GRPO: the larger shown above
-        lines.append("GRPO's phases, GiB/GPU rollout / updates: " + ", ".join(  # ~ as in the table: not traced
+        roles = "a rollout rank's / a training rank's" if k else "rollout / updates"
+        lines.append(f"GRPO's phases, GiB/GPU {roles}: " + ", ".join(  # ~ as in the table: not traced
             f"{s.nodes} node(s) {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
     if reproducibility := rollout_reproducibility(plan.base.training_config, plan.instance):

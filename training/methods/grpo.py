@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,10 +42,11 @@ from training.rl.judge import Judge, judge_metrics
 from training.rl.learning_signals import SignalWatch, service_watches
 from training.rl.policy_versions import PolicyVersions
 from training.rl.reward_pool import RewardPool
-from training.rl.rollout_ranks import RolloutRanks, RolloutSetup
+from training.rl.rollout_ranks import RolloutRanks, RolloutSetup, Spawned
 from training.rl.sampling import SamplingParams
 from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
 from training.runtime.named_sums import added
+from training.runtime.topology import Topology
 
 SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
 PACKING = False  # each completion is scored as a sequence of its own
@@ -135,6 +137,13 @@ class GRPO(TrainingMethod):
         self.params = SamplingParams(options.temperature, options.top_p, options.top_k, options.max_new_tokens,
                                      log_probs=self.correction != "none")
         self.versions: PolicyVersions | None = None
+        self.rollout_processes = None
+        # A training process's (not the memory trace's): started now, their imports overlap the trainer's start
+        if options.rollout_ranks_per_node and "WORLD_SIZE" in os.environ:
+            topology = Topology.from_env()
+            per_node = topology.world_size // topology.nodes
+            if topology.rank % per_node == 0:
+                self.rollout_processes = Spawned.start(options.rollout_ranks_per_node, per_node, device.type == "cuda")
         if options.environment:
             from training.contract.environments import load_environment, tools
 
@@ -184,10 +193,9 @@ class GRPO(TrainingMethod):
         """The node's rollout processes, sent the policies of the steps s ahead: the kept older ones
         (a resume's, from its checkpoint), then the model's."""
         setup = RolloutSetup(run.model_config, run.model_source, self.options, self.args.seed, run.tokenizer,
-                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows, self.device.type)
-        ranks = RolloutRanks(setup, self.options.rollout_ranks_per_node, self.options.max_steps_off_policy,
-                             dist.get_world_size() // run.nodes, run.rank, run.prompts_at, self.params,
-                             self.options.num_generations)
+                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows)
+        ranks = RolloutRanks(self.rollout_processes, setup, self.options.max_steps_off_policy,
+                             dist.get_world_size() // run.nodes, run.rank, run.step, run.prompts_at, self.params)
         first, step = True, run.step
         for age in range(self.options.max_steps_off_policy):
             with self.versions.in_the_model(age):
@@ -211,8 +219,8 @@ class GRPO(TrainingMethod):
         return BatchShape(o.micro_completions or self.shape.rows, o.max_prompt_length + self.completion_budget, False)
 
     def close(self) -> None:
-        if getattr(self, "rollout_ranks", None) is not None:
-            self.rollout_ranks.close()
+        if self.rollout_processes is not None:
+            self.rollout_processes.close()
         self.rewards.close()
         if getattr(self, "engine", None) is not None:  # none where only the memory trace prepared the method
             self.engine.close()

@@ -20,6 +20,7 @@ draws again what was in flight."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import queue
 import time
@@ -46,35 +47,59 @@ class RolloutSetup:
     template_kwargs: dict | None
     prompt_tools: list[dict] | None
     epoch_rows: float
-    device: str  # "cpu" or "cuda:<index>"
 
 
 # --- in the training processes ---
-class RolloutRanks:
-    """The node's rollout processes, seen from its training ranks (every rank makes every call)."""
+@dataclasses.dataclass
+class Spawned:
+    """A node's rollout processes, started by its first training rank as soon as its method is built (their
+    imports overlap the trainer's own start), each with its inbox; one queue brings their results."""
 
-    def __init__(self, setup: RolloutSetup | None, count: int, behind: int, ranks_per_node: int, rank: int,
-                 prompts_at: Callable[[int, int], list[dict]], params, group_size: int):
-        self.behind, self.params, self.group_size, self.prompts_at = behind, params, group_size, prompts_at
+    processes: list
+    inboxes: list
+    results: object
+
+    @classmethod
+    def start(cls, count: int, training_ranks_per_node: int, on_gpu: bool) -> "Spawned":
+        context = torch.multiprocessing.get_context("spawn")
+        spawned = cls([], [], context.Queue())
+        with signal_mask_kept():
+            for i in range(count):
+                inbox = context.Queue()
+                device = f"cuda:{training_ranks_per_node + i}" if on_gpu else "cpu"  # the node's last devices
+                process = context.Process(target=serve, args=(device, inbox, spawned.results, os.getpid()))
+                process.start()
+                spawned.processes.append(process)
+                spawned.inboxes.append(inbox)
+        return spawned
+
+    def close(self) -> None:
+        """The rollout processes ended at once: what they drew ahead is drawn again after a restart."""
+        for process in self.processes:
+            process.kill()
+            process.join(timeout=10)
+        for channel in [*self.inboxes, self.results]:
+            channel.cancel_join_thread()  # never wait to flush a message no one will read
+            channel.close()
+
+
+class RolloutRanks:
+    """The node's rollout processes, seen from its training ranks (every rank makes every call); the
+    node's first training rank holds them (`spawned`)."""
+
+    def __init__(self, spawned: Spawned | None, setup: RolloutSetup, behind: int, ranks_per_node: int, rank: int,
+                 first_step: int, prompts_at: Callable[[int, int], list[dict]], params):
+        self.behind, self.params, self.prompts_at = behind, params, prompts_at
         self.rank, self.first = rank, rank - rank % ranks_per_node  # the node's first training rank
         self.node_ranks = list(range(self.first, self.first + ranks_per_node))
         self.group, _ = dist.new_subgroups(ranks_per_node, backend="gloo")  # hands a step's experience out
         self.owner = rank == self.first
-        self.requested = -1  # the last step whose prompts were sent
+        self.requested = first_step - 1  # the last step whose prompts were sent
         self.sent_policy: int | None = None
-        self.processes, self.inboxes, self.results = [], [], None
-        if self.owner:
-            context = torch.multiprocessing.get_context("spawn")
-            self.results = context.Queue()
-            with signal_mask_kept():
-                for i in range(count):
-                    inbox = context.Queue()
-                    device = setup.device if setup.device == "cpu" else f"cuda:{ranks_per_node + i}"
-                    process = context.Process(target=serve, args=(dataclasses.replace(setup, device=device), inbox,
-                                                                  self.results, os.getpid()))
-                    process.start()
-                    self.processes.append(process)
-                    self.inboxes.append(inbox)
+        self.processes, self.inboxes = (spawned.processes, spawned.inboxes) if self.owner else ([], [])
+        self.results = spawned.results if self.owner else None
+        for inbox in self.inboxes:
+            inbox.put(("setup", setup))
         self.pending: dict[int, dict[int, object]] = defaultdict(dict)  # step -> rank -> its experience
 
     def send_policy(self, model, policy_step: int, everything: bool = False) -> float:
@@ -129,31 +154,25 @@ class RolloutRanks:
             raise RuntimeError(payload)
         self.pending[step][rank] = payload
 
-    def close(self) -> None:
-        for inbox in self.inboxes:
-            inbox.put(("close",))
-        for process in self.processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
 
 
 # --- in a rollout process ---
-def serve(setup: RolloutSetup, inbox, results, parent: int) -> None:
-    """A rollout process's loop: keep the policies sent, draw what is requested with the one it names."""
+def serve(device: str, inbox, results, parent: int) -> None:
+    """A rollout process's loop, until its training rank kills it: build from the setup it is sent, keep
+    the policies sent, draw what is requested with the one it names (its reward process dies with it)."""
     from training.runtime.elastic import die_with_parent
 
     die_with_parent(parent)  # a training rank that dies, however, takes its rollout processes with it
     try:
-        maker, model = rollout_maker(setup)
+        importlib.import_module("training.model.causal_lm")  # the heavy imports, while the trainer starts too
+        _, setup = inbox.get()
+        maker, model = rollout_maker(setup, torch.device(device))
         policies: dict[int, dict[str, torch.Tensor]] = {}
         loaded, idle_s = None, 0.0
         while True:
             waiting = time.perf_counter()
             message = inbox.get()
             idle_s += time.perf_counter() - waiting
-            if message[0] == "close":
-                break
             if message[0] == "policy":
                 _, policy_step, weights = message
                 policies[policy_step] = weights
@@ -172,13 +191,9 @@ def serve(setup: RolloutSetup, inbox, results, parent: int) -> None:
 
         traceback.print_exc()
         results.put(("error", -1, -1, f"a rollout process failed: {type(e).__name__}: {e}"))
-    finally:
-        if "maker" in locals():
-            maker.rewards.close()
-            maker.engine.close()
 
 
-def rollout_maker(setup: RolloutSetup):
+def rollout_maker(setup: RolloutSetup, device: torch.device):
     """The unsharded model (its weights come with the first policy) and an experience maker over it."""
     from training.model.causal_lm import plain_model
     from training.rl.experience import ExperienceMaker
@@ -186,7 +201,7 @@ def rollout_maker(setup: RolloutSetup):
     from training.rl.rollout import ShardedModelRollout
     from training.contract.rewards import DEFAULT_REWARDS, RewardOptions
 
-    o, device = setup.options, torch.device(setup.device)
+    o = setup.options
     if device.type == "cuda":
         torch.cuda.set_device(device)
     model = plain_model(setup.model_config, setup.source, device)
