@@ -98,7 +98,7 @@ def test_an_agents_rehearsal_in_place_through_every_resize_is_the_fixed_size_run
 def test_an_agent_whose_rollouts_run_three_steps_ahead_on_a_process_of_their_own_rehearses_the_demo_trace_matched(
         tmp_path):
     """s = 3 and one of each node's two processes generating (the vendor's async_config, on ranks of their
-    own): through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes and a node killed), every step's trajectories
+    own), 4 prompts of 4 trajectories a step: through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes and a node killed), every step's trajectories
     and the final weights are the fixed-size run's, bit for bit, each step drawn by the policy after step
     max(0, t-4), whichever process drew it; no agent or worker is left behind."""
     import torch
@@ -107,6 +107,7 @@ def test_an_agent_whose_rollouts_run_three_steps_ahead_on_a_process_of_their_own
     done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
                            "recipes.elastic_policy.is_elastic=true", "action=rehearse",
                            f"local.trace={ROOT / 'traces' / 'demo.yaml'}", *FOUR_PROMPTS,
+                           "recipes.training_config.training_args.method_args.num_generations=4",
                            "+recipes.training_config.training_args.method_args.max_steps_off_policy=3",
                            "+recipes.training_config.training_args.method_args.rollout_ranks_per_node=1",
                            "recipes.trainer.nproc_per_node=2", f"local.run_dir={run_dir}", "local.timeout=1500",

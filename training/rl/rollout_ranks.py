@@ -1,21 +1,22 @@
 """Ranks that only generate (`method_args.rollout_ranks_per_node` = k): each node's first training rank
 starts k rollout processes of its own (on GPUs, the node's last k devices), which make the node's
-experience while the training ranks update, up to `max_steps_off_policy` steps ahead.
+experience while the training ranks update, up to `max_steps_off_policy` (s) steps ahead.
 
-The schedule is the one of training.rl.policy_versions: step t's batch is drawn by the policy after
-step max(0, t-s). A rollout process keeps the policies it was sent (their trainable parameters: under
-LoRA the adapters) and draws each step's prompts, in step order, with the one the schedule names, so a
-completion is the one the training ranks would draw themselves (the trainer's sampler on an unsharded
-copy of the model: the same tokens, as training.rl.sampling seeds each completion by its coordinates).
-Its messages come in one queue, in order: a policy sent after step u comes before the request of step
-u+1+s that needs it, so a rollout process never waits for weights it was not yet sent.
+The schedule is the one of training.rl.policy_versions: the batch of the step taken after t steps is
+drawn by the policy after max(0, t-s) steps. A rollout process keeps the policies it was sent (their
+trainable parameters: under LoRA the adapters) and draws each step's prompts, in step order, with the
+one the schedule names, so a completion is the one the training ranks would draw themselves (the
+trainer's sampler on an unsharded copy of the model: the same tokens, as training.rl.sampling seeds
+each completion by its coordinates). Its messages come in one queue, in order: the policy after t
+steps is sent before the request of step t+s that needs it, so a rollout process never waits for a
+policy it was not yet sent.
 
-After each step every training rank gathers the new policy (FSDP's all-gather, all ranks at once) and
-the node's first sends it on; the node's ranks' prompts of the step s ahead are requested, and a step's
-experience is handed from the node's first rank to the others. Nothing of a rollout process is
-checkpointed: the trainer keeps the policies the next rollouts are drawn by (as with k = 0), so a
-restart, at any size and with any k, starts new rollout processes, sends them those policies, and
-draws again what was in flight."""
+Before each step every training rank gathers the policy (FSDP's all-gathers, all ranks at once) and the
+node's first sends it on through the host's shared memory; the node's ranks' prompts of the step s
+ahead are requested, and the step's experience is handed from the node's first rank to the others.
+Nothing of a rollout process is checkpointed: the trainer keeps the policies the next rollouts are
+drawn by (as with k = 0), so a restart, at any size and with any k, starts new rollout processes,
+sends them those policies, and draws again what was in flight."""
 
 from __future__ import annotations
 
@@ -111,8 +112,9 @@ class RolloutRanks:
         weights = {}
         for name, p in model.named_parameters():
             if everything or p.requires_grad:
-                full = p.full_tensor() if hasattr(p, "full_tensor") else p
-                weights[name] = full.detach().to("cpu", copy=True)  # its own memory: the queue shares it
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p  # a collective: every rank
+                if self.owner:
+                    weights[name] = full.detach().to("cpu", copy=True)  # its own memory: the queue shares it
         for inbox in self.inboxes:  # the node's first rank's
             inbox.put(("policy", policy_step, weights))
         self.sent_policy = policy_step
@@ -137,8 +139,8 @@ class RolloutRanks:
                 self._receive()
             mine = self.pending.pop(step) if len(self.pending[step]) == len(self.node_ranks) else {}
         handed = [None]
-        outgoing = [[mine.get(r) for r in self.node_ranks]] if self.owner else None
-        dist.scatter_object_list(handed, outgoing[0] if self.owner else None, src=self.first, group=self.group)
+        dist.scatter_object_list(handed, [mine.get(r) for r in self.node_ranks] if self.owner else None,
+                                 src=self.first, group=self.group)
         return handed[0]
 
     def _receive(self) -> None:
