@@ -39,7 +39,7 @@ def run(tmp: Path, name: str, args, behind: int, rollout_ranks: int, latency: fl
     batch = [f"{TA}.train_batch_size={args.prompts}",
              *(f"recipes.scale_config.n{n}.{TA[8:]}.train_batch_size={args.prompts}" for n in range(1, 5)),
              "~recipes.scale_config.n3.training_config.training_args.uneven_batch"]
-    overrides = [f"recipes={RECIPE}", "recipes.elastic_policy.is_elastic=true", "recipes.trainer.num_nodes=1",
+    overrides = [f"recipes={RECIPE}", "recipes.elastic_policy.is_elastic=false", "recipes.trainer.num_nodes=1",
                  "recipes.trainer.nproc_per_node=2", f"{TA}.max_steps={args.steps}", *batch,
                  f"{METHOD}.environment={ROOT / 'bench' / 'slow_tools.py'}:SlowSecretNumbers",
                  f"+{METHOD}.max_steps_off_policy={behind}", f"+{METHOD}.rollout_ranks_per_node={rollout_ranks}",
@@ -75,7 +75,7 @@ def main() -> None:
             # a turn's calls run at once, so a step waits about one latency per turn with calls, per group
             turns = median(probe, "turns_mean")
             latency = update_s / max(1.0, args.prompts / 2 * max(turns - 1, 1.0))
-        results = {label: run(tmp, label.replace(" ", "_").replace("=", ""), args, s, k, latency)
+        results = {label: run(tmp, f"behind{s}", args, s, k, latency)
                    for label, s, k in (("s=0 (today)", 0, 0), ("s=1", 1, 1), ("s=3", 3, 1))}
     today = 60 / median(results["s=0 (today)"], "step_time")
     print(f"asynchronous GRPO, the tiny agent twin, 1 node of 2 processes, {args.prompts} prompts x 8 trajectories, "
