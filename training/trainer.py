@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 
 from training.batches import step_counts
 from training.contract.batching import BatchPlan, plan_batches
@@ -49,7 +50,7 @@ from training.runtime.topology import (GroupFormationError, Topology, collective
                                       end_process_group, start_process_group)
 from training.state.checkpoint import Checkpointer, CheckpointError, TrainState, fingerprint
 from training.state.node_local import NodeLocalTier
-from training.state.sampler import GlobalBatchSampler
+from training.state.sampler import GlobalBatchSampler, step_rows
 from training.state.schedule import lr_factor, schedule_change
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
@@ -139,8 +140,6 @@ class Trainer:
             print(json.dumps({"event": "node", "node_rank": self.topo.node_rank, "nodes": self.topo.nodes,
                               "time": time.time()}), flush=True)
         if self.rank0:  # the config as run (vocab and schedule resolved): what `python -m training.export` reads
-            import yaml
-
             (self.run_dir / "job_config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
 
         if tc.model_config.compile if tc.model_config.compile is not None else self.on_gpu:
@@ -155,23 +154,18 @@ class Trainer:
         self.state = self._model_and_state()
         self.flops_per_token = matmul_flops_per_token(self.model)
         self.peak_flops = peak_flops(self.device)  # None off GPU: no MFU
+        run = RunInfo(self.data.tokenizer, self.plan, self.topo.rank, lambda: self.stop.requested, self._agree_stop,
+                      tc.model_config.model_name_or_path, self.run_dir,
+                      torch.bfloat16 if tc.model_config.mixed_precision == "bf16" else torch.float32,
+                      len(self.data.train), tc.datasets.template_kwargs, tc.logging.audit_samples, tc.checkpoint.uri,
+                      tc.model_config, self.source, self.topo.nodes, self.state.step, self._prompts_at)
         self.method.prepare(self.model, lambda: build_sharded_model(
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
-        ).requires_grad_(False).eval(), RunInfo(self.data.tokenizer, self.plan, self.topo.rank,
-                                                        lambda: self.stop.requested, self._agree_stop,
-                                                        tc.model_config.model_name_or_path, self.run_dir,
-                                                        torch.bfloat16 if tc.model_config.mixed_precision == "bf16"
-                                                        else torch.float32, len(self.data.train),
-                                                        tc.datasets.template_kwargs, tc.logging.audit_samples,
-                                                        tc.checkpoint.uri, tc.model_config, self.source,
-                                                        self.topo.nodes, self.state.step, self._prompts_at))
+        ).requires_grad_(False).eval(), run)
 
-    def _prompts_at(self, step: int, rank: int) -> list[dict]:
-        """Data-parallel rank `rank`'s rows of step `step` (GRPO's rollout processes draw ahead)."""
-        seed = self.cfg.training_config.training_args.seed
+    def _prompts_at(self, step: int, rank: int) -> list[dict]:  # GRPO's rollout processes draw ahead
         consumed = self.state.consumed_samples + (step - self.state.step) * self.plan.global_batch
-        sampler = GlobalBatchSampler(len(self.data.train), self.plan, rank, seed)
-        return [self.data.train[i] for micro in sampler.rank_micro_batches(consumed) for i in micro]
+        return step_rows(self.data.train, self.plan, rank, self.cfg.training_config.training_args.seed, consumed)
 
     def _log_data(self, ds, ta: TrainingArgs) -> None:
         stats, validation = self.data.stats, self.data.validation

@@ -177,7 +177,8 @@ class GRPO(TrainingMethod):
                                           stop_token_ids=stop_token_ids(run.tokenizer, model.config, run.model_path))
         self.engine, environments = rollout_engine(model, run, self.options, self.device, self.args.seed), None
         if self.options.environment:
-            self.engine, environments = agent_engine(self.engine, run, self.options, self.prompt_tools, self.rewards)
+            self.engine, environments = agent_engine(self.engine, run.tokenizer, run.template_kwargs, self.options,
+                                                     self.prompt_tools, self.rewards)
         epoch_rows = self.args.train_batch_size / max(run.train_rows, 1)
         self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer, epoch_rows,
                                      environments, self.options.on_tool_timeout)

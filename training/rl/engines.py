@@ -49,17 +49,19 @@ def rollout_engine(model, run, options, device, seed: int) -> RolloutEngine:
     return ShardedModelRollout(model, device, seed)
 
 
-def agent_engine(sampler: RolloutEngine, run, options, prompt_tools: list[dict], rewards):
-    """An agent's rollouts over `sampler`: (the engine, its environments)."""
+def agent_engine(sampler: RolloutEngine, tokenizer, template_kwargs: dict | None, options, prompt_tools: list[dict],
+                 rewards):
+    """An agent's rollouts over `sampler`, its prompts rendered by `tokenizer`'s chat template with
+    `template_kwargs`: (the engine, its environments)."""
     from training.contract.tool_template import check_tool_template
     from training.rl.agent_rollout import AgentRollout
     from training.rl.environment_pool import Environments
 
     o = options
     # checked here too: the dry run checks only a tokenizer it has on its machine
-    template = check_tool_template(run.tokenizer, prompt_tools, ENVIRONMENT_KEY, **(run.template_kwargs or {}))
+    template = check_tool_template(tokenizer, prompt_tools, ENVIRONMENT_KEY, **(template_kwargs or {}))
     environments = Environments(o.environment, rewards, o.tool_timeout, o.max_concurrency)
-    return AgentRollout(sampler, environments, template, run.tokenizer, o.max_turns, completion_budget(o),
+    return AgentRollout(sampler, environments, template, tokenizer, o.max_turns, completion_budget(o),
                         o.max_prompt_length), environments
 
 

@@ -212,11 +212,9 @@ def rollout_maker(setup: RolloutSetup, device: torch.device):
     engine, environments = ShardedModelRollout(model, device, setup.seed), None
     if o.environment:
         from training.rl.engines import agent_engine
-        from training.methods.base import RunInfo
 
-        engine, environments = agent_engine(engine, RunInfo(setup.tokenizer, None, 0,
-                                                            template_kwargs=setup.template_kwargs),
-                                            o, setup.prompt_tools, rewards)
+        engine, environments = agent_engine(engine, setup.tokenizer, setup.template_kwargs, o, setup.prompt_tools,
+                                            rewards)
     return ExperienceMaker(engine, rewards, setup.tokenizer, setup.epoch_rows, environments, o.on_tool_timeout), model
 
 

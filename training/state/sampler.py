@@ -51,3 +51,9 @@ class GlobalBatchSampler:
         while True:
             yield from self.rank_micro_batches(consumed)
             consumed += self.plan.global_batch
+
+
+def step_rows(dataset, plan: BatchPlan, rank: int, seed: int, consumed: int) -> list:
+    """Data-parallel rank `rank`'s rows of the step that starts at global position `consumed`."""
+    sampler = GlobalBatchSampler(len(dataset), plan, rank, seed)
+    return [dataset[i] for micro in sampler.rank_micro_batches(consumed) for i in micro]
