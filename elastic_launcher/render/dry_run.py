@@ -106,7 +106,8 @@ def summary(plan: Plan, target: str) -> str:
     k = rollout_ranks(plan.base.training_config)
     processes = f"{plan.nproc_per_node + k} processes per node ({plan.nproc_per_node} training, {k} generating)" if k \
         else f"{plan.nproc_per_node} processes per node"
-    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {processes}, target {target}", describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
+    lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {processes}, target {target}",
+             describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if any(s.memory for s in plan.sizes):
         lines.append(f"GiB/GPU: peak memory per GPU / the instance's: the trainer's step traced on fake tensors plus "
                      f"{Allowance().describe()} (~: estimated, not traced); 'tight' above {FIT_SHARE:.0%} "
