@@ -14,7 +14,7 @@
 7. bench/gpu_throughput.py (the longest part; options this script does not know, such as
    `--steps 12 --shapes llama_1b`, are passed to it);
 8. the newest families at their published layer widths (a few layers of Gemma 4 E4B, Qwen 3.5 4B and
-   Nemotron 3 Nano) through the trainer, and flex attention at Gemma 4's 512-wide global heads against
+   Nemotron 3 Nano) through the trainer, their layers compiled, and flex attention at Gemma 4's 512-wide global heads against
    fp32 attention;
 9. GRPO with vLLM rollouts (a small Llama saved as transformers writes it): two steps through the
    trainer with batch invariance off and on (the weight sync's share of the step, vLLM's
@@ -22,7 +22,11 @@
    awake, asleep at level 2 and awake again under the pods' allocator settings (against the plan's
    1.5 GiB for a sleeping engine); a seeded rollout drawn one prompt at a time and four at once,
    with invariance on (the same tokens) and off; two engines one after the other in one process,
-   the first shut down as an in-place resize does.
+   the first shut down as an in-place resize does;
+10. bench/gpu_profile.py: the trainer's step and the compiled loop's by kernel category (1B shape);
+11. unpacked rows (one sample each, padded) through the 1B shape: the trainer's causal SDPA with no
+    mask against SDPA with the padding mask;
+12. bench/compile_restart.py on the 1B shape: process start to the first step, cold and warm cache.
 A check that fails is a FAILED row and the next one runs; each row is also written to stderr as it ends.
 It prints one table, with the device and the date, to paste into docs/benchmarks.md.
 """
@@ -180,14 +184,17 @@ FAMILY_SHAPES = ("gemma4_e4b_6l", "qwen3_5_4b_4l", "nemotron3_nano_4l")
 TRAINING_ARGS = "recipes.training_config.training_args"
 
 
-def families(tmp: Path, data: Path) -> list[tuple[str, str, str]]:
-    """Six steps of each family on one GPU: the kernels only a GPU runs (flex attention's compiled
-    kernels at 256- and 512-wide heads, flash-linear-attention's Gated DeltaNet, grouped experts)."""
+def families(tmp: Path, data: Path, shapes: tuple[str, ...] = FAMILY_SHAPES) -> list[tuple[str, str, str]]:
+    """Six steps of each family on one GPU, its decoder layers compiled (also where the trainer's
+    default trains the family eager: EAGER_FAMILIES): the kernels only a GPU runs (flex attention's
+    compiled kernels at 256- and 512-wide heads, flash-linear-attention's Gated DeltaNet, grouped
+    experts). A failure's output ends on stderr (a compile error's cause is above its last line)."""
     rows = []
-    for shape in FAMILY_SHAPES:
+    for shape in shapes:
         try:
             configs = render(tmp, shape, 1, 6, data, (f"{TRAINING_ARGS}.learning_rate=1e-4",
-                                                      f"{TRAINING_ARGS}.min_learning_rate=1e-5"))
+                                                      f"{TRAINING_ARGS}.min_learning_rate=1e-5",
+                                                      "recipes.training_config.model_config.compile=true"))
             measured = run_trainer(configs, tmp / f"run-{shape}", 1, steady_after=2)
             losses = measured["losses"]
             fine = all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
@@ -195,6 +202,7 @@ def families(tmp: Path, data: Path) -> list[tuple[str, str, str]]:
                          f"losses {' '.join(f'{x:.2f}' for x in losses)}; {measured['tokens_per_s']:,.0f} tokens/s, "
                          f"peak {measured['peak_gib']:.1f} GiB"))
         except (Exception, SystemExit) as error:  # noqa: BLE001 - the next family still runs
+            print(str(error)[:4000] + "\n...\n" + str(error)[-4000:], file=sys.stderr, flush=True)
             rows.append((f"8. {shape}", "FAILED", cause(error)))
     return rows
 
@@ -229,11 +237,77 @@ def wide_head_attention(device, heads=8, kv_heads=2, tokens=2048, width=512, win
         "worst relative difference to fp32 (output, dq, dk, dv): " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items())
 
 
+def unpacked_attention(device, shape: str = "llama_1b", rows: int = 2) -> tuple[str, str]:
+    """Rows of one sample each (DPO, GRPO's updates, unpacked SFT), right-padded, through the whole
+    model: the trainer's `causal_sdpa` (causal over the row, no mask: flash attention) against SDPA
+    with the padding mask transformers builds (a masked kernel), forward and backward, eager. The
+    real tokens' loss is the same either way (padding only follows them)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.model.attention import CAUSAL_SDPA, use_causal_sdpa
+
+    arch, seq = dict(SHAPES[shape][1]), SHAPES[shape][2]
+    config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+    lengths = torch.randint(seq // 2, seq + 1, (rows,))
+    keep = (torch.arange(seq)[None] < lengths[:, None]).to(device)
+    ids = torch.randint(0, config.vocab_size, (rows, seq), device=device)
+    labels = ids.masked_fill(~keep, -100)
+
+    def timed(mask) -> tuple[float, float]:
+        times, loss = [], None
+        for _ in range(6):
+            start = time.perf_counter()
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            model.zero_grad(set_to_none=True)
+        return sorted(times[2:])[len(times[2:]) // 2], loss.item()
+
+    masked, masked_loss = timed(keep.long())
+    use_causal_sdpa()
+    model.set_attn_implementation(CAUSAL_SDPA)
+    causal, causal_loss = timed(None)
+    real = int(keep.sum())
+    same = abs(causal_loss - masked_loss) <= 1e-2 * abs(masked_loss)
+    faster = causal <= masked or device.type != "cuda"  # CPU times here only check the bench runs
+    return ("ok" if same and faster else "FAILED"), (
+        f"{shape}, {rows} rows of {seq} ({real} real tokens): causal, no mask {real / causal:,.0f} tokens/s, "
+        f"padding mask {real / masked:,.0f} tokens/s ({masked / causal:.2f}x); loss {causal_loss:.4f} vs {masked_loss:.4f}")
+
+
+def profile(options: list[str]) -> tuple[str, str]:
+    """bench/gpu_profile.py: the trainer's step and the compiled loop's by kernel category."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_profile.py"), *options], capture_output=True,
+                          text=True)
+    print(done.stdout[-4000:], file=sys.stderr, flush=True)
+    if done.returncode:
+        return "FAILED", cause(RuntimeError(done.stderr or done.stdout))
+    return "ok", " ".join(line.strip() for line in done.stdout.splitlines() if line.startswith(("|", "llama", "smoke")))
+
+
+def restart(nproc: int) -> tuple[str, str]:
+    """bench/compile_restart.py on the 1B shape: process start to the first step, cold and warm cache."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "compile_restart.py"), f"--nproc={nproc}",
+                           "--shape=llama_1b"], capture_output=True, text=True)
+    if done.returncode:
+        return "FAILED", cause(RuntimeError(done.stderr or done.stdout))
+    return "ok", done.stdout.strip().splitlines()[-1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=1, help="GPUs of this node to use")
     parser.add_argument("--cpu", action="store_true", help="the parts that run on CPU, tiny shapes")
-    parser.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="the checks to run, by number (e.g. --only 5,6)")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12",
+                        help="the checks to run, by number (e.g. --only 5,6)")
+    parser.add_argument("--families", default=",".join(FAMILY_SHAPES), help="check 8's shapes")
+    parser.add_argument("--kernels", help="where check 10 keeps each side's longest kernels (JSON)")
     args, throughput_args = parser.parse_known_args()
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("error: no GPU here: run bench/gpu_smoke.py on a GPU node (or --cpu to check the bench itself)")
@@ -270,8 +344,13 @@ def main() -> int:
             check("6. memory", lambda: memory_against_plan(tmp, args.nproc, long))
             check("7. bench/gpu_throughput.py", lambda: throughput(args.nproc, throughput_args))
             check("8. wide-head attention", lambda: wide_head_attention(device))
-            check("8. families", lambda: families(tmp, long))
+            check("8. families", lambda: families(tmp, long, tuple(args.families.split(","))))
             check("9. GRPO on vLLM", lambda: grpo_on_vllm(tmp))
+            check("10. where a step's time goes", lambda: profile([f"--out={args.kernels}"] if args.kernels else []))
+            check("11. unpacked attention", lambda: unpacked_attention(device))
+            check("12. a restart's compile", lambda: restart(args.nproc))
+        else:
+            check("11. unpacked attention", lambda: unpacked_attention(device, "smoke"))
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
     print(f"gpu_smoke on {name} ({args.nproc} process(es)), {datetime.date.today()}, torch {torch.__version__}")
     print("| check | result | figures |\n|---|---|---|")

@@ -96,8 +96,9 @@ def render(tmp: Path, shape: str, nproc: int, steps: int, data: Path, overrides:
 def run_trainer(configs: Path, run_dir: Path, nproc: int, steady_after: int = 5) -> dict:
     job = LocalJob(configs, run_dir, nproc_per_node=nproc)
     done = subprocess.run(job.command(1), env=job.env(1), capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"trainer failed:\n{done.stdout[-2000:]}{done.stderr[-20000:]}")
+    if done.returncode:  # the trainer's `error:` line first: a compile error's trace outgrows any tail
+        errors = "".join(line for line in done.stderr.splitlines(keepends=True) if line.startswith("error:"))
+        sys.exit(f"trainer failed:\n{errors}{done.stdout[-2000:]}{done.stderr[-20000:]}")
     records = read_records(run_dir)
     steps = [r for r in records if "loss" in r][steady_after:]  # steady state: compilation and warm-up excluded
     data = next(r for r in records if r.get("event") == "data")

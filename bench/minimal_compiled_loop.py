@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,31 @@ from training.runtime.metrics import peak_flops, peak_memory  # noqa: E402
 WARMUP = 5
 
 
-def main(config_path: str, steps: int) -> None:
+@dataclass
+class Loop:
+    """The loop's model, optimizer and step shape (bench/gpu_profile.py profiles its `step`)."""
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    device: torch.device
+    micro: int
+    accum: int
+    seq: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.accum * self.micro * self.seq
+
+    def step(self) -> None:
+        vocab = self.model.config.vocab_size
+        for _ in range(self.accum):
+            x = torch.randint(0, vocab, (self.micro, self.seq), device=self.device)
+            self.model(input_ids=x, labels=x).loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def build(config_path: str) -> Loop:
+    """The process group, the model sharded and compiled per layer, its optimizer."""
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_gpu else torch.device("cpu")
     if on_gpu:
@@ -47,25 +72,25 @@ def main(config_path: str, steps: int) -> None:
         fully_shard(layer, mesh=mesh, **({"mp_policy": policy} if policy else {}))
     fully_shard(model, mesh=mesh, **({"mp_policy": policy} if policy else {}))
     opt = torch.optim.AdamW(model.parameters(), lr=args["learning_rate"], foreach=True)
-    micro, accum = args["micro_train_batch_size"], args["train_batch_size"] // (world * args["micro_train_batch_size"])
-    vocab = model.config.vocab_size
-    marks = []
+    micro = args["micro_train_batch_size"]
+    return Loop(model, opt, device, micro, args["train_batch_size"] // (world * micro), seq)
+
+
+def main(config_path: str, steps: int) -> None:
+    loop = build(config_path)
+    world, marks = dist.get_world_size(), []
     for _ in range(steps):
-        for _ in range(accum):
-            x = torch.randint(0, vocab, (micro, seq), device=device)
-            model(input_ids=x, labels=x).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if on_gpu:
+        loop.step()
+        if loop.device.type == "cuda":
             torch.cuda.synchronize()
         marks.append(time.perf_counter())
-    tokens_per_s = (steps - WARMUP) * accum * micro * seq * world / (marks[-1] - marks[WARMUP - 1])
-    peak = peak_flops(device)
+    tokens_per_s = (steps - WARMUP) * loop.tokens_per_step * world / (marks[-1] - marks[WARMUP - 1])
+    peak = peak_flops(loop.device)
     if dist.get_rank() == 0:
-        flops_per_token = matmul_flops_per_token(model) + attention_flops(model, seq)  # seq^2 / seq tokens
+        flops_per_token = matmul_flops_per_token(loop.model) + attention_flops(loop.model, loop.seq)  # seq^2 / seq tokens
         mfu = flops_per_token * tokens_per_s / world / peak if peak else None
         print("RESULT " + json.dumps({"tokens_per_s": tokens_per_s, "mfu": mfu,
-                                      "peak_gib": peak_memory(device)["peak_memory_gib"],
+                                      "peak_gib": peak_memory(loop.device)["peak_memory_gib"],
                                       "fill": 1.0}), flush=True)
     dist.barrier()
 
