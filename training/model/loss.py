@@ -86,16 +86,21 @@ def _cross_entropy_sum(hidden, weight, labels, softcap=None):
 def _chunk_loss_and_logit_grads(hidden, weight, labels, softcap=None):
     """One chunk's summed loss and d loss / d logits (softmax minus the one-hot target, zero on
     ignored tokens; through the cap's tanh where there is one), in the hidden states' dtype for the
-    matmuls that follow."""
-    logits = _logits(hidden, weight, softcap)
+    matmuls that follow. Few passes over the (tokens x vocab) logits, the step's largest tensor:
+    log-softmax in fp32 straight from the matmul's output, its exponent in place, the mask written
+    with the cast."""
+    logits = hidden @ weight.t()
+    exact = torch.promote_types(logits.dtype, torch.float32)
+    if softcap:
+        logits = capped(logits.to(exact), softcap)
     valid = labels != IGNORE_INDEX
     target = torch.where(valid, labels, 0).unsqueeze(1)
-    log_norm = torch.logsumexp(logits, dim=1)
-    loss = torch.where(valid, log_norm - logits.gather(1, target).squeeze(1), 0).sum()
-    grad = torch.softmax(logits, dim=1).scatter_add(1, target, -torch.ones_like(target, dtype=logits.dtype))
+    log_probs = torch.log_softmax(logits, dim=1, dtype=exact)
+    loss = -torch.where(valid, log_probs.gather(1, target).squeeze(1), 0).sum()
+    grad = log_probs.exp_().scatter_add_(1, target, -torch.ones_like(target, dtype=exact))
     if softcap:  # d(cap x tanh(z / cap)) / dz = 1 - tanh^2 = 1 - (capped / cap)^2
-        grad = grad * (1 - (logits / softcap) ** 2)
-    return loss, (grad * valid.unsqueeze(1)).to(hidden.dtype)
+        grad.mul_(1 - (logits / softcap) ** 2)
+    return loss, torch.mul(grad, valid.unsqueeze(1), out=torch.empty_like(grad, dtype=hidden.dtype))
 
 
 class FusedLinearCrossEntropy(torch.autograd.Function):
@@ -116,7 +121,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
             if grad_weight is not None:
-                grad_weight += (grad_logits.t() @ h).to(accumulate)
+                grad_weight.add_(grad_logits.t() @ h)  # summed in fp32, no fp32 copy of the chunk's
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss
