@@ -563,7 +563,8 @@ def test_the_dry_run_says_what_a_rollout_behind_the_policy_trains_on_and_keeps(l
 def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is_one_line(launch, tmp_path):
     """rollout_ranks_per_node = k: of each node's processes k generate and the others train (torchrun
     starts those), said in the dry run; a split leaving no training rank, one differing between sizes,
-    or one with vLLM or the judge (not built) is refused in one line naming the key."""
+    or one with vLLM (not built) is refused in one line naming the key; an LLM judge is asked by the
+    rollout processes, and the dry run counts those."""
     code, out, err = launch("recipes=llama/tiny_llama_grpo_async")
     assert code == 0, err
     assert "2 nodes of ml.m5.2xlarge, 2 processes per node (1 training, 1 generating)" in out
@@ -578,10 +579,17 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
              f"{key} leaves another count of training processes per node at each size (1 nodes: 1, 2 nodes: 2, "
              f"3 nodes: 1): torchrun starts one count at every size; set it in the recipe, not per scale_config entry"),
             ([f"{METHOD_ARG}rollout_engine=vllm"], f"{key} generates with the trainer's sampler; vLLM engines of "
-             f"their own are not built yet"),
-            ([f"{METHOD_ARG[1:]}rewards=[judge]", f"{METHOD_ARG}judge.model=j", f"{METHOD_ARG}judge.base_url=http://j:8000/v1"], f"{key} with the LLM judge among the rewards is not built yet")]:
+             f"their own are not built yet")]:
         code, out, err = launch("recipes=llama/tiny_llama_grpo_async", *overrides)
         assert code != 0 and err.count("\n") == 1 and said in err, (overrides, err)
+    # The judge is asked by the rollout processes (2 nodes x 1), not the training ranks (2 x 2)
+    code, out, err = launch("recipes=llama/tiny_llama_grpo_async", "recipes.trainer.nproc_per_node=3",
+                            f"{METHOD_ARG[1:]}rewards=[judge]", f"{METHOD_ARG}judge.model_id=openai/j",
+                            f"{METHOD_ARG}judge.base_url=http://j:8000/v1", f"{METHOD_ARG}judge.prompt_template=rubric",
+                            f"{METHOD_ARG}judge.max_workers=1")
+    assert code == 0, err
+    assert "3 processes per node (2 training, 1 generating)" in out
+    assert "judge.max_workers=1 is below the 2 ranks of the largest size" in out
 
 
 def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():

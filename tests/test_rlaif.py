@@ -2,8 +2,8 @@
 the real `openai` client; that it learns, as docs/grpo.md runs it: tests/test_grpo.py): rehearsed
 through every resize direction and a lost node against a judge that fails now and then, it matches its
 fixed-size run with the same rewards at every step (the reference takes the elastic run's verdicts,
-failed ones too) and asks the judge once per distinct completion; a rank killed outright takes its
-reward process with it; the Converse path through the real `boto3` (the image's)."""
+failed ones too) and asks the judge once per distinct completion; rollout processes ask it as the
+training ranks would; a rank killed outright takes its reward process with it; the Converse path through the real `boto3` (the image's)."""
 
 import json
 import os
@@ -82,6 +82,33 @@ def test_a_rehearsal_with_a_flaky_judge_matches_its_fixed_size_run_and_asks_each
     assert len(asked) - len(set(asked)) <= sum(r["judge_retries"] for r in steps), Counter(Counter(asked).values())
     # The ledger holds no more than the steps after the last checkpoint need: nothing, at the end.
     assert all(not path.read_text() for path in (run_dir / "judge_ledger").glob("*.jsonl"))
+
+
+def test_rollout_processes_ask_the_judge_once_per_completion_and_score_as_the_training_ranks_do(tmp_path):
+    """method_args.rollout_ranks_per_node = 1 beside one training rank per node, one step behind: the
+    rollout processes ask the judge, each completion once and none for a step past the schedule, into
+    ledger files of their own; every completion and reward is the run's where the training ranks draw
+    and ask (the same s), and each step's record carries the judge's account."""
+    method = "recipes.training_config.training_args.method_args"
+    runs = {}
+    with JudgeServer() as server:
+        for k in (0, 1):
+            asked_before = len(server.requests)
+            done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+                                   f"{method}.judge.base_url={server.url}/v1", f"+{method}.max_steps_off_policy=1",
+                                   f"+{method}.rollout_ranks_per_node={k}", f"recipes.trainer.nproc_per_node={1 + k}",
+                                   "recipes.training_config.training_args.max_steps=3",
+                                   f"local.run_dir={tmp_path / f'run{k}'}", f"output_dir={tmp_path / f'out{k}'}"],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+            runs[k] = [r["text"] for r in server.requests[asked_before:] if EXAMPLE_COMPLETION not in r["text"]]
+    split = tmp_path / "run1"
+    assert completion_rewards(split) == completion_rewards(tmp_path / "run0") and len(completion_rewards(split)) == 3
+    steps = [r for r in records(split) if "reward" in r]
+    assert [r["judge_calls"] + r["judge_cached"] for r in steps] == [32] * 3 and all(r["judge_s"] > 0 for r in steps)
+    assert len(runs[1]) == len(set(runs[1])) == sum(r["judge_calls"] for r in steps)  # none past step 3, none twice
+    assert {p.name.split("-", 1)[1] for p in (split / "judge_ledger").glob("*.jsonl")} == \
+        {"rank0.jsonl", "rank1.jsonl", "rollout0.jsonl", "rollout1.jsonl"}
 
 
 def test_a_rank_killed_outright_takes_its_reward_process_with_it(tmp_path):

@@ -158,7 +158,7 @@ class Trainer:
                       tc.model_config.model_name_or_path, self.run_dir,
                       torch.bfloat16 if tc.model_config.mixed_precision == "bf16" else torch.float32,
                       len(self.data.train), tc.datasets.template_kwargs, tc.logging.audit_samples, tc.checkpoint.uri,
-                      tc.model_config, self.source, self.topo.nodes, self.state.step, self._prompts_at)
+                      tc.model_config, self.source, self.topo.nodes, self.state.step, self._prompts_at, ta.max_steps)
         self.method.prepare(self.model, lambda: build_sharded_model(
             tc.model_config, ta.seed, self.mesh, self.on_gpu, resuming=False, source=self.source
         ).requires_grad_(False).eval(), run)

@@ -78,10 +78,6 @@ def training_processes(tc, nproc: int) -> int:
         raise ConfigError("training_config.training_args.method_args.rollout_ranks_per_node generates with the "
                           "trainer's sampler; vLLM engines of their own are not built yet: set rollout_engine=trainer, "
                           "or rollout_ranks_per_node=0 (vLLM on the training ranks)")
-    if k and NAME in (options.rewards or ()):
-        raise ConfigError("training_config.training_args.method_args.rollout_ranks_per_node with the LLM judge among "
-                          "the rewards is not built yet (its verdict ledger lives with the training ranks): set "
-                          "rollout_ranks_per_node=0")
     return nproc - k
 
 
@@ -131,16 +127,17 @@ def rollout_lag(tc) -> str | None:
             f"({correction_level(options)}, up to {options.rollout_correction_threshold:g})")
 
 
-def judge_lines(tc, devices: int) -> list[str]:
+def judge_lines(tc, askers: int) -> list[str]:
     """GRPO with an LLM judge among its rewards: the dry run's lines on it (training.contract.judge),
-    at `devices`, the job's largest size."""
+    with `askers` processes asking it at the job's largest size (its training ranks, or with
+    rollout_ranks_per_node its rollout ranks)."""
     options = sampling_options(tc)
     if options is None or NAME not in (options.rewards or ()):
         return []
     settings = judge_settings(options.judge)
     call_tokens = options.max_prompt_length + completion_budget(options) + 300 + \
         settings.sampling_params.max_completion_tokens  # 300: a template's own words
-    return describe(settings, tc.training_args.train_batch_size, options.num_generations, devices, call_tokens)
+    return describe(settings, tc.training_args.train_batch_size, options.num_generations, askers, call_tokens)
 
 
 def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: InstanceType) -> MemoryEstimate:

@@ -123,7 +123,7 @@ def summary(plan: Plan, target: str) -> str:
         lines.append(f"rollouts: {reproducibility}")
     if lag := rollout_lag(plan.base.training_config):
         lines.append(f"rollouts behind: {lag}")
-    lines += judge_lines(plan.base.training_config, max(s.devices for s in plan.sizes))
+    lines += judge_lines(plan.base.training_config, max(s.nodes * k if k else s.devices for s in plan.sizes))
     if any(s.memory and not s.memory.traced for s in plan.sizes):
         lines.append("trace the ~ sizes: python scripts/trace_memory.py <recipe> <your recipes.* overrides> --keep")
     if any(s.shard_degree < s.devices for s in plan.sizes):

@@ -55,6 +55,7 @@ class RunInfo:
     nodes: int = 1
     step: int = 0  # the steps taken when the method is prepared (a resume's)
     prompts_at: Callable[[int, int], list[dict]] | None = None  # (step, rank): that rank's prompt rows of that step
+    max_steps: int = 0  # the schedule's steps: none is drawn past them
 
 
 @dataclass

@@ -42,7 +42,7 @@ from training.rl.judge import Judge, judge_metrics
 from training.rl.learning_signals import SignalWatch, service_watches
 from training.rl.policy_versions import PolicyVersions
 from training.rl.reward_pool import RewardPool
-from training.rl.rollout_ranks import RolloutRanks, RolloutSetup, Spawned
+from training.rl.rollout_ranks import RolloutJudge, RolloutRanks, RolloutSetup, Spawned
 from training.rl.sampling import SamplingParams
 from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
 from training.runtime.named_sums import added
@@ -156,7 +156,11 @@ class GRPO(TrainingMethod):
                                   options.reward_timeout)
         self.reward_names = metric_names(specs)
         self.signals = SignalWatch()
-        self.service_watches = service_watches(self.judge_settings, lambda: self.rewards.judge.last_failure, options)
+        self.service_watches = service_watches(self.judge_settings, self._judge_failure, options)
+
+    def _judge_failure(self, step: MethodStep) -> str | None:
+        """The newest failed verdict of the judge that scored the step (a rollout process's, or this rank's)."""
+        return step.state.judge_failure if step.state.judge_costs is not None else self.rewards.judge.last_failure
 
     # --- set-up ---
     def checkpoint_state(self, model) -> dict:
@@ -182,21 +186,27 @@ class GRPO(TrainingMethod):
         epoch_rows = self.args.train_batch_size / max(run.train_rows, 1)
         self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer, epoch_rows,
                                      environments, self.options.on_tool_timeout)
-        if self.options.rollout_ranks_per_node:
-            self.rollout_ranks = self._rollout_ranks(model, run, epoch_rows)
+        size = None
         if self.judge_settings is not None:
             size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
             dist.broadcast_object_list(size, src=0)
+            # the training ranks' judge: every verdict where they draw, an evaluation's beside rollout ranks
             self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
                                        f"rank{run.rank}", audit=run.audit, checkpoint_uri=run.checkpoint_uri)
+        if self.options.rollout_ranks_per_node:
+            self.rollout_ranks = self._rollout_ranks(model, run, epoch_rows, size and size[0])
 
-    def _rollout_ranks(self, model, run, epoch_rows: float) -> RolloutRanks:
+    def _rollout_ranks(self, model, run, epoch_rows: float, judge_size: str | None) -> RolloutRanks:
         """The node's rollout processes, sent the policies of the steps s ahead: the kept older ones
-        (a resume's, from its checkpoint), then the model's."""
+        (a resume's, from its checkpoint), then the model's. `judge_size`: the ledger files' name of this
+        size, where a judge scores."""
+        per_node = dist.get_world_size() // run.nodes
+        judge = None if judge_size is None else RolloutJudge(
+            self.judge_settings, run.run_dir, judge_size, run.rank // per_node, run.nodes, run.audit, run.checkpoint_uri)
         setup = RolloutSetup(run.model_config, run.model_source, self.options, self.args.seed, run.tokenizer,
-                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows)
+                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows, judge)
         ranks = RolloutRanks(self.rollout_processes, setup, self.options.max_steps_off_policy,
-                             dist.get_world_size() // run.nodes, run.rank, run.step, run.prompts_at, self.params)
+                             per_node, run.rank, run.step, run.max_steps - 1, run.prompts_at, self.params)
         first, step = True, run.step
         for age in range(self.options.max_steps_off_policy):
             with self.versions.in_the_model(age):
@@ -212,6 +222,8 @@ class GRPO(TrainingMethod):
     def checkpointed(self, step: int) -> None:
         if self.rewards.judge is not None:
             self.rewards.judge.checkpointed(step, first=self.run.rank == 0)
+            if self.options.rollout_ranks_per_node:
+                self.rollout_ranks.checkpointed(step)
 
     @property
     def row_shape(self) -> BatchShape:
@@ -345,8 +357,8 @@ class GRPO(TrainingMethod):
         longest = torch.tensor([float(max((len(c.token_ids) for c in experience.flat()), default=0))], device=self.device)
         dist.all_reduce(longest, op=dist.ReduceOp.MAX)
         sums = {**experience.sums(self.options.num_generations, self.reward_names), "longest_copies": float(longest)}
-        if self.rewards.judge is not None:
-            sums.update(dataclasses.asdict(self.rewards.judge.costs()))
+        if self.rewards.judge is not None:  # a rollout process's judge's account, else this rank's
+            sums.update(experience.judge_costs or dataclasses.asdict(self.rewards.judge.costs()))
         if self.options.environment:
             sums.update(self.engine.step_sums([c.trace for c in experience.flat()], experience.environment_s))
         return sums

@@ -40,6 +40,10 @@ class Experience:
     batch_wait_s: float = 0.0
     rollout_idle_s: float = 0.0
     environment_s: float = 0.0  # an agent's: the rollout's wait for its environments
+    # Made by a rollout process that asked the LLM judge: the judge's account of it (training.rl.judge.Costs
+    # by name) and its newest failed verdict
+    judge_costs: dict | None = None
+    judge_failure: str | None = None
 
     def sums(self, group_size: int, reward_names: list[str]) -> dict:
         """This rank's sums of the experience by name (training.runtime.named_sums): completions,

@@ -155,13 +155,13 @@ class FailureWatch:
                 f"restart, the run resumes from this step")
 
 
-def service_watches(judge, judge_failure: Callable[[], str | None], options) -> list[tuple[FailureWatch, Callable]]:
+def service_watches(judge, judge_failure: Callable[[object], str | None], options) -> list[tuple[FailureWatch, Callable]]:
     """The services a GRPO run's rewards depend on, each with a way to this rank's newest failure of it
     (given the step's experience): first the judge (`judge`: its settings, or None), whose failures are
     why the groups are flat, then an agent's environment (`options.environment`)."""
     watches = []
     if judge is not None:
-        watches.append((FailureWatch(judge_service(judge.label), judge.max_failed_steps), lambda step: judge_failure()))
+        watches.append((FailureWatch(judge_service(judge.label), judge.max_failed_steps), judge_failure))
     if options.environment:
         watches.append((FailureWatch(environment_service(options.environment), options.tool_max_failed_steps),
                         a_tool_failure))

@@ -16,7 +16,10 @@ node's first sends it on through the host's shared memory; the node's ranks' pro
 ahead are requested, and the step's experience is handed from the node's first rank to the others.
 Nothing of a rollout process is checkpointed: the trainer keeps the policies the next rollouts are
 drawn by (as with k = 0), so a restart, at any size and with any k, starts new rollout processes,
-sends them those policies, and draws again what was in flight."""
+sends them those policies, and draws again what was in flight. An LLM judge among the rewards is asked
+by the rollout processes (each its share of the judge's limits), whose verdicts go to the run's ledger
+in files of their own beside the training ranks': a restart reads them all, and each checkpoint
+prunes them too (training.rl.judge.Ledger). The judge's account of an experience travels with it."""
 
 from __future__ import annotations
 
@@ -48,6 +51,22 @@ class RolloutSetup:
     template_kwargs: dict | None
     prompt_tools: list[dict] | None
     epoch_rows: float
+    judge: "RolloutJudge | None" = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutJudge:
+    """How a node's rollout processes ask the LLM judge: its settings, the run's ledger (the files of
+    this size, `size`), and the node's place among the job's nodes (each process's share of the
+    judge's workers and rate limits: the job's rollout processes share them)."""
+
+    settings: object  # training.contract.judge.JudgeSettings
+    run_dir: object  # pathlib.Path
+    size: str
+    node: int
+    nodes: int
+    audit: bool
+    checkpoint_uri: str | None
 
 
 # --- in the training processes ---
@@ -68,7 +87,7 @@ class Spawned:
             for i in range(count):
                 inbox = context.Queue()
                 device = f"cuda:{training_ranks_per_node + i}" if on_gpu else "cpu"  # the node's last devices
-                process = context.Process(target=serve, args=(device, inbox, spawned.results, os.getpid()))
+                process = context.Process(target=serve, args=(device, (i, count), inbox, spawned.results, os.getpid()))
                 process.start()
                 spawned.processes.append(process)
                 spawned.inboxes.append(inbox)
@@ -89,8 +108,9 @@ class RolloutRanks:
     node's first training rank holds them (`spawned`)."""
 
     def __init__(self, spawned: Spawned | None, setup: RolloutSetup, behind: int, ranks_per_node: int, rank: int,
-                 first_step: int, prompts_at: Callable[[int, int], list[dict]], params):
+                 first_step: int, last_step: int, prompts_at: Callable[[int, int], list[dict]], params):
         self.behind, self.params, self.prompts_at = behind, params, prompts_at
+        self.last_step = last_step  # the schedule's last step (0-based): none is drawn, nor judged, past it
         self.rank, self.first = rank, rank - rank % ranks_per_node  # the node's first training rank
         self.node_ranks = list(range(self.first, self.first + ranks_per_node))
         self.group, _ = dist.new_subgroups(ranks_per_node, backend="gloo")  # hands a step's experience out
@@ -120,6 +140,11 @@ class RolloutRanks:
         self.sent_policy = policy_step
         return time.perf_counter() - started
 
+    def checkpointed(self, step: int) -> None:
+        """The checkpoint of `step` is complete: the rollout processes prune their judge's ledger."""
+        for inbox in self.inboxes:
+            inbox.put(("checkpointed", step))
+
     def request_through(self, step: int) -> None:
         """The node's prompts of every step up to `step` requested (steps in order; the first rank's)."""
         while self.requested < step:
@@ -132,7 +157,7 @@ class RolloutRanks:
 
     def experience(self, step: int, stopped: Callable[[], bool]):
         """This rank's experience of `step` (requesting the steps up to s ahead); None when a stop came first."""
-        self.request_through(step + self.behind)
+        self.request_through(min(step + self.behind, self.last_step))
         mine = None
         if self.owner:
             while len(self.pending[step]) < len(self.node_ranks) and not stopped():
@@ -152,25 +177,28 @@ class RolloutRanks:
                 raise RuntimeError(f"a rollout process of training rank {self.rank} exited with code "
                                    f"{dead[0].exitcode}: its log lines are above; the restart draws its work again")
             return
-        if kind == "error":
-            raise RuntimeError(payload)
+        if kind == "error":  # a reward's own error (RewardError: one line) as raised, any other described
+            raise payload if isinstance(payload, Exception) else RuntimeError(payload)
         self.pending[step][rank] = payload
 
 
 
 # --- in a rollout process ---
-def serve(device: str, inbox, results, parent: int) -> None:
+def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> None:
     """A rollout process's loop, until its training rank kills it: build from the setup it is sent, keep
-    the policies sent, draw what is requested with the one it names (its reward process dies with it)."""
+    the policies sent, draw what is requested with the one it names (its reward process dies with it).
+    `place`: this process's index among its node's rollout processes, and their count."""
+    from training.contract.rewards import RewardError
     from training.runtime.elastic import die_with_parent
 
     die_with_parent(parent)  # a training rank that dies, however, takes its rollout processes with it
     try:
         importlib.import_module("training.model.causal_lm")  # the heavy imports, while the trainer starts too
         _, setup = inbox.get()
-        maker, model = rollout_maker(setup, torch.device(device))
+        maker, model = rollout_maker(setup, torch.device(device), place)
+        judge = maker.rewards.judge
         policies: dict[int, dict[str, torch.Tensor]] = {}
-        loaded, idle_s = None, 0.0
+        loaded, idle_s, first_rank = None, 0.0, None
         while True:
             waiting = time.perf_counter()
             message = inbox.get()
@@ -178,6 +206,10 @@ def serve(device: str, inbox, results, parent: int) -> None:
             if message[0] == "policy":
                 _, policy_step, weights = message
                 policies[policy_step] = weights
+                continue
+            if message[0] == "checkpointed":
+                if judge is not None:
+                    judge.checkpointed(message[1], first=False)
                 continue
             _, step, policy_step, rank, prompts, params = message
             if loaded != policy_step:
@@ -187,7 +219,14 @@ def serve(device: str, inbox, results, parent: int) -> None:
                     del policies[older]
             experience = maker.make(prompts, setup.options.num_generations, params, step, policy_step)
             experience.rollout_idle_s, idle_s = idle_s, 0.0
+            if judge is not None:  # its account of this experience; the ledger's size counted once a step
+                first_rank = rank if first_rank is None else first_rank  # the lowest rank this process serves
+                experience.judge_costs = dataclasses.asdict(judge.costs())
+                experience.judge_costs["judge_ledger"] *= rank == first_rank
+                experience.judge_failure = judge.last_failure
             results.put(("experience", step, rank, experience))
+    except RewardError as e:  # method_args.judge.on_failure=stop, say: the run's one line
+        results.put(("error", -1, -1, e))
     except Exception as e:  # noqa: BLE001 - reported to the training rank, which ends the run with it
         import traceback
 
@@ -195,7 +234,7 @@ def serve(device: str, inbox, results, parent: int) -> None:
         results.put(("error", -1, -1, f"a rollout process failed: {type(e).__name__}: {e}"))
 
 
-def rollout_maker(setup: RolloutSetup, device: torch.device):
+def rollout_maker(setup: RolloutSetup, device: torch.device, place: tuple[int, int] = (0, 1)):
     """The unsharded model (its weights come with the first policy) and an experience maker over it."""
     from training.model.causal_lm import plain_model
     from training.rl.experience import ExperienceMaker
@@ -209,6 +248,13 @@ def rollout_maker(setup: RolloutSetup, device: torch.device):
     model = plain_model(setup.model_config, setup.source, device)
     rewards = RewardPool(o.rewards or DEFAULT_REWARDS, o.reward_weights, RewardOptions(o.answer_key, o.format_pattern),
                          o.reward_timeout)
+    if (j := setup.judge) is not None:
+        from training.rl.judge import Judge
+
+        index, count = place
+        process = j.node * count + index  # among the job's rollout processes, which share the judge's limits
+        rewards.judge = Judge(j.settings, process, j.nodes * count, j.run_dir, j.size, f"rollout{process}",
+                              audit=j.audit, checkpoint_uri=j.checkpoint_uri)
     engine, environments = ShardedModelRollout(model, device, setup.seed), None
     if o.environment:
         from training.rl.engines import agent_engine
