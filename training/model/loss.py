@@ -121,7 +121,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
             if grad_weight is not None:
-                grad_weight.add_(grad_logits.t() @ h)  # summed in fp32, no fp32 copy of the chunk's
+                grad_weight.add_(grad_logits.t() @ h)  # into the fp32 sum from the bf16 product: no fp32 copy
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss
