@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, scratch  # noqa: E402
@@ -35,8 +37,6 @@ from training.contract.records import read_records  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from judge_server import Fault, JudgeServer  # noqa: E402
-
-JUDGE_WORKERS = 8  # the RLAIF twin's method_args.judge.max_workers
 
 WARM_UP_STEPS = 2
 TA, METHOD = "recipes.training_config.training_args", "recipes.training_config.training_args.method_args"
@@ -91,7 +91,9 @@ def main() -> None:
             probe = run(tmp, "probe", args, 0, 0, 0.0, judge.url)
             update_s = median(probe, "step_time") - median(probe, "rollout_s") - median(probe, "reward_s")
             if args.twin == "judge":  # its workers ask at once: a step waits one latency per round of them
-                latency = update_s / max(1.0, median(probe, "judge_calls") / JUDGE_WORKERS)
+                config = yaml.safe_load((next((tmp / "probe").iterdir()) / "configs" / "config-n1.yaml").read_text())
+                workers = config["training_config"]["training_args"]["method_args"]["judge"]["max_workers"]
+                latency = update_s / max(1.0, median(probe, "judge_calls") / workers)
             else:  # a turn's calls run at once, so a step waits about one latency per turn with calls, per group
                 latency = update_s / max(1.0, args.prompts / 2 * max(median(probe, "turns_mean") - 1, 1.0))
         judge.faults.extend([Fault(delay=latency)] * 100_000)

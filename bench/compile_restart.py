@@ -44,11 +44,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         configs = {}
+        if args.shape:  # one node of nproc GPUs, the shape's own data
+            synthetic_chats(data := tmp / "chats.jsonl", rows=200, max_words=SHAPES[args.shape][2] // 2)
         for compiled in (False, True):
             out = tmp / f"out-{compiled}"
             compile_override = f"recipes.training_config.model_config.compile={str(compiled).lower()}"
-            if args.shape:  # one node of nproc GPUs, the shape's own data
-                synthetic_chats(data := tmp / "chats.jsonl", rows=200, max_words=SHAPES[args.shape][2] // 2)
+            if args.shape:
                 configs[compiled] = render(out, args.shape, args.nproc, 2, data, (compile_override,))
                 continue
             assert launcher([f"recipes={args.recipe}", f"recipes.trainer.num_nodes={args.nproc}", compile_override,

@@ -16,17 +16,17 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT  # noqa: E402
+from bench.common import ROOT, scratch  # noqa: E402
 from bench.gpu_throughput import SHAPES, render, synthetic_chats  # noqa: E402
+from elastic_launcher.local.hyperpod_agents import free_port  # noqa: E402
 
 WARM_STEPS = 3
 CATEGORIES = [  # first match wins: attention's softmax is attention's, flex's templates are attention
@@ -77,15 +77,13 @@ def profiled(step, steps: int, on_gpu: bool) -> dict:
     kernels = [e for e in prof.events() if e.device_type == wanted and (on_gpu or e.cpu_parent is None)]
     spans = [(e.time_range.start, e.time_range.end) for e in kernels]
     wall_us = max(wall_us, max(b for _, b in spans) - min(a for a, _ in spans))
-    shares: dict[str, float] = {}
-    for e in kernels:
-        shares[category(e.name)] = shares.get(category(e.name), 0.0) + (e.time_range.end - e.time_range.start) / wall_us
+    shares, by_name = defaultdict(float), defaultdict(float)  # share of the wall time; microseconds
+    for e, (a, b) in zip(kernels, spans):
+        shares[category(e.name)] += (b - a) / wall_us
+        by_name[e.name] += b - a
     shares["idle"] = 1 - covered_us(spans) / wall_us
-    longest: dict[str, float] = {}
-    for e in kernels:
-        longest[e.name] = longest.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e3 / steps
-    top = sorted(longest.items(), key=lambda kv: -kv[1])[:40]
-    return {"step_s": step_s, "shares": shares,
+    top = [(name, us / 1e3 / steps) for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:40]]
+    return {"step_s": step_s, "shares": dict(shares),
             "kernels": [{"name": n[:160], "category": category(n), "ms_per_step": ms} for n, ms in top]}
 
 
@@ -121,11 +119,8 @@ def loop_side(configs: Path, steps: int) -> dict:
 
 def run_side(side: str, configs: Path, run_dir: Path, steps: int) -> dict:
     """One side in a fresh process with a process group of one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     done = subprocess.run([sys.executable, __file__, "--side", side, "--configs", str(configs), "--run-dir", str(run_dir),
                            "--steps", str(steps)], env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode:
@@ -164,7 +159,7 @@ def main() -> None:
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("error: no GPU here: run bench/gpu_profile.py on a GPU node (or --cpu to check the bench itself)")
     shape = "smoke" if args.cpu else args.shape
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch() as tmp:
         tmp = Path(tmp)
         synthetic_chats(data := tmp / "chats.jsonl", rows=400 if args.cpu else 2000, max_words=SHAPES[shape][2] // 2)
         configs = render(tmp, shape, 1, 1000, data)

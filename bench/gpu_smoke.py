@@ -14,8 +14,8 @@
 7. bench/gpu_throughput.py (the longest part; options this script does not know, such as
    `--steps 12 --shapes llama_1b`, are passed to it);
 8. the newest families at their published layer widths (a few layers of Gemma 4 E4B, Qwen 3.5 4B and
-   Nemotron 3 Nano) through the trainer, their layers compiled, and flex attention at Gemma 4's 512-wide global heads against
-   fp32 attention;
+   Nemotron 3 Nano) through the trainer, their layers compiled, and flex attention at Gemma 4's
+   512-wide global heads against fp32 attention;
 9. GRPO with vLLM rollouts (a small Llama saved as transformers writes it): two steps through the
    trainer with batch invariance off and on (the weight sync's share of the step, vLLM's
    log-probabilities against the trainer's, what invariance costs the updates); an engine's memory

@@ -186,15 +186,16 @@ class GRPO(TrainingMethod):
         epoch_rows = self.args.train_batch_size / max(run.train_rows, 1)
         self.maker = ExperienceMaker(self.engine, self.rewards, run.tokenizer, epoch_rows,
                                      environments, self.options.on_tool_timeout)
-        size = None
+        judge_size = None  # the ledger files' name of this size, shared by its processes
         if self.judge_settings is not None:
-            size = [uuid.uuid4().hex[:8]]  # the processes of this size write files of one name
-            dist.broadcast_object_list(size, src=0)
+            shared = [uuid.uuid4().hex[:8]]
+            dist.broadcast_object_list(shared, src=0)
+            judge_size = shared[0]
             # the training ranks' judge: every verdict where they draw, an evaluation's beside rollout ranks
-            self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, size[0],
+            self.rewards.judge = Judge(self.judge_settings, run.rank, run.plan.dp_size, run.run_dir, judge_size,
                                        f"rank{run.rank}", audit=run.audit, checkpoint_uri=run.checkpoint_uri)
         if self.options.rollout_ranks_per_node:
-            self.rollout_ranks = self._rollout_ranks(model, run, epoch_rows, size and size[0])
+            self.rollout_ranks = self._rollout_ranks(model, run, epoch_rows, judge_size)
 
     def _rollout_ranks(self, model, run, epoch_rows: float, judge_size: str | None) -> RolloutRanks:
         """The node's rollout processes, sent the policies of the steps s ahead: the kept older ones

@@ -30,6 +30,7 @@ import queue
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -61,7 +62,7 @@ class RolloutJudge:
     judge's workers and rate limits: the job's rollout processes share them)."""
 
     settings: object  # training.contract.judge.JudgeSettings
-    run_dir: object  # pathlib.Path
+    run_dir: Path
     size: str
     node: int
     nodes: int
