@@ -98,7 +98,7 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096, max_st
                  rollout_ranks_per_node: int = 0) -> NewRecipe:
     """The recipe written (and the size it fits best); `max_steps_off_policy`: GRPO's rollout that many steps
     behind its policy (its kept policies count in the memory every size must fit); `rollout_ranks_per_node`:
-    that many of each node's GPUs only generate, with the trainer's sampler (the sizes fit with the others training)."""
+    that many of each node's GPUs only generate, each with an engine of its own (the sizes fit with the others training)."""
     if method not in METHODS:
         raise ConfigError(f"method={method!r} is not one of {', '.join(METHODS)}")
     grpo_only = {"max_steps_off_policy": max_steps_off_policy, "rollout_ranks_per_node": rollout_ranks_per_node}
@@ -106,8 +106,6 @@ def write_recipe(model: str, method: str, name: str, max_len: int = 4096, max_st
     for key, value in method_args.items():
         if not method.startswith("grpo"):
             raise ConfigError(f"--{key.replace('_', '-')}={value} is GRPO's: pick a grpo method or leave it out")
-    if rollout_ranks_per_node:  # the rollout ranks sample with the trainer's sampler (no vLLM engines of their own yet)
-        method_args["rollout_engine"] = "trainer"
     if name.count("/") != 1 or not all(part.replace("_", "").isalnum() for part in name.split("/")):
         raise ConfigError(f"name={name!r} must be <family>/<name> of letters, digits and _ (e.g. byo/my_model_sft)")
     dirs = user_dirs()

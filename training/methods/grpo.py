@@ -35,7 +35,7 @@ from training.methods.base import MethodStep, TrainingMethod, model_inputs, redu
 from training.model.lora import adapter_layers, reference_of
 from training.rl.algorithms import (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, correction_metrics, low_var_kl,
                                      rollout_correction_weights, token_sum)
-from training.rl.engines import agent_engine, rollout_engine, stop_token_ids
+from training.rl.engines import agent_engine, engine_files, rollout_engine, stop_token_ids
 from training.rl.evaluation import evaluation_metrics, evaluation_sums
 from training.rl.experience import Experience, ExperienceMaker
 from training.rl.judge import Judge, judge_metrics
@@ -203,9 +203,11 @@ class GRPO(TrainingMethod):
         size, where a judge scores."""
         per_node = dist.get_world_size() // run.nodes
         judge = None if judge_size is None else RolloutJudge(
-            self.judge_settings, run.run_dir, judge_size, run.rank // per_node, run.nodes, run.audit, run.checkpoint_uri)
+            self.judge_settings, judge_size, run.rank // per_node, run.nodes, run.audit, run.checkpoint_uri)
+        files = engine_files(model, run) if self.options.rollout_engine == "vllm" else None
         setup = RolloutSetup(run.model_config, run.model_source, self.options, self.args.seed, run.tokenizer,
-                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows, judge)
+                             run.template_kwargs, getattr(self, "prompt_tools", None), epoch_rows, run.run_dir, files,
+                             judge)
         ranks = RolloutRanks(self.rollout_processes, setup, self.options.max_steps_off_policy,
                              per_node, run.rank, run.step, run.max_steps - 1, run.prompts_at, self.params)
         first, step = True, run.step

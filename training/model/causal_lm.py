@@ -364,7 +364,7 @@ def plain_model(cfg: ModelConfig, source: str | None, device: torch.device) -> C
     if cfg.mixed_precision == "bf16":
         for p in model.parameters():
             p.data = p.data.to(torch.bfloat16)
-        model.compute_dtype = torch.bfloat16
+    model.compute_dtype = next(model.parameters()).dtype
     return model.requires_grad_(False).eval()
 
 

@@ -66,6 +66,21 @@ def agent_engine(sampler: RolloutEngine, tokenizer, template_kwargs: dict | None
 
 
 def vllm_engine(model, run, options, device, seed: int):
+    """A training process's vLLM engine (one per rank, in the trainer's world)."""
+    files = engine_files(model, run)
+    return _checked_vllm(model, options, device, seed, run.model_path or str(files), files, run.run_dir,
+                         run.compute_dtype, standalone=False)
+
+
+def rollout_process_vllm_engine(model, setup, device):
+    """A rollout process's standalone vLLM engine over its unsharded `model` (training.rl.rollout_ranks:
+    `setup` is its RolloutSetup, which names the engine files its training ranks wrote)."""
+    return _checked_vllm(model, setup.options, device, setup.seed, setup.source or str(setup.engine_files),
+                         setup.engine_files, setup.run_dir, model.compute_dtype, standalone=True)
+
+
+def _checked_vllm(model, options, device, seed: int, engine_model: str, files: Path, run_dir: Path, dtype,
+                  standalone: bool):
     from training.contract.vllm_builds import batch_invariance_refusal, installed
     from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
@@ -81,18 +96,16 @@ def vllm_engine(model, run, options, device, seed: int):
         if refusal := batch_invariance_refusal(layer_kinds(model.config)):
             raise ConfigError(f"{refusal} and unset VLLM_BATCH_INVARIANT")
         os.environ["VLLM_BATCH_INVARIANT"] = "1"
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(run.run_dir / "vllm_cache"))  # its compile cache, kept across restarts
-    files = engine_files(model, run)
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm_cache"))  # its compile cache, kept across restarts
     engine_options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
-    return VLLMRollout(model, run.model_path or str(files), str(files), engine_options, seed,
-                       o.max_prompt_length + o.max_new_tokens, lora=bool(adapter_layers(model)),
-                       device=device, dtype=run.compute_dtype)
+    return VLLMRollout(model, engine_model, str(files), engine_options, seed, o.max_prompt_length + o.max_new_tokens,
+                       lora=bool(adapter_layers(model)), device=device, dtype=dtype, standalone=standalone)
 
 
 def engine_files(model, run) -> Path:
-    """What vLLM builds its engine from beside the weights it is streamed: the run's tokenizer
-    and, for an inline architecture, the model's config; written on every node (the run's
-    directory may be a pod's own), by its first process."""
+    """What vLLM builds its engines from beside the weights they are streamed: the run's tokenizer
+    and, for an inline architecture, the model's config; written on every node (the run's directory
+    may be a pod's own), by its first process, before any engine of the node reads them."""
     from training.export import write_model_config
 
     name = hashlib.sha1(str(run.run_dir).encode()).hexdigest()[:12]

@@ -6,8 +6,9 @@ The schedule is the one of training.rl.policy_versions: the batch of the step ta
 drawn by the policy after max(0, t-s) steps. A rollout process keeps the policies it was sent (their
 trainable parameters: under LoRA the adapters) and draws each step's prompts, in step order, with the
 one the schedule names, so a completion is the one the training ranks would draw themselves (the
-trainer's sampler on an unsharded copy of the model: the same tokens, as training.rl.sampling seeds
-each completion by its coordinates). Its messages come in one queue, in order: the policy after t
+trainer's sampler on an unsharded copy of the model, or with `rollout_engine: vllm` a standalone vLLM
+engine kept awake and streamed each new policy from that copy: the same tokens, as each completion is
+seeded by its coordinates). Its messages come in one queue, in order: the policy after t
 steps is sent before the request of step t+s that needs it, so a rollout process never waits for a
 policy it was not yet sent.
 
@@ -38,6 +39,7 @@ import torch.distributed as dist
 from training.runtime.elastic import signal_mask_kept
 
 RESULT_POLL_S = 0.05  # how often a rank waiting for its batch checks its stop and its rollout processes
+END_TIMEOUT_S = 30  # for the rollout processes to end by themselves after the run's last checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,8 @@ class RolloutSetup:
     template_kwargs: dict | None
     prompt_tools: list[dict] | None
     epoch_rows: float
+    run_dir: Path
+    engine_files: Path | None  # vLLM's: the tokenizer and an inline architecture's config (training.rl.engines)
     judge: "RolloutJudge | None" = None
 
 
@@ -62,7 +66,6 @@ class RolloutJudge:
     judge's workers and rate limits: the job's rollout processes share them)."""
 
     settings: object  # training.contract.judge.JudgeSettings
-    run_dir: Path
     size: str
     node: int
     nodes: int
@@ -142,9 +145,16 @@ class RolloutRanks:
         return time.perf_counter() - started
 
     def checkpointed(self, step: int) -> None:
-        """The checkpoint of `step` is complete: the rollout processes prune their judge's ledger."""
+        """The checkpoint of `step` is complete: the rollout processes prune their judge's ledger. After
+        the schedule's last step (nothing is left to draw) they end once they have, so the run's ledger
+        ends as its last checkpoint leaves it."""
         for inbox in self.inboxes:
             inbox.put(("checkpointed", step))
+        if step > self.last_step:
+            for inbox in self.inboxes:
+                inbox.put(("end",))
+            for process in self.processes:
+                process.join(timeout=END_TIMEOUT_S)  # past it, close() kills what is left
 
     def request_through(self, step: int) -> None:
         """The node's prompts of every step up to `step` requested (steps in order; the first rank's)."""
@@ -189,14 +199,21 @@ def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> N
     """A rollout process's loop, until its training rank kills it: build from the setup it is sent, keep
     the policies sent, draw what is requested with the one it names (its reward process dies with it).
     `place`: this process's index among its node's rollout processes, and their count."""
+    from training.contract.errors import ConfigError
     from training.contract.rewards import RewardError
     from training.runtime.elastic import die_with_parent
 
     die_with_parent(parent)  # a training rank that dies, however, takes its rollout processes with it
+    if device.startswith("cuda"):  # this device alone, as the process's first: vLLM's executor takes that one
+        index = int(device.split(":")[1])
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+        device = "cuda:0"
     try:
         importlib.import_module("training.model.causal_lm")  # the heavy imports, while the trainer starts too
         _, setup = inbox.get()
         maker, model = rollout_maker(setup, torch.device(device), place)
+        policy_changed = getattr(maker.engine, "policy_changed", None)  # an engine that holds its own weights
         judge = maker.rewards.judge
         policies: dict[int, dict[str, torch.Tensor]] = {}
         loaded, idle_s, first_rank = None, 0.0, None
@@ -212,10 +229,15 @@ def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> N
                 if judge is not None:
                     judge.checkpointed(message[1], first=False)
                 continue
+            if message[0] == "end":  # the run's last checkpoint was pruned above: the judge's ledger closed
+                maker.rewards.close()
+                os._exit(0)  # no interpreter teardown of an engine and its helpers to wait for
             _, step, policy_step, rank, prompts, params = message
             if loaded != policy_step:
                 load_policy(model, policies[policy_step])
                 loaded = policy_step
+                if policy_changed is not None:
+                    policy_changed()
                 for older in [p for p in policies if p < policy_step]:
                     del policies[older]
             experience = maker.make(prompts, setup.options.num_generations, params, step, policy_step)
@@ -226,7 +248,7 @@ def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> N
                 experience.judge_costs["judge_ledger"] *= rank == first_rank
                 experience.judge_failure = judge.last_failure
             results.put(("experience", step, rank, experience))
-    except RewardError as e:  # method_args.judge.on_failure=stop, say: the run's one line
+    except (RewardError, ConfigError) as e:  # judge.on_failure=stop, vLLM missing, say: the run's one line
         results.put(("error", -1, -1, e))
     except Exception as e:  # noqa: BLE001 - reported to the training rank, which ends the run with it
         import traceback
@@ -249,14 +271,20 @@ def rollout_maker(setup: RolloutSetup, device: torch.device, place: tuple[int, i
     model = plain_model(setup.model_config, setup.source, device)
     rewards = RewardPool(o.rewards or DEFAULT_REWARDS, o.reward_weights, RewardOptions(o.answer_key, o.format_pattern),
                          o.reward_timeout)
+    index, count = place
     if (j := setup.judge) is not None:
         from training.rl.judge import Judge
 
-        index, count = place
         process = j.node * count + index  # among the job's rollout processes, which share the judge's limits
-        rewards.judge = Judge(j.settings, process, j.nodes * count, j.run_dir, j.size, f"rollout{process}",
+        rewards.judge = Judge(j.settings, process, j.nodes * count, setup.run_dir, j.size, f"rollout{process}",
                               audit=j.audit, checkpoint_uri=j.checkpoint_uri)
-    engine, environments = ShardedModelRollout(model, device, setup.seed), None
+    if o.rollout_engine == "vllm":
+        from training.rl.engines import rollout_process_vllm_engine
+
+        engine = rollout_process_vllm_engine(model, setup, device)
+    else:
+        engine = ShardedModelRollout(model, device, setup.seed)
+    environments = None
     if o.environment:
         from training.rl.engines import agent_engine
 

@@ -2,6 +2,9 @@
 (vLLM's `external_launcher`: the engine lives in the trainer's process and joins its torch.distributed
 world; `rollout_tensor_parallel_size` consecutive ranks of a node form one engine). On GPUs the engine
 sleeps while the policy trains; on CPU (vLLM's CPU build, training.contract.vllm_builds) it stays awake.
+A rollout process (`method_args.rollout_ranks_per_node`, training.rl.rollout_ranks) holds a standalone
+engine instead: a world of its own (vLLM's one-process executor), always awake, synced only when it is
+given another policy.
 
 The engine starts from the model's config with dummy weights (its files are never read twice). Each
 rollout streams the policy's weights into it through vLLM's own reload (`reload_weights`, which reruns
@@ -96,28 +99,43 @@ class VLLMRollout:
     is rebuilt (an in-place resize) or destroyed."""
 
     def __init__(self, model, engine_model: str, tokenizer: str, options: VLLMOptions, seed: int, max_model_len: int,
-                 lora: bool, device: torch.device, dtype: torch.dtype):
+                 lora: bool, device: torch.device, dtype: torch.dtype, standalone: bool = False):
+        """`standalone`: a rollout process's engine, in a world of its own, awake, its weights streamed
+        only after `policy_changed()`; else a training process's, whose weights change with every update."""
         self.model, self.options, self.seed, self.lora, self.device = model, options, seed, lora, device
+        self.standalone = standalone
         self.elements = merged_elements(model)  # what every weight stream must carry
-        tp = options.tensor_parallel_size
-        rank, world = dist.get_rank(), dist.get_world_size()
-        self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
-            if tp > 1 else None
+        tp = 1 if standalone else options.tensor_parallel_size
+        if standalone:  # vLLM's one-process executor forms its world of one on loopback
+            os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+            self.tp_group, engine_seed = None, 0
+        else:
+            rank, world = dist.get_rank(), dist.get_world_size()
+            self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
+                if tp > 1 else None
+            engine_seed = rank // tp
         allocator_settings_for_vllm()
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as external_launcher needs
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as either executor needs
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not a few INFO lines per step in the trainer's log
         with trainer_state_kept(), signal_mask_kept():
             from vllm import LLM
 
             logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(not_rotary)
             platform = engine_arguments(device.type, options.gpu_memory_utilization)
+            platform["enable_sleep_mode"] &= not standalone  # a rollout process's engine has its device to itself
             self.sleeps = platform["enable_sleep_mode"]  # asleep between rollouts, where the platform can sleep
             self.llm = LLM(model=engine_model, tokenizer=tokenizer, load_format="dummy", tensor_parallel_size=tp,
-                           distributed_executor_backend="external_launcher", max_num_seqs=options.max_num_seqs,
-                           max_model_len=max_model_len, seed=rank // tp, dtype=dtype, **platform)
+                           distributed_executor_backend="uni" if standalone else "external_launcher",
+                           max_num_seqs=options.max_num_seqs, max_model_len=max_model_len, seed=engine_seed,
+                           dtype=dtype, **platform)
         if self.sleeps:
             self.llm.sleep(level=2)  # weights dropped: each rollout streams them in anew
+        self.stale = True  # the engine's weights are not the policy's (dummy ones at first)
         self.sync_s = 0.0
+
+    def policy_changed(self) -> None:
+        """The model holds another policy now: the next rollout streams it in."""
+        self.stale = True
 
     def generate(self, groups, n, params, step, interrupted: Callable[[], bool] = never):
         mine = len(groups)
@@ -137,7 +155,9 @@ class VLLMRollout:
         from vllm.inputs import TokensPrompt
 
         started = time.perf_counter()
-        self._wake_with_new_weights()
+        if self.stale:
+            self._wake_with_new_weights()
+            self.stale = not self.standalone  # a training process's updates change the weights after every rollout
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.sync_s = time.perf_counter() - started
