@@ -578,7 +578,10 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
             ([f"+recipes.scale_config.n2.{key}=0", "recipes.elastic_policy.is_elastic=true"],
              f"{key} leaves another count of training processes per node at each size (1 nodes: 1, 2 nodes: 2, "
              f"3 nodes: 1): torchrun starts one count at every size; set it in the recipe, not per scale_config entry"),
-            ([f"{METHOD_ARG}rollout_engine=vllm"], "rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none")]:
+            ([f"{METHOD_ARG}rollout_engine=vllm"], "rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none"),
+            ([f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_tensor_parallel_size=2"],
+             "rollout_tensor_parallel_size=2 with rollout_ranks_per_node: each rollout process's engine runs on its "
+             "own GPU; set it to 1")]:
         code, out, err = launch("recipes=llama/tiny_llama_grpo_async", *overrides)
         assert code != 0 and err.count("\n") == 1 and said in err, (overrides, err)
     # The judge is asked by the rollout processes (2 nodes x 1), not the training ranks (2 x 2)

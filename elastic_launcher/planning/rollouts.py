@@ -53,6 +53,10 @@ def check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
     if options is None or options.rollout_engine != "vllm":
         return
     key = "training_config.training_args.method_args"
+    if options.rollout_ranks_per_node and options.rollout_tensor_parallel_size > 1:
+        raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} with "
+                          f"rollout_ranks_per_node: each rollout process's engine runs on its own GPU; set it to 1, "
+                          f"or rollout_ranks_per_node=0 (engines on the training ranks)")
     if nproc % options.rollout_tensor_parallel_size:
         raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
                           f"the {nproc} processes of a node: an engine's GPUs are within one node")
