@@ -594,6 +594,19 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
     assert "judge.max_workers=1 is below the 2 ranks of the largest size" in out
 
 
+def test_training_ranks_beside_rollout_processes_start_no_vllm_engine():
+    """rollout_engine=vllm with rollout_ranks_per_node: the rollout processes hold the engines; a training
+    process samples (its evaluations) with the trainer's own sampler and never starts vLLM (this
+    environment has none, which an engine of its own would refuse); without rollout processes it would."""
+    from training.methods.grpo import Args
+    from training.rl.engines import rollout_engine
+
+    beside = Args(rollout_engine="vllm", rollout_ranks_per_node=1)
+    assert isinstance(rollout_engine(None, None, beside, torch.device("cpu"), 0), ShardedModelRollout)
+    with pytest.raises(ConfigError, match="rollout_engine=vllm on cpu needs vLLM's cpu build"):
+        rollout_engine(None, SimpleNamespace(), Args(rollout_engine="vllm"), torch.device("cpu"), 0)
+
+
 def test_a_run_that_cannot_learn_is_told_so_once_per_cause_naming_the_key():
     """Flat groups (no advantage), completions cut at max_new_tokens, a runaway KL and a collapsing effective
     sample size, each once it has held for three steps in a row, each once, each naming what to change."""

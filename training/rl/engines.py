@@ -43,8 +43,10 @@ def generation_eos_ids(config, model_path: str | None) -> list[int]:
 
 
 def rollout_engine(model, run, options, device, seed: int) -> RolloutEngine:
-    """The sampler `options.rollout_engine` names, over the trainer's `model`."""
-    if options.rollout_engine == "vllm":
+    """A training process's sampler over the trainer's `model`: the one `options.rollout_engine` names;
+    beside rollout processes (`rollout_ranks_per_node`), which draw every batch, the trainer's own, for
+    evaluations only (a vLLM engine there would take the GPU the updates have to themselves)."""
+    if options.rollout_engine == "vllm" and not options.rollout_ranks_per_node:
         return vllm_engine(model, run, options, device, seed)
     return ShardedModelRollout(model, device, seed)
 
@@ -67,22 +69,24 @@ def agent_engine(sampler: RolloutEngine, tokenizer, template_kwargs: dict | None
 
 def vllm_engine(model, run, options, device, seed: int):
     """A training process's vLLM engine (one per rank, in the trainer's world)."""
+    check_vllm(model, options, device)
     files = engine_files(model, run)
-    return _checked_vllm(model, options, device, seed, run.model_path or str(files), files, run.run_dir,
-                         run.compute_dtype, standalone=False)
+    return _vllm(model, options, device, seed, run.model_path or str(files), files, run.run_dir, run.compute_dtype,
+                 standalone=False)
 
 
 def rollout_process_vllm_engine(model, setup, device):
     """A rollout process's standalone vLLM engine over its unsharded `model` (training.rl.rollout_ranks:
     `setup` is its RolloutSetup, which names the engine files its training ranks wrote)."""
-    return _checked_vllm(model, setup.options, device, setup.seed, setup.source or str(setup.engine_files),
-                         setup.engine_files, setup.run_dir, model.compute_dtype, standalone=True)
+    check_vllm(model, setup.options, device)
+    return _vllm(model, setup.options, device, setup.seed, setup.source or str(setup.engine_files),
+                 setup.engine_files, setup.run_dir, model.compute_dtype, standalone=True)
 
 
-def _checked_vllm(model, options, device, seed: int, engine_model: str, files: Path, run_dir: Path, dtype,
-                  standalone: bool):
+def check_vllm(model, options, device) -> None:
+    """vLLM's build for this device is installed; batch invariance, where asked for, is possible for
+    the model (and set for the engine)."""
     from training.contract.vllm_builds import batch_invariance_refusal, installed
-    from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
     build = installed()
     if build is None or build[0].device != device.type:
@@ -91,11 +95,16 @@ def _checked_vllm(model, options, device, seed: int, engine_model: str, files: P
             if device.type == "cpu" else "build the image from the repository's Dockerfile"
         raise ConfigError(f"{KEY}.rollout_engine=vllm on {device.type} needs vLLM's {device.type} build "
                           f"and this environment has {have}: {how}, or set rollout_engine=trainer")
-    o = options
-    if o.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
+    if options.rollout_batch_invariant or os.environ.get("VLLM_BATCH_INVARIANT") == "1":
         if refusal := batch_invariance_refusal(layer_kinds(model.config)):
             raise ConfigError(f"{refusal} and unset VLLM_BATCH_INVARIANT")
         os.environ["VLLM_BATCH_INVARIANT"] = "1"
+
+
+def _vllm(model, options, device, seed: int, engine_model: str, files: Path, run_dir: Path, dtype, standalone: bool):
+    from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
+
+    o = options
     os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm_cache"))  # its compile cache, kept across restarts
     engine_options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
     return VLLMRollout(model, engine_model, str(files), engine_options, seed, o.max_prompt_length + o.max_new_tokens,

@@ -271,10 +271,10 @@ def rollout_maker(setup: RolloutSetup, device: torch.device, place: tuple[int, i
     model = plain_model(setup.model_config, setup.source, device)
     rewards = RewardPool(o.rewards or DEFAULT_REWARDS, o.reward_weights, RewardOptions(o.answer_key, o.format_pattern),
                          o.reward_timeout)
-    index, count = place
     if (j := setup.judge) is not None:
         from training.rl.judge import Judge
 
+        index, count = place
         process = j.node * count + index  # among the job's rollout processes, which share the judge's limits
         rewards.judge = Judge(j.settings, process, j.nodes * count, setup.run_dir, j.size, f"rollout{process}",
                               audit=j.audit, checkpoint_uri=j.checkpoint_uri)

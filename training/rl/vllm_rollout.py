@@ -105,12 +105,11 @@ class VLLMRollout:
         self.model, self.options, self.seed, self.lora, self.device = model, options, seed, lora, device
         self.standalone = standalone
         self.elements = merged_elements(model)  # what every weight stream must carry
-        tp = 1 if standalone else options.tensor_parallel_size
         if standalone:  # vLLM's one-process executor forms its world of one on loopback
             os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-            self.tp_group, engine_seed = None, 0
+            tp, engine_seed, self.tp_group = 1, 0, None
         else:
-            rank, world = dist.get_rank(), dist.get_world_size()
+            tp, rank, world = options.tensor_parallel_size, dist.get_rank(), dist.get_world_size()
             self.tp_group = dist.new_subgroups_by_enumeration([list(range(r, r + tp)) for r in range(0, world, tp)])[0] \
                 if tp > 1 else None
             engine_seed = rank // tp
