@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +26,17 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: part of the full suite only (python -m pytest --full)")
+    # One vLLM and one inductor cache for the session, as a developer's machine keeps them: each fresh
+    # run directory would otherwise inspect the model anew and compile vLLM's sampler ops cold in every
+    # process (~10 CPU-seconds each here). Keyed by content, so no run reads another's by mistake; a
+    # run's own directories (the trainer's defaults) are what restarts use on a cluster. Made by the
+    # controller before xdist starts its workers, which inherit the variables.
+    if not hasattr(config, "workerinput") and "ELASTIC_TEST_CACHES" not in os.environ:
+        caches = tempfile.mkdtemp(prefix="elastic-launcher-test-caches-")
+        os.environ.update(ELASTIC_TEST_CACHES=caches)
+        os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(caches, "vllm"))
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(caches, "inductor"))
+        config.add_cleanup(lambda: shutil.rmtree(caches, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -276,12 +276,14 @@ def test_resize_in_place_2_3_2_3_1_under_the_real_agent(in_place_job, fixed_run)
     wait_for(lambda: not own_processes(work / "pods"), timeout=30)
 
 
-def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(in_place_job, fixed_run):
+def test_a_rank_that_never_reaches_the_barrier_falls_back_to_a_process_restart(tmp_path, image_python, fixed_run):
     """In place, pod 1's worker hangs (SIGSTOP) while training at 2 nodes: at /stop neither worker can
     reach the barrier (pod 0's waits for pod 1's in a collective), so after the in-process timeout each
     agent restarts its workers, which resume from the newest complete checkpoint. Nothing is lost: the
-    steps since that checkpoint are done again, and the run equals a fixed-size one."""
-    work, container, python = in_place_job
+    steps since that checkpoint are done again, and the run equals a fixed-size one. The timeout (the
+    graceful one) is 30 s, half the other in-place job's: this test waits it out."""
+    work, python = tmp_path, image_python
+    container = dry_run(work, "recipes.elastic_policy.in_place=true", "recipes.elastic_policy.graceful_shutdown_timeout=30")
     run_dir = work / "run"
     operator = AgentOperator(container, work / "pods", Path(python).parent, cwd=ROOT)
     try:

@@ -105,7 +105,10 @@ def _vllm(model, options, device, seed: int, engine_model: str, files: Path, run
     from training.rl.vllm_rollout import VLLMOptions, VLLMRollout
 
     o = options
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm_cache"))  # its compile cache, kept across restarts
+    # On the run's volume, kept across restarts: vLLM's cache (its model inspection, its compiled graphs), and
+    # inductor's, where vLLM compiles its sampler's log-probability ops on every process's first draw.
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(run_dir / "vllm_cache"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(run_dir / "inductor_cache"))
     engine_options = VLLMOptions(o.rollout_tensor_parallel_size, o.rollout_gpu_memory_utilization, o.rollout_max_num_seqs)
     return VLLMRollout(model, engine_model, str(files), engine_options, seed, o.max_prompt_length + o.max_new_tokens,
                        lora=bool(adapter_layers(model)), device=device, dtype=dtype, standalone=standalone)
