@@ -500,6 +500,31 @@ def test_vllms_start_leaves_the_trainers_random_state_and_compile_caches_as_they
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/run/inductor_cache" and "TRITON_CACHE_DIR" not in os.environ
 
 
+def test_vllms_caches_live_in_the_run_directory_unless_the_user_names_others(monkeypatch, tmp_path):
+    """vLLM's cache (its model inspection) and inductor's (vLLM compiles its sampler's log-probability
+    ops on every process's first draw) go to the run's directory, which a restart after a resize finds
+    again; caches the user named stay theirs."""
+    from training.rl import engines, vllm_rollout
+
+    monkeypatch.setattr(vllm_rollout, "VLLMRollout", lambda *args, **kwargs: "engine")
+    options = SimpleNamespace(rollout_tensor_parallel_size=1, rollout_gpu_memory_utilization=0.6,
+                              rollout_max_num_seqs=8, max_prompt_length=8, max_new_tokens=8)
+
+    def start_in(run_dir):
+        return engines._vllm(torch.nn.Linear(2, 2), options, torch.device("cpu"), 0, "model", tmp_path / "files",
+                             run_dir, torch.float32, standalone=False)
+
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert start_in(tmp_path / "run") == "engine"
+    assert os.environ["VLLM_CACHE_ROOT"] == str(tmp_path / "run" / "vllm_cache")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "run" / "inductor_cache")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/shared/vllm")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared/inductor")
+    start_in(tmp_path / "other")
+    assert (os.environ["VLLM_CACHE_ROOT"], os.environ["TORCHINDUCTOR_CACHE_DIR"]) == ("/shared/vllm", "/shared/inductor")
+
+
 def test_vllms_sleep_pool_sees_the_pods_allocator_settings_under_the_name_it_reads(monkeypatch):
     """The pods set PYTORCH_ALLOC_CONF; vLLM's sleep-mode pool reads PYTORCH_CUDA_ALLOC_CONF only, to
     turn expandable segments off around its allocations. One the user set is left alone."""
