@@ -69,10 +69,7 @@ def build(path: Path, steps: list[list[str]]) -> None:
     shutil.rmtree(path, ignore_errors=True)
     venv.create(path, with_pip=True)
     for step in steps:  # pip's own arguments: ["install", ...] or ["uninstall", "-y", ...]
-        # No bytecode compiled at install (a third of torch's install time, here): the modules a test
-        # imports compile on first use, the thousands it never imports never do.
-        quick = ["--no-compile"] if step[0] == "install" else []
-        subprocess.run([str(path / "bin" / "python"), "-m", "pip", *step, *quick, "--quiet", "--disable-pip-version-check"],
+        subprocess.run([str(path / "bin" / "python"), "-m", "pip", *step, "--quiet", "--disable-pip-version-check"],
                        check=True, stdout=sys.stderr)
     (path / READY).write_text("\n".join(" ".join(step) for step in steps) + "\n")
 
