@@ -31,9 +31,8 @@ def pytest_configure(config):
     # process (~10 CPU-seconds each here). Keyed by content, so no run reads another's by mistake; a
     # run's own directories (the trainer's defaults) are what restarts use on a cluster. Made by the
     # controller before xdist starts its workers, which inherit the variables.
-    if not hasattr(config, "workerinput") and "ELASTIC_TEST_CACHES" not in os.environ:
+    if not hasattr(config, "workerinput"):
         caches = tempfile.mkdtemp(prefix="elastic-launcher-test-caches-")
-        os.environ.update(ELASTIC_TEST_CACHES=caches)
         os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(caches, "vllm"))
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(caches, "inductor"))
         config.add_cleanup(lambda: shutil.rmtree(caches, ignore_errors=True))
