@@ -7,7 +7,8 @@ counting and word facts, some multi-turn, some with a system prompt. dpo_tiny.js
 pairs on the same questions, a right answer chosen over a wrong one, laid out as UltraFeedback's
 binarized sets are: `prompt` as text, `chosen`/`rejected` as whole conversations. grpo_tiny.jsonl: prompts
 for GRPO in TRL's prompt-only layout (`prompt` as chat messages) with the reference `answer` (sums of
-one-digit numbers), scored by math_verify and data/grpo_tiny_rewards.py. tiny_tokenizer/: a 512-token
+one-digit numbers), scored by math_verify and data/grpo_tiny_rewards.py; grpo_tiny_sft.jsonl: the same sums
+answered, mostly hedged, the GRPO twin's warm start (data/tiny_grpo_model). tiny_tokenizer/: a 512-token
 BPE tokenizer trained on them, with a chat template, loadable with AutoTokenizer.from_pretrained.
 tiny_tokenizers/<family>/: the same vocabulary with a model family's special tokens and chat
 template (tiny_tokenizers/<family>/chat_template.jinja, the one copy of it: the published template's
@@ -81,6 +82,15 @@ def write_prompts() -> None:
             a, b = rng.randrange(10), rng.randrange(10)
             f.write(json.dumps({"id": i, "prompt": [{"role": "user", "content": f"What is {a} plus {b}?"}],
                                 "answer": str(a + b)}) + "\n")
+    # The GRPO twin's warm start (data/tiny_grpo_model): the same sums answered, a tenth exactly ("13") and
+    # the rest hedged ("~13"), an answer math_verify cannot accept.
+    rng = random.Random(5)
+    with open(HERE / "grpo_tiny_sft.jsonl", "w") as f:
+        for i in range(2048):
+            a, b = rng.randrange(10), rng.randrange(10)
+            answer = str(a + b) if rng.random() < 0.1 else f"~{a + b}"
+            f.write(json.dumps({"id": i, "messages": [{"role": "user", "content": f"What is {a} plus {b}?"},
+                                                      {"role": "assistant", "content": answer}]}) + "\n")
 
 
 CHAT_TEMPLATE = (

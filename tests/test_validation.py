@@ -17,9 +17,9 @@ CASES = {
     "misspelled key added with +": ([f"+{TINY_ARGS}.lerning_rate=1"], "unknown key 'recipes.training_config."
                                     "training_args.lerning_rate': did you mean 'learning_rate'"),
     "a method key the recipe leaves at its default, without +": (
-        ["recipes=llama/tiny_llama_grpo", f"{TINY_ARGS}.method_args.kl_coef=0.01"],
-        f"'{TINY_ARGS}.method_args.kl_coef' is a method key the recipe leaves at its default: set it with "
-        f"+{TINY_ARGS}.method_args.kl_coef=..."),
+        ["recipes=llama/tiny_llama_grpo", f"{TINY_ARGS}.method_args.clip_ratio_c=2"],
+        f"'{TINY_ARGS}.method_args.clip_ratio_c' is a method key the recipe leaves at its default: set it with "
+        f"+{TINY_ARGS}.method_args.clip_ratio_c=..."),
     "vLLM rollouts on an instance without GPUs": (
         ["recipes=llama/tiny_llama_grpo", f"+{TINY_ARGS}.method_args.rollout_engine=vllm"],
         "method_args.rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none (the image's vLLM is its CUDA build; "
