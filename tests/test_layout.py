@@ -136,6 +136,16 @@ METHOD = WeightedSFT
 '''
 
 
+def test_a_methods_keys_imported_from_the_contract_are_that_class_itself():
+    """GRPO imports its `Args` from a torch-free module of training.contract: the launcher takes that
+    class as it is, defaults and checks included, not a copy rebuilt from source."""
+    from training.contract.grpo_args import Args
+    from training.contract.methods import method_facts
+
+    assert method_facts("grpo").args is Args
+    assert method_facts("grpo").build_args({"loss_fn": "cispo"}).loss_fn == "cispo"
+
+
 def test_a_new_method_is_one_new_module(tmp_path):
     """A copy of the project with one file added (training/methods/weighted_sft.py) plans, validates
     and trains the new method locally: its keys are checked, its line is printed, and its loss is

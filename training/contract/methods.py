@@ -11,7 +11,9 @@ states, at its top level, the facts that do not need torch:
     class Args:                  # its own keys, set as training_args.method_args.<key>
         beta: float = ranged(0.1, gt=0)
 These are read from the module's source (the module itself imports torch): literal values, and an
-`Args` dataclass whose defaults use only `ranged` and `one_of` (training.contract.typed).
+`Args` dataclass whose defaults use only `ranged` and `one_of` (training.contract.typed). A method may
+instead import its `Args` from a torch-free module of training.contract, as GRPO does
+(training.contract.grpo_args): ordinary code, imported here as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,9 @@ def method_facts(name: str) -> MethodFacts:
                 facts[key] = ast.literal_eval(node.value)
         elif isinstance(node, ast.ClassDef) and node.name == "Args":
             facts["args"] = _args_class(node, name)
+        elif (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("training.contract.")
+              and any(alias.name == "Args" for alias in node.names)):
+            facts["args"] = importlib.import_module(node.module).Args
     return MethodFacts(name, **facts)
 
 
