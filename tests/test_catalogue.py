@@ -22,7 +22,8 @@ from elastic_launcher.planning.memory import FIT_SHARE, Allowance, ModelShape
 from elastic_launcher.planning.plan import fallback_estimate, make_plan, scale_config_key
 from elastic_launcher.planning.rollouts import rollout_phases
 from training.contract.errors import ConfigError
-from training.contract.methods import correction_level, sampling_options
+from training.contract.grpo_args import correction_level
+from training.contract.methods import sampling_options
 
 pytestmark = pytest.mark.slow  # composes and plans every recipe of the catalogue: the full suite only
 FALLBACK_BAND = (0.7, 1.35)  # a guide: it may understate a traced peak by 30% or overstate it by 35%

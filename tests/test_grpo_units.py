@@ -1124,7 +1124,8 @@ def test_evaluation_draws_a_group_per_prompt_and_logs_pass_at_each_k():
     over them and pass@k per k of eval_pass_k, from the sums every rank adds up."""
     from types import SimpleNamespace
 
-    from training.contract.methods import check_sampling_options, method_facts
+    from training.contract.grpo_args import check_sampling_options
+    from training.contract.methods import method_facts
     from training.methods.grpo import GRPO
     from training.rl.algorithms import pass_at_k
 

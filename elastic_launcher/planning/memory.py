@@ -32,7 +32,8 @@ from pathlib import Path
 
 from elastic_launcher.config.user_recipes import read_traces, trace_files
 from training.contract.families import EXPERT_COUNT_KEYS
-from training.contract.methods import completion_budget, correction_level, method_facts, sampling_options
+from training.contract.grpo_args import completion_budget, correction_level
+from training.contract.methods import method_facts, sampling_options
 
 GIB = 2**30
 TRACE_FORMAT = 3  # bumped when the trainer's step changes what it holds: every kept trace is then stale

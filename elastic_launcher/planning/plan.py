@@ -20,7 +20,8 @@ from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, deep_merge, get_path
 from training.contract.errors import ConfigError
 from training.contract.families import family_refusal
-from training.contract.methods import completion_budget, method_facts, sampling_options
+from training.contract.grpo_args import completion_budget
+from training.contract.methods import method_facts, sampling_options
 from training.contract.typed import build
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -12,7 +12,8 @@ from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, 
                                               ModelShape)
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME, describe, judge_settings
-from training.contract.methods import completion_budget, correction_level, sampling_options
+from training.contract.grpo_args import completion_budget, correction_level
+from training.contract.methods import sampling_options
 from training.contract.vllm_builds import batch_invariance_refusal
 
 

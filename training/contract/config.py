@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from training.contract.errors import ConfigError
-from training.contract.methods import check_sampling_options, method_facts, method_names
+from training.contract.grpo_args import check_sampling_options
+from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
 from training.contract.data_formats import FORMATS, PROMPT_FORMATS
 

@@ -1,10 +1,13 @@
-"""GRPO's keys (training_args.method_args, with verl's defaults), torch-free: the launcher checks them
-at every size and the dry run prints them without importing the method (training/methods/grpo.py)."""
+"""GRPO's keys (training_args.method_args, with verl's defaults) and what follows from them, torch-free:
+the launcher checks them at every size and the dry run prints them without importing the method
+(training/methods/grpo.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from training.contract.errors import ConfigError
+from training.contract.methods import ARGS_KEY
 from training.contract.typed import one_of, ranged
 
 
@@ -74,3 +77,28 @@ class Args:  # training_args.method_args, with verl's defaults
     max_concurrency: int = ranged(32, ge=1)  # tool calls at once on a rank
     on_tool_timeout: str = one_of("drop", "zero", "score")  # a timed-out trajectory's reward: left out, 0, or scored
     tool_max_failed_steps: int = ranged(3, ge=1)  # steps in a row whose every tool call raised or timed out: then stop
+
+
+def completion_budget(options) -> int:
+    """A completion's most tokens under GRPO's `method_args`: one answer (max_new_tokens), or an
+    agent's every turn and tool reply (max_total_tokens; unset, max_turns answers)."""
+    if not getattr(options, "environment", None):
+        return options.max_new_tokens
+    return options.max_total_tokens or options.max_new_tokens * options.max_turns
+
+
+def correction_level(options) -> str:
+    """GRPO's rollout correction as it runs: `auto` is per token where the rollout runs behind, else none."""
+    if options.rollout_correction != "auto":
+        return options.rollout_correction
+    return "token" if options.max_steps_off_policy else "none"
+
+
+def check_sampling_options(train_batch_size: int, options) -> None:
+    """GRPO's keys that only make sense together: checked by the launcher at every size, by the trainer at its start."""
+    if train_batch_size % options.mini_batches:
+        raise ConfigError(f"{ARGS_KEY}.mini_batches={options.mini_batches} does not divide train_batch_size="
+                          f"{train_batch_size} (prompts per step): each update takes an equal share of the step's prompts")
+    if options.eval_pass_k and (max(options.eval_pass_k) > options.eval_group_size or min(options.eval_pass_k) < 1):
+        raise ConfigError(f"{ARGS_KEY}.eval_pass_k={options.eval_pass_k} needs k from 1 to eval_group_size="
+                          f"{options.eval_group_size}: raise eval_group_size to {max(options.eval_pass_k)} or drop the larger k")

@@ -88,31 +88,6 @@ def _args_class(node: ast.ClassDef, method: str) -> type:
     return dataclasses.make_dataclass("Args", fields)
 
 
-def completion_budget(options) -> int:
-    """A completion's most tokens under GRPO's `method_args`: one answer (max_new_tokens), or an
-    agent's every turn and tool reply (max_total_tokens; unset, max_turns answers)."""
-    if not getattr(options, "environment", None):
-        return options.max_new_tokens
-    return options.max_total_tokens or options.max_new_tokens * options.max_turns
-
-
-def correction_level(options) -> str:
-    """GRPO's rollout correction as it runs: `auto` is per token where the rollout runs behind, else none."""
-    if options.rollout_correction != "auto":
-        return options.rollout_correction
-    return "token" if options.max_steps_off_policy else "none"
-
-
-def check_sampling_options(train_batch_size: int, options) -> None:
-    """GRPO's keys that only make sense together: checked by the launcher at every size, by the trainer at its start."""
-    if train_batch_size % options.mini_batches:
-        raise ConfigError(f"{ARGS_KEY}.mini_batches={options.mini_batches} does not divide train_batch_size="
-                          f"{train_batch_size} (prompts per step): each update takes an equal share of the step's prompts")
-    if options.eval_pass_k and (max(options.eval_pass_k) > options.eval_group_size or min(options.eval_pass_k) < 1):
-        raise ConfigError(f"{ARGS_KEY}.eval_pass_k={options.eval_pass_k} needs k from 1 to eval_group_size="
-                          f"{options.eval_group_size}: raise eval_group_size to {max(options.eval_pass_k)} or drop the larger k")
-
-
 def sampling_options(tc):
     """The keys of a method that samples completions of prompts (GRPO's `method_args`), else None."""
     method = method_facts(tc.training_args.trainer_type)

@@ -25,10 +25,9 @@ import torch.distributed as dist
 from training.batches import IGNORE_INDEX, BatchShape
 from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
-from training.contract.grpo_args import Args
+from training.contract.grpo_args import Args, completion_budget, correction_level
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
-from training.contract.methods import completion_budget, correction_level
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
 from training.methods.base import MethodStep, TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of

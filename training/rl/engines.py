@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from training.contract.environments import KEY as ENVIRONMENT_KEY
 from training.contract.errors import ConfigError
-from training.contract.methods import completion_budget
+from training.contract.grpo_args import completion_budget
 from training.chat_tokens import turn_end_token
 from training.model.lora import adapter_layers
 from training.model.structure import layer_kinds
