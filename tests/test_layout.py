@@ -3,7 +3,9 @@ training package never reaches up into the launcher."""
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from conftest import ROOT
 
 PACKAGES = ("elastic_launcher", "training")
@@ -136,14 +138,24 @@ METHOD = WeightedSFT
 '''
 
 
-def test_a_methods_keys_imported_from_the_contract_are_that_class_itself():
-    """GRPO imports its `Args` from a torch-free module of training.contract: the launcher takes that
-    class as it is, defaults and checks included, not a copy rebuilt from source."""
-    from training.contract.grpo_args import Args
-    from training.contract.methods import method_facts
+@pytest.mark.parametrize("name", ["sft", "dpo", "grpo"])
+def test_a_methods_facts_and_keys_are_its_contract_modules_own(name):
+    """The project's methods keep their facts and `Args` in a torch-free module of training.contract
+    that the method imports too: the launcher takes that class as it is, defaults and checks included,
+    not a copy rebuilt from source."""
+    import importlib
 
-    assert method_facts("grpo").args is Args
-    assert method_facts("grpo").build_args({"loss_fn": "cispo"}).loss_fn == "cispo"
+    from training.contract.methods import method_facts
+    from training.methods import load_method
+
+    contract = importlib.import_module(f"training.contract.{name}_args")
+    assert method_facts(name).args is contract.Args
+    assert method_facts(name).data_format == contract.DATA_FORMAT == importlib.import_module(
+        f"training.methods.{name}").METHOD.data_format
+    if name == "grpo":
+        assert method_facts(name).build_args({"loss_fn": "cispo"}).loss_fn == "cispo"
+    args = SimpleNamespace(trainer_type=name, method_args={})
+    assert isinstance(load_method(args, "cpu").options, contract.Args)
 
 
 def test_a_new_method_is_one_new_module(tmp_path):
@@ -169,6 +181,11 @@ def test_a_new_method_is_one_new_module(tmp_path):
     refused = launch("bad", weighted[0], "+recipes.training_config.training_args.method_args.wieght=2")
     assert refused.returncode == 2 and "method_args.wieght': did you mean 'weight'?" in refused.stderr
     assert "method: WEIGHTED_SFT (weight 2)" in launch("plan", *weighted, action="dry_run").stdout
+    # a module that does not import is the run's one line, naming the module and its error
+    (copy / "training" / "methods" / "broken_sft.py").write_text("import not_a_module\n")
+    broken = launch("broken", "recipes.training_config.training_args.trainer_type=broken_sft", action="dry_run")
+    assert broken.returncode == 2 and broken.stderr.count("\n") == 1, broken.stderr
+    assert "methods/broken_sft.py does not import (ModuleNotFoundError: No module named 'not_a_module')" in broken.stderr
     for run, overrides in (("weighted", weighted), ("sft", [])):
         out = launch(run, *overrides)
         assert out.returncode == 0, out.stderr[-2000:]

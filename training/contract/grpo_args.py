@@ -1,4 +1,4 @@
-"""GRPO's keys (training_args.method_args, with verl's defaults) and what follows from them, torch-free:
+"""GRPO's facts and keys (training_args.method_args, with verl's defaults) and what follows from them, torch-free:
 the launcher checks them at every size and the dry run prints them without importing the method
 (training/methods/grpo.py)."""
 
@@ -9,6 +9,14 @@ from dataclasses import dataclass
 from training.contract.errors import ConfigError
 from training.contract.methods import ARGS_KEY
 from training.contract.typed import one_of, ranged
+
+SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
+PACKING = False  # each completion is scored as a sequence of its own
+DATA_FORMAT = "prompts"
+# What a resized run must reproduce step by step (beside the completions, compared exactly): the loss
+# sits near zero by construction (advantages are centred per group), the policy's entropy over the
+# completions follows its weights.
+COMPARED_METRIC = "entropy"
 
 
 @dataclass

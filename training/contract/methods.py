@@ -1,36 +1,45 @@
-"""What the launcher and the config need to know of a training method, read without importing it.
+"""What the launcher and the config need to know of a training method, read without importing torch.
 
-A method is one module of training/methods (its name is `training_args.trainer_type`). Its module
-states, at its top level, the facts that do not need torch:
+A method is one module of training/methods (its name is `training_args.trainer_type`). Its facts and
+keys are ordinary code at the top of a module:
     SEQUENCES_PER_SAMPLE = 2     # sequences the model runs per training sample (DPO: chosen + rejected)
     PACKING = False              # whether several samples may share a row (datasets.packing)
     DATA_FORMAT = "pairs"        # the rows it reads: chat (SFT's formats), pairs, prompts (GRPO)
     COMPARED_METRIC = "loss"     # the step metric a resized run must reproduce (a rehearsal's MATCHED)
     FUSED_LOSS = False           # trains through the model's fused head and loss (SFT): the plan counts its gradients
     @dataclass
-    class Args:                  # its own keys, set as training_args.method_args.<key>
+    class Args:                  # its own keys, set as training_args.method_args
         beta: float = ranged(0.1, gt=0)
-These are read from the module's source (the module itself imports torch): literal values, and an
-`Args` dataclass whose defaults use only `ranged` and `one_of` (training.contract.typed). A method may
-instead import its `Args` from a torch-free module of training.contract, as GRPO does
-(training.contract.grpo_args): ordinary code, imported here as it is.
+The project's methods keep them in a torch-free module of the contract, `training/contract/<name>_args.py`,
+imported here as it is. A method written as one module keeps them in that module, which imports torch:
+a process without torch (the launcher) imports it in a child process and takes back its facts and its
+keys' schema (names, types, defaults, bounds and choices).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import importlib
+import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from training.contract.errors import ConfigError
-from training.contract.typed import build, one_of, ranged
+from training.contract.typed import build
 
-METHODS_DIR = Path(__file__).resolve().parent.parent / "methods"
+CONTRACT_DIR = Path(__file__).resolve().parent
+METHODS_DIR = CONTRACT_DIR.parent / "methods"
 ARGS_KEY = "training_config.training_args.method_args"  # where a method's own keys are set
+FACT_NAMES = {"SEQUENCES_PER_SAMPLE": "sequences_per_sample", "PACKING": "packing", "DATA_FORMAT": "data_format",
+              "COMPARED_METRIC": "compared_metric", "FUSED_LOSS": "fused_loss"}
+
+
+@dataclass
+class NoArgs:  # a method without keys of its own
+    pass
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class MethodFacts:
     data_format: str = "chat"
     compared_metric: str = "loss"
     fused_loss: bool = False  # trains through the model's fused head and loss (its gradients held to backward)
-    args: type = field(default=dataclasses.make_dataclass("Args", []))  # its keys' schema
+    args: type = NoArgs  # its keys' schema
 
     def build_args(self, values: dict | None, path: str = ARGS_KEY):
         """The method's arguments from the config's `method_args`, typed and checked (a one-line
@@ -56,36 +65,48 @@ def method_names() -> tuple[str, ...]:
 
 @functools.cache
 def method_facts(name: str) -> MethodFacts:
-    path = METHODS_DIR / f"{name}.py"
-    if not path.exists():
+    if not (METHODS_DIR / f"{name}.py").exists():
         raise ConfigError(f"training_args.trainer_type={name!r} is not a module of training/methods "
                           f"(one of {', '.join(method_names())})")
-    facts: dict[str, Any] = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            key = {"SEQUENCES_PER_SAMPLE": "sequences_per_sample", "PACKING": "packing",
-                   "DATA_FORMAT": "data_format", "COMPARED_METRIC": "compared_metric",
-                   "FUSED_LOSS": "fused_loss"}.get(node.targets[0].id)
-            if key:
-                facts[key] = ast.literal_eval(node.value)
-        elif isinstance(node, ast.ClassDef) and node.name == "Args":
-            facts["args"] = _args_class(node, name)
-        elif (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("training.contract.")
-              and any(alias.name == "Args" for alias in node.names)):
-            facts["args"] = importlib.import_module(node.module).Args
-    return MethodFacts(name, **facts)
+    if (CONTRACT_DIR / f"{name}_args.py").exists():
+        return facts_of(name, importlib.import_module(f"training.contract.{name}_args"))
+    if "torch" in sys.modules:  # a trainer's process: the method's module imports as it will run
+        return facts_of(name, importlib.import_module(f"training.methods.{name}"))
+    return _facts_from_child(name)
 
 
-def _args_class(node: ast.ClassDef, method: str) -> type:
-    """The `Args` dataclass rebuilt from its source: field names, types and defaults."""
-    fields = []
-    for item in node.body:
-        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-            default = eval(compile(ast.Expression(item.value), f"training/methods/{method}.py", "eval"),  # noqa: S307
-                           {"ranged": ranged, "one_of": one_of}) if item.value else dataclasses.MISSING
-            spec = default if isinstance(default, dataclasses.Field) else field(default=default)
-            fields.append((item.target.id, ast.unparse(item.annotation), spec))
-    return dataclasses.make_dataclass("Args", fields)
+def facts_of(name: str, module) -> MethodFacts:
+    """A method's facts as `module` states them (the defaults where it states none)."""
+    stated = {key: getattr(module, constant) for constant, key in FACT_NAMES.items() if hasattr(module, constant)}
+    return MethodFacts(name, **stated, args=getattr(module, "Args", NoArgs))
+
+
+def facts_as_json(facts: MethodFacts) -> str:
+    """`facts` for another process: its keys' schema as each field's name, type, default and checks."""
+    args = [{"name": f.name, "type": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
+             "default": f.default, "metadata": dict(f.metadata)} for f in dataclasses.fields(facts.args)]
+    return json.dumps({**{k: v for k, v in dataclasses.asdict(facts).items() if k != "args"}, "args": args})
+
+
+def facts_from_json(text: str) -> MethodFacts:
+    stated = json.loads(text)
+    fields = [(a["name"], a["type"], field(default=a["default"], metadata=a["metadata"])) for a in stated.pop("args")]
+    return MethodFacts(**stated, args=dataclasses.make_dataclass("Args", fields))
+
+
+def _facts_from_child(name: str) -> MethodFacts:
+    """The facts of a method written as one module, which imports torch: read by a child process that
+    imports it, so that this one stays free of torch."""
+    read = ("import importlib, sys\n"
+            "from training.contract.methods import facts_as_json, facts_of\n"
+            "print(facts_as_json(facts_of(sys.argv[1], importlib.import_module('training.methods.' + sys.argv[1]))))")
+    out = subprocess.run([sys.executable, "-c", read, name], cwd=CONTRACT_DIR.parent.parent, capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode:
+        last = (out.stderr.strip().splitlines() or ["no error printed"])[-1]
+        raise ConfigError(f"training_args.trainer_type={name!r}: training/methods/{name}.py does not import ({last}); "
+                          f"fix the module, or run `python -c 'import training.methods.{name}'` to see the whole error")
+    return facts_from_json(out.stdout.strip().splitlines()[-1])
 
 
 def sampling_options(tc):

@@ -5,8 +5,8 @@ the loss and its gradient over a step's micro-batches, the metrics of a step and
 and any frozen model it compares against. The trainer owns the rest (data order, sharding,
 optimizer, LR schedule, checkpoints, export). A new method is one module here: METHOD (a
 `TrainingMethod` subclass), its `Args` dataclass (its keys, set as training_args.method_args) and
-the facts the launcher reads without importing it (SEQUENCES_PER_SAMPLE, PACKING:
-training.contract.methods). Nothing else names a method.
+its facts (SEQUENCES_PER_SAMPLE, PACKING, ...: training.contract.methods), which the project's own
+methods keep torch-free in training/contract/<name>_args.py. Nothing else names a method.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ def load_method(args, device, micro_batch: int | None = None, max_len: int | Non
     """The method `args.trainer_type` names, set up with the run's TrainingArgs, its own arguments
     (training_args.method_args, as its module's `Args`), the device and, where given, the shape of
     its micro-batches: `micro_batch` samples of at most `max_len` tokens (training.batches.BatchShape)."""
-    from training.contract.methods import ARGS_KEY
-    from training.contract.typed import build
+    from training.contract.methods import method_facts
 
     module = importlib.import_module(f"{__name__}.{args.trainer_type}")
-    options = build(module.Args, dict(args.method_args), ARGS_KEY)
+    options = method_facts(args.trainer_type).build_args(args.method_args)
     method = module.METHOD(args, options, device)
     if micro_batch is not None:
         from training.batches import BatchShape

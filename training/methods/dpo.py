@@ -20,20 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from training.batches import IGNORE_INDEX, collate_pairs
-from training.contract.typed import one_of, ranged
+from training.contract.dpo_args import DATA_FORMAT, SEQUENCES_PER_SAMPLE, Args
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
 from training.model.lora import adapter_layers, reference_of
 from training.runtime.named_sums import added
-
-SEQUENCES_PER_SAMPLE = 2  # chosen and rejected
-PACKING = False  # pairs are compared sequence by sequence
-DATA_FORMAT = "pairs"
-
-
-@dataclass
-class Args:  # training_args.method_args
-    beta: float = ranged(0.1, gt=0)  # strength of the pull towards the reference model
-    loss_type: str = one_of("sigmoid", "hinge", "ipo")  # the loss on the reward margin
 
 
 @dataclass
@@ -74,6 +64,7 @@ def reward_stats(sums: dict[str, float], pairs: float) -> dict:
 
 
 class DPO(TrainingMethod):
+    options: Args  # its keys, torch-free for the launcher (training.contract.dpo_args)
     data_format = DATA_FORMAT
     rows_per_sample = SEQUENCES_PER_SAMPLE
     reference_forwards = 1

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from training.batches import IGNORE_INDEX, BatchShape
 from training.contract.environments import AGENT_ON_VLLM
 from training.contract.errors import ConfigError
-from training.contract.grpo_args import Args, completion_budget, correction_level
+from training.contract.grpo_args import DATA_FORMAT, Args, completion_budget, correction_level
 from training.contract.judge import NAME as JUDGE
 from training.contract.judge import judge_settings
 from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, metric_names
@@ -45,15 +45,6 @@ from training.rl.sampling import SamplingParams
 from training.rl.update_batches import largest_micro_batch, micro_batch, update_chunks
 from training.runtime.named_sums import added
 from training.runtime.topology import Topology
-
-SEQUENCES_PER_SAMPLE = 1  # a prompt; its completions are counted by num_generations
-PACKING = False  # each completion is scored as a sequence of its own
-DATA_FORMAT = "prompts"
-# What a resized run must reproduce step by step (beside the completions, compared exactly): the loss
-# sits near zero by construction (advantages are centred per group), the policy's entropy over the
-# completions follows its weights.
-COMPARED_METRIC = "entropy"
-
 
 class GRPO(TrainingMethod):
     options: Args  # its keys, torch-free for the launcher (training.contract.grpo_args)

@@ -3,22 +3,11 @@ averaged over the label tokens of the whole global batch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from training.batches import collate
+from training.contract.sft_args import DATA_FORMAT
 from training.methods.base import TrainingMethod, model_inputs, reducing_on_the_last
-
-SEQUENCES_PER_SAMPLE = 1
-PACKING = True  # samples may share a row: each keeps its own attention and labels
-DATA_FORMAT = "chat"
-FUSED_LOSS = True  # the loss fused with the LM head (training.model.loss): the plan counts what it holds
-
-
-@dataclass
-class Args:  # training_args.method_args: SFT has none
-    pass
 
 
 class SFT(TrainingMethod):
