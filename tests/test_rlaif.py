@@ -14,7 +14,8 @@ from collections import Counter
 
 import pytest
 
-from conftest import ROOT, completion_rewards, killed_if_left, local_job, records, render_configs, running, wait_for
+from conftest import (ROOT, completion_rewards, killed_if_left, local_job, records, render_configs, running, train,
+                      wait_for)
 from elastic_launcher.local.run import child_pids
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -88,25 +89,34 @@ def test_rollout_processes_ask_the_judge_once_per_completion_and_score_as_the_tr
     """method_args.rollout_ranks_per_node = 1 beside one training rank per node, one step behind: the
     rollout processes ask the judge, each completion once and none for a step past the schedule, into
     ledger files of their own; every completion and reward is the run's where the training ranks draw
-    and ask (the same s), and each step's record carries the judge's account."""
+    and ask (the same s), and each step's record carries the judge's account. The run with rollout
+    processes stops after step 1 while their calls for step 2, drawn ahead, are on their way (each verdict
+    takes 0.5 s): the calls finish into the ledger before the processes exit, so the restart, which draws
+    step 2 again, asks none of them again."""
     method = "recipes.training_config.training_args.method_args"
-    runs = {}
+    runs, split = {}, tmp_path / "run1"
     with JudgeServer() as server:
-        for k in (0, 1):
-            asked_before = len(server.requests)
-            done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
-                                   f"{method}.judge.base_url={server.url}/v1", f"+{method}.max_steps_off_policy=1",
-                                   f"+{method}.rollout_ranks_per_node={k}", f"recipes.trainer.nproc_per_node={1 + k}",
-                                   "recipes.training_config.training_args.max_steps=3",
-                                   f"local.run_dir={tmp_path / f'run{k}'}", f"output_dir={tmp_path / f'out{k}'}"],
-                                  cwd=ROOT, capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-            runs[k] = [r["text"] for r in server.requests[asked_before:] if EXAMPLE_COMPLETION not in r["text"]]
-    split = tmp_path / "run1"
+        overrides = [f"{method}.judge.base_url={server.url}/v1", f"+{method}.max_steps_off_policy=1",
+                     "recipes.training_config.training_args.max_steps=3"]
+        done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
+                               *overrides, f"+{method}.rollout_ranks_per_node=0", "recipes.trainer.nproc_per_node=1",
+                               f"local.run_dir={tmp_path / 'run0'}", f"output_dir={tmp_path / 'out0'}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        runs[0] = [r["text"] for r in server.requests if EXAMPLE_COMPLETION not in r["text"]]
+        configs = render_configs(tmp_path / "out1", *overrides, f"+{method}.rollout_ranks_per_node=1",
+                                 "recipes.trainer.nproc_per_node=2", recipe=RECIPE)
+        server.faults.extend([Fault(delay=0.5)] * 1000)
+        asked_before = len(server.requests)
+        train(configs, split, nodes=2, stop_at_step=1, timeout=300)
+        train(configs, split, nodes=2, timeout=300)
+        runs[1] = [r["text"] for r in server.requests[asked_before:]]
+    assert [r["step"] for r in records(split) if r.get("event") == "resume"] == [1]
     assert completion_rewards(split) == completion_rewards(tmp_path / "run0") and len(completion_rewards(split)) == 3
     steps = [r for r in records(split) if "reward" in r]
     assert [r["judge_calls"] + r["judge_cached"] for r in steps] == [32] * 3 and all(r["judge_s"] > 0 for r in steps)
-    assert len(runs[1]) == len(set(runs[1])) == sum(r["judge_calls"] for r in steps)  # none past step 3, none twice
+    assert len(runs[1]) == len(set(runs[1])) == len(runs[0])  # none past step 3, none twice
+    assert sum(r["judge_calls"] for r in steps) < len(runs[1])  # step 2's, asked before the stop, came from the ledger
     assert {p.name.split("-", 1)[1] for p in (split / "judge_ledger").glob("*.jsonl")} == \
         {"rank0.jsonl", "rank1.jsonl", "rollout0.jsonl", "rollout1.jsonl"}
 

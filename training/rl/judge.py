@@ -20,6 +20,7 @@ elastic run's: the same completions get the same verdicts, failed ones too, each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -239,9 +240,10 @@ class Judge:
         # The first call goes alone: credentials that are refused cost one call, not a step's worth.
         self.first_call, self.first_answered = True, threading.Event()
         self.queue: queue.Queue = queue.Queue()
-        self.workers = workers
-        for _ in range(workers):  # daemon threads: a rank that ends takes its calls with it
-            threading.Thread(target=self._work, daemon=True, name="judge").start()
+        self.threads = [threading.Thread(target=self._work, daemon=True, name="judge")  # a rank that ends
+                        for _ in range(workers)]                                          # takes its calls with it
+        for thread in self.threads:
+            thread.start()
 
     # --- asking ---
     def submit(self, prompts: list, completions: list[str], columns: dict[str, list], reference, step: int) -> Future:
@@ -362,8 +364,22 @@ class Judge:
         self.ledger.prune(step, first)
 
     def close(self) -> None:
-        for _ in range(self.workers):  # each worker ends after the calls queued before it
+        for _ in self.threads:  # each worker ends after the calls queued before it
             self.queue.put(None)
+        self.ledger.close()
+
+    def drain(self, timeout: float) -> None:
+        """End at a stop: the calls on their way finish (up to `timeout` seconds) and their verdicts
+        reach the ledger, where the restart that draws the same completions finds them; the calls
+        still queued are not asked."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.queue.get_nowait()
+        for _ in self.threads:
+            self.queue.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.ledger.close()
 
 

@@ -20,7 +20,9 @@ drawn by (as with k = 0), so a restart, at any size and with any k, starts new r
 sends them those policies, and draws again what was in flight. An LLM judge among the rewards is asked
 by the rollout processes (each its share of the judge's limits), whose verdicts go to the run's ledger
 in files of their own beside the training ranks': a restart reads them all, and each checkpoint
-prunes them too (training.rl.judge.Ledger). The judge's account of an experience travels with it."""
+prunes them too (training.rl.judge.Ledger). At a stop a rollout process lets its judge's calls on their
+way finish into the ledger before it exits, so the restart, drawing those completions again, asks none
+of them again. The judge's account of an experience travels with it."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import dataclasses
 import importlib
 import os
 import queue
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -40,6 +43,10 @@ from training.runtime.elastic import signal_mask_kept
 
 RESULT_POLL_S = 0.05  # how often a rank waiting for its batch checks its stop and its rollout processes
 END_TIMEOUT_S = 30  # for the rollout processes to end by themselves after the run's last checkpoint
+# At a stop, for a rollout process's judge calls on their way to finish: their verdicts reach the ledger, and
+# the restart, which draws the same completions, does not ask again (after a SIGKILL it does)
+DRAIN_TIMEOUT_S = 10
+STOP_POLL_S = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,23 +89,32 @@ class Spawned:
     processes: list
     inboxes: list
     results: object
+    # set at close: each process drains its judge's calls and exits (a flag in shared memory: a
+    # multiprocessing Event's set() waits for every waiter to wake, and one that has exited never does)
+    stopping: object
 
     @classmethod
     def start(cls, count: int, training_ranks_per_node: int, on_gpu: bool) -> "Spawned":
         context = torch.multiprocessing.get_context("spawn")
-        spawned = cls([], [], context.Queue())
+        spawned = cls([], [], context.Queue(), context.RawValue("b", 0))
         with signal_mask_kept():
             for i in range(count):
                 inbox = context.Queue()
                 device = f"cuda:{training_ranks_per_node + i}" if on_gpu else "cpu"  # the node's last devices
-                process = context.Process(target=serve, args=(device, (i, count), inbox, spawned.results, os.getpid()))
+                process = context.Process(target=serve, args=(device, (i, count), inbox, spawned.results,
+                                                              spawned.stopping, os.getpid()))
                 process.start()
                 spawned.processes.append(process)
                 spawned.inboxes.append(inbox)
         return spawned
 
     def close(self) -> None:
-        """The rollout processes ended at once: what they drew ahead is drawn again after a restart."""
+        """The rollout processes ended: each lets its judge's calls on their way finish, then exits; what
+        they drew ahead is drawn again after a restart."""
+        self.stopping.value = 1
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S + 5
+        for process in self.processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
         for process in self.processes:
             process.kill()
             process.join(timeout=10)
@@ -195,10 +211,10 @@ class RolloutRanks:
 
 
 # --- in a rollout process ---
-def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> None:
-    """A rollout process's loop, until its training rank kills it: build from the setup it is sent, keep
-    the policies sent, draw what is requested with the one it names (its reward process dies with it).
-    `place`: this process's index among its node's rollout processes, and their count."""
+def serve(device: str, place: tuple[int, int], inbox, results, stopping, parent: int) -> None:
+    """A rollout process's loop, until its training rank sets `stopping` (or dies): build from the setup it
+    is sent, keep the policies sent, draw what is requested with the one it names (its reward process dies
+    with it). `place`: this process's index among its node's rollout processes, and their count."""
     from training.contract.errors import ConfigError
     from training.contract.rewards import RewardError
     from training.runtime.elastic import die_with_parent
@@ -209,12 +225,15 @@ def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> N
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
         device = "cuda:0"
+    built = []  # the judge, once built: a stop drains its calls
+    threading.Thread(target=exit_when_set, args=(stopping, built), daemon=True, name="stopping").start()
     try:
         importlib.import_module("training.model.causal_lm")  # the heavy imports, while the trainer starts too
         _, setup = inbox.get()
         maker, model = rollout_maker(setup, torch.device(device), place)
         policy_changed = getattr(maker.engine, "policy_changed", None)  # an engine that holds its own weights
         judge = maker.rewards.judge
+        built.append(judge)
         policies: dict[int, dict[str, torch.Tensor]] = {}
         loaded, idle_s, first_rank = None, 0.0, None
         while True:
@@ -255,6 +274,16 @@ def serve(device: str, place: tuple[int, int], inbox, results, parent: int) -> N
 
         traceback.print_exc()
         results.put(("error", -1, -1, f"a rollout process failed: {type(e).__name__}: {e}"))
+
+
+def exit_when_set(stopping, built: list) -> None:
+    """A rollout process's end at its training rank's close, whatever its main thread is doing: the judge's
+    calls on their way finish into the ledger first."""
+    while not stopping.value:
+        time.sleep(STOP_POLL_S)
+    if built and built[0] is not None:
+        built[0].drain(DRAIN_TIMEOUT_S)
+    os._exit(0)
 
 
 def rollout_maker(setup: RolloutSetup, device: torch.device, place: tuple[int, int] = (0, 1)):
