@@ -46,6 +46,7 @@ from training.rl.update_batches import largest_micro_batch, micro_batch, update_
 from training.runtime.named_sums import added
 from training.runtime.topology import Topology
 
+
 class GRPO(TrainingMethod):
     options: Args  # its keys, torch-free for the launcher (training.contract.grpo_args)
     data_format = DATA_FORMAT

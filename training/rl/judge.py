@@ -363,24 +363,23 @@ class Judge:
     def checkpointed(self, step: int, first: bool) -> None:
         self.ledger.prune(step, first)
 
-    def close(self) -> None:
-        for _ in self.threads:  # each worker ends after the calls queued before it
-            self.queue.put(None)
-        self.ledger.close()
-
-    def drain(self, timeout: float) -> None:
-        """End at a stop: the calls on their way finish (up to `timeout` seconds) and their verdicts
-        reach the ledger, where the restart that draws the same completions finds them; the calls
-        still queued are not asked."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self.queue.get_nowait()
+    def close(self, timeout: float = 0.0) -> None:
+        """Each worker ends after the calls queued before it; `timeout`: seconds to wait for them, so
+        that their verdicts reach the ledger before it closes."""
         for _ in self.threads:
             self.queue.put(None)
         deadline = time.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.ledger.close()
+
+    def drain(self, timeout: float) -> None:
+        """End at a stop: the calls on their way finish (up to `timeout` seconds) into the ledger, where
+        the restart that draws the same completions finds them; the calls still queued are not asked."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.queue.get_nowait()
+        self.close(timeout)
 
 
 def _all(futures: list[Future]) -> Future:
