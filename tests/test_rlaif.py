@@ -103,18 +103,17 @@ def test_rollout_processes_ask_the_judge_once_per_completion_and_score_as_the_tr
     processes stops after step 1 while their calls for step 2, drawn ahead, are on their way (each verdict
     takes 0.5 s): the calls finish into the ledger before the processes exit, so the restart, which draws
     step 2 again, asks none of them again."""
-    method = METHOD
     runs, split = {}, tmp_path / "run1"
     with JudgeServer() as server:
-        overrides = [f"{method}.judge.base_url={server.url}/v1", f"+{method}.max_steps_off_policy=1",
+        overrides = [f"{METHOD}.judge.base_url={server.url}/v1", f"+{METHOD}.max_steps_off_policy=1",
                      "recipes.training_config.training_args.max_steps=3"]
         done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}", "action=local",
-                               *overrides, f"+{method}.rollout_ranks_per_node=0", "recipes.trainer.nproc_per_node=1",
+                               *overrides, f"+{METHOD}.rollout_ranks_per_node=0", "recipes.trainer.nproc_per_node=1",
                                f"local.run_dir={tmp_path / 'run0'}", f"output_dir={tmp_path / 'out0'}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         runs[0] = [r["text"] for r in server.requests if EXAMPLE_COMPLETION not in r["text"]]
-        configs = render_configs(tmp_path / "out1", *overrides, f"+{method}.rollout_ranks_per_node=1",
+        configs = render_configs(tmp_path / "out1", *overrides, f"+{METHOD}.rollout_ranks_per_node=1",
                                  "recipes.trainer.nproc_per_node=2", recipe=RECIPE)
         server.faults.extend([Fault(delay=0.5)] * 1000)
         asked_before = len(server.requests)

@@ -84,13 +84,15 @@ def facts_of(name: str, module) -> MethodFacts:
 def facts_as_json(facts: MethodFacts) -> str:
     """`facts` for another process: its keys' schema as each field's name, type, default and checks."""
     args = [{"name": f.name, "type": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-             "default": f.default, "metadata": dict(f.metadata)} for f in dataclasses.fields(facts.args)]
+             "metadata": dict(f.metadata), **({} if f.default is dataclasses.MISSING else {"default": f.default})}
+            for f in dataclasses.fields(facts.args)]  # a key without a default must be set
     return json.dumps({**{k: v for k, v in dataclasses.asdict(facts).items() if k != "args"}, "args": args})
 
 
 def facts_from_json(text: str) -> MethodFacts:
     stated = json.loads(text)
-    fields = [(a["name"], a["type"], field(default=a["default"], metadata=a["metadata"])) for a in stated.pop("args")]
+    fields = [(a["name"], a["type"], field(default=a.get("default", dataclasses.MISSING), metadata=a["metadata"]))
+              for a in stated.pop("args")]
     return MethodFacts(**stated, args=dataclasses.make_dataclass("Args", fields))
 
 
