@@ -110,6 +110,25 @@ def test_the_trace_example_in_the_settings_is_accepted():
     assert [(e.step, e.nodes) for e in events] == [(0, 2), (6, 3)]
 
 
+def test_a_failed_reference_run_is_reported_by_its_own_failure_not_the_rehearsals(tmp_path):
+    """The rehearsal and its reference share one log: the reference's failure is read from where it
+    started, the trainer's own error first, else the failed worker's exit as torchrun reports it."""
+    from elastic_launcher.local.rehearse import failure_line
+
+    log = tmp_path / "torchrun.log"
+    log.write_text("error: reward function x raised on sample 3\n")  # the elastic run's, already handled
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write('{"step": 2, "loss": 0.1}\nRoot Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n'
+                "  exitcode  : -11 (pid: 4242)\n  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 4242\n")
+    assert failure_line(log, start) == ("exitcode  : -11 (pid: 4242), error_file: <N/A>, "
+                                        "traceback : Signal 11 (SIGSEGV) received by PID 4242")
+    with open(log, "a") as f:
+        f.write("error: the judge refused the credentials\n")
+    assert failure_line(log, start) == "the judge refused the credentials"
+    assert failure_line(log, log.stat().st_size) == "it wrote nothing"
+
+
 def test_the_simulator_predicts_the_rehearsal_from_its_own_measurements(rehearsal, tmp_path):
     """Fed with the rehearsal's measured steps/s per size and resize costs, the simulator (the same
     operator decisions, virtual time) predicts its wall time and the steps committed at each size within 10%."""

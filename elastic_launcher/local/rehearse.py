@@ -41,9 +41,11 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
     """The same steps at the rehearsal's first size, never interrupted: what the resizes must match."""
     nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
     print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
+    rehearsal.log.flush()
+    log_start = rehearsal.log_path.stat().st_size  # the reference's own lines follow
     with interrupts_deferred():
         rehearsal.proc = reference.start(nodes, log=rehearsal.log)
-    deadline, shown = time.time() + timeout, 0
+    deadline, shown, step = time.time() + timeout, 0, 0
     while rehearsal.proc.poll() is None and time.time() < deadline:
         step = max((r["step"] for r in read_records(reference.run_dir) if "loss" in r), default=0)
         if step >= shown + 5 or (step and not shown):
@@ -54,8 +56,26 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
     if code is None:
         stop_job(rehearsal.proc, grace=0)
     rehearsal.proc = None
+    if code is None:
+        raise LauncherError(f"the fixed-size reference run was still at step {step} of {rehearsal.max_steps} after "
+                            f"local.timeout={timeout:g}s and was killed: raise local.timeout (log: "
+                            f"{rehearsal.log_path})")
     if code != 0:
-        raise LauncherError(f"the fixed-size reference run failed or timed out: see {rehearsal.log.name}")
+        raise LauncherError(f"the fixed-size reference run exited with {code} after step {step}: "
+                            f"{failure_line(rehearsal.log_path, log_start)} (full log: {rehearsal.log_path})")
+
+
+def failure_line(log_path: Path, start: int) -> str:
+    """What a failed run said of its failure, from byte `start` of its log on: the trainer's own
+    one-line error, else torchrun's account of the first worker that failed."""
+    with open(log_path, "rb") as log:
+        log.seek(start)
+        lines = log.read().decode(errors="replace").splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    if errors:
+        return errors[0][len("error: "):]
+    exits = [line.strip() for line in lines if line.strip().startswith(("exitcode", "error_file", "traceback"))]
+    return ", ".join(exits[:3]) or (lines[-1].strip() if lines else "it wrote nothing")
 
 
 def run(job: Job) -> int:
