@@ -619,6 +619,63 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
     assert "judge.max_workers=1 is below the 2 ranks of the largest size" in out
 
 
+def _take_policies(address, announcements, results, go, steps):
+    """A rollout process's end of the policy channel: its main thread busy until `go` (the sender must
+    not wait for it), then each policy asked for in step order."""
+    from training.rl.policy_channel import PolicyReceiver
+
+    receiver = PolicyReceiver(address, 1, torch.device("cpu"), announcements)
+    go.wait()
+    with receiver.arrived:  # its thread took each policy as it came
+        receiver.arrived.wait_for(lambda: len(receiver.policies) == 3, timeout=60)
+    for step in steps:
+        got = {name: (t.dtype, t.tolist()) for name, t in receiver.policy(step).items()}
+        results.put((step, got, sorted(receiver.policies)))
+
+
+def test_new_policies_reach_a_rollout_process_over_its_channel_exactly_and_in_order_without_the_sender_waiting():
+    """The node's first training rank sends each new policy over a process group of its own with its
+    rollout processes (gloo on CPU; NCCL on GPUs): sends return while the rollout process is busy
+    (broadcasts queued, their tensors the sender's own copies), the rollout process gets every tensor
+    bit for bit in every dtype, and drops the older policies once it draws with a newer one. A rollout
+    process that dies before the group forms is named, not waited for."""
+    from training.rl.policy_channel import PolicySender
+
+    context = torch.multiprocessing.get_context("spawn")
+    sender = PolicySender(1, on_gpu=False)
+    announcements, results, go = context.Queue(), context.Queue(), context.Event()
+    process = context.Process(target=_take_policies, args=(sender.address, announcements, results, go, [0, 2]))
+    process.start()
+    try:
+        sender.wait_formed(lambda: None)
+        generator = torch.Generator().manual_seed(0)
+        sent = {step: {"w": torch.randn(3, 5, generator=generator),
+                       "lora_B": torch.randn(7, generator=generator).to(torch.bfloat16)} for step in range(3)}
+        for step, weights in sent.items():
+            announcements.put((step, sender.send(weights)))
+        go.set()  # the sends returned while the rollout process was busy
+        for step, held in [(0, [0, 1, 2]), (2, [2])]:  # every policy taken as it came; the older dropped on use
+            got_step, got, kept = results.get(timeout=60)
+            assert (got_step, kept) == (step, held)
+            assert got == {n: (t.dtype, t.tolist()) for n, t in sent[step].items()}
+        process.join(timeout=30)
+    finally:
+        process.kill()
+        sender.close()
+
+    stillborn = PolicySender(1, on_gpu=False)
+    dead = context.Process(target=os._exit, args=(3,))
+    dead.start()
+    dead.join()
+
+    def alive():
+        if not dead.is_alive():
+            raise RuntimeError(f"a rollout process exited with code {dead.exitcode}")
+
+    with pytest.raises(RuntimeError, match="exited with code 3"):
+        stillborn.wait_formed(alive)
+
+
 def test_training_ranks_beside_rollout_processes_start_no_vllm_engine():
     """rollout_engine=vllm with rollout_ranks_per_node: the rollout processes hold the engines; a training
     process samples (its evaluations) with the trainer's own sampler and never starts vLLM (this

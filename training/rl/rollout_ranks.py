@@ -8,12 +8,12 @@ trainable parameters: under LoRA the adapters) and draws each step's prompts, in
 one the schedule names, so a completion is the one the training ranks would draw themselves (the
 trainer's sampler on an unsharded copy of the model, or with `rollout_engine: vllm` a standalone vLLM
 engine kept awake and streamed each new policy from that copy: the same tokens, as each completion is
-seeded by its coordinates). Its messages come in one queue, in order: the policy after t
-steps is sent before the request of step t+s that needs it, so a rollout process never waits for a
-policy it was not yet sent.
+seeded by its coordinates). The policy after t steps is sent before the request of step t+s that
+needs it, so a rollout process never waits for a policy it was not yet sent.
 
 Before each step every training rank gathers the policy (FSDP's all-gathers, all ranks at once) and the
-node's first sends it on through the host's shared memory; the node's ranks' prompts of the step s
+node's first sends it on over a process group of its own with its rollout processes (NCCL on GPUs, gloo
+on CPU: training.rl.policy_channel), without waiting for them; the node's ranks' prompts of the step s
 ahead are requested, and the step's experience is handed from the node's first rank to the others.
 Nothing of a rollout process is checkpointed: the trainer keeps the policies the next rollouts are
 drawn by (as with k = 0), so a restart, at any size and with any k, starts new rollout processes,
@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from training.rl.policy_channel import PolicyReceiver, PolicySender
 from training.runtime.elastic import signal_mask_kept
 
 RESULT_POLL_S = 0.05  # how often a rank waiting for its batch checks its stop and its rollout processes
@@ -84,28 +85,33 @@ class RolloutJudge:
 @dataclasses.dataclass
 class Spawned:
     """A node's rollout processes, started by its first training rank as soon as its method is built (their
-    imports overlap the trainer's own start), each with its inbox; one queue brings their results."""
+    imports overlap the trainer's own start), each with its inbox and the announcements of its policies;
+    one queue brings their results."""
 
     processes: list
     inboxes: list
+    announcements: list
     results: object
     # set at close: each process drains its judge's calls and exits (a flag in shared memory: a
     # multiprocessing Event's set() waits for every waiter to wake, and one that has exited never does)
     stopping: object
+    channel: PolicySender  # the policies' way to them
 
     @classmethod
     def start(cls, count: int, training_ranks_per_node: int, on_gpu: bool) -> "Spawned":
         context = torch.multiprocessing.get_context("spawn")
-        spawned = cls([], [], context.Queue(), context.RawValue("b", 0))
+        spawned = cls([], [], [], context.Queue(), context.RawValue("b", 0), PolicySender(count, on_gpu))
         with signal_mask_kept():
             for i in range(count):
-                inbox = context.Queue()
+                inbox, announcements = context.Queue(), context.Queue()
                 device = f"cuda:{training_ranks_per_node + i}" if on_gpu else "cpu"  # the node's last devices
-                process = context.Process(target=serve, args=(device, (i, count), inbox, spawned.results,
+                process = context.Process(target=serve, args=(device, (i, count), inbox, announcements,
+                                                              spawned.channel.address, spawned.results,
                                                               spawned.stopping, os.getpid()))
                 process.start()
                 spawned.processes.append(process)
                 spawned.inboxes.append(inbox)
+                spawned.announcements.append(announcements)
         return spawned
 
     def close(self) -> None:
@@ -118,7 +124,8 @@ class Spawned:
         for process in self.processes:
             process.kill()
             process.join(timeout=10)
-        for channel in [*self.inboxes, self.results]:
+        self.channel.close()
+        for channel in [*self.inboxes, *self.announcements, self.results]:
             channel.cancel_join_thread()  # never wait to flush a message no one will read
             channel.close()
 
@@ -138,7 +145,8 @@ class RolloutRanks:
         self.requested = first_step - 1  # the last step whose prompts were sent
         self.sent_policy: int | None = None
         self.processes, self.inboxes = (spawned.processes, spawned.inboxes) if self.owner else ([], [])
-        self.results = spawned.results if self.owner else None
+        self.results, self.channel = (spawned.results, spawned.channel) if self.owner else (None, None)
+        self.announcements = spawned.announcements if self.owner else []
         for inbox in self.inboxes:
             inbox.put(("setup", setup))
         self.pending: dict[int, dict[int, object]] = defaultdict(dict)  # step -> rank -> its experience
@@ -153,10 +161,13 @@ class RolloutRanks:
         for name, p in model.named_parameters():
             if everything or p.requires_grad:
                 full = p.full_tensor() if hasattr(p, "full_tensor") else p  # a collective: every rank
-                if self.owner:
-                    weights[name] = full.detach().to("cpu", copy=True)  # its own memory: the queue shares it
-        for inbox in self.inboxes:  # the node's first rank's
-            inbox.put(("policy", policy_step, weights))
+                if self.owner:  # a copy of its own (a replicated DTensor's is the parameter): the send is not waited for
+                    weights[name] = full.detach().clone()
+        if self.owner:
+            self.channel.wait_formed(self.alive)
+            announced = self.channel.send(weights)
+            for announcements in self.announcements:
+                announcements.put((policy_step, announced))
         self.sent_policy = policy_step
         return time.perf_counter() - started
 
@@ -195,14 +206,18 @@ class RolloutRanks:
                                  src=self.first, group=self.group)
         return handed[0]
 
+    def alive(self) -> None:
+        """Raises when one of the node's rollout processes has died."""
+        dead = [p for p in self.processes if not p.is_alive()]
+        if dead:
+            raise RuntimeError(f"a rollout process of training rank {self.rank} exited with code "
+                               f"{dead[0].exitcode}: its log lines are above; the restart draws its work again")
+
     def _receive(self) -> None:
         try:
             kind, step, rank, payload = self.results.get(timeout=RESULT_POLL_S)
         except queue.Empty:
-            dead = [p for p in self.processes if not p.is_alive()]
-            if dead:
-                raise RuntimeError(f"a rollout process of training rank {self.rank} exited with code "
-                                   f"{dead[0].exitcode}: its log lines are above; the restart draws its work again")
+            self.alive()
             return
         if kind == "error":  # a reward's own error (RewardError: one line) as raised, any other described
             raise payload if isinstance(payload, Exception) else RuntimeError(payload)
@@ -211,10 +226,11 @@ class RolloutRanks:
 
 
 # --- in a rollout process ---
-def serve(device: str, place: tuple[int, int], inbox, results, stopping, parent: int) -> None:
+def serve(device: str, place: tuple[int, int], inbox, announcements, channel, results, stopping, parent: int) -> None:
     """A rollout process's loop, until its training rank sets `stopping` (or dies): build from the setup it
-    is sent, keep the policies sent, draw what is requested with the one it names (its reward process dies
-    with it). `place`: this process's index among its node's rollout processes, and their count."""
+    is sent, take the policies sent over `channel` (training.rl.policy_channel), draw what is requested
+    with the one it names (its reward process dies with it). `place`: this process's index among its
+    node's rollout processes, and their count."""
     from training.contract.errors import ConfigError
     from training.contract.rewards import RewardError
     from training.runtime.elastic import die_with_parent
@@ -225,6 +241,7 @@ def serve(device: str, place: tuple[int, int], inbox, results, stopping, parent:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
         device = "cuda:0"
+    receiver = PolicyReceiver(channel, place[0] + 1, torch.device(device), announcements)
     built = []  # the judge, once built: a stop drains its calls
     threading.Thread(target=exit_when_set, args=(stopping, built), daemon=True, name="stopping").start()
     try:
@@ -234,16 +251,11 @@ def serve(device: str, place: tuple[int, int], inbox, results, stopping, parent:
         policy_changed = getattr(maker.engine, "policy_changed", None)  # an engine that holds its own weights
         judge = maker.rewards.judge
         built.append(judge)
-        policies: dict[int, dict[str, torch.Tensor]] = {}
         loaded, idle_s, first_rank = None, 0.0, None
         while True:
             waiting = time.perf_counter()
             message = inbox.get()
             idle_s += time.perf_counter() - waiting
-            if message[0] == "policy":
-                _, policy_step, weights = message
-                policies[policy_step] = weights
-                continue
             if message[0] == "checkpointed":
                 if judge is not None:
                     judge.checkpointed(message[1], first=False)
@@ -253,12 +265,13 @@ def serve(device: str, place: tuple[int, int], inbox, results, stopping, parent:
                 os._exit(0)  # no interpreter teardown of an engine and its helpers to wait for
             _, step, policy_step, rank, prompts, params = message
             if loaded != policy_step:
-                load_policy(model, policies[policy_step])
+                waiting = time.perf_counter()
+                weights = receiver.policy(policy_step)
+                idle_s += time.perf_counter() - waiting
+                load_policy(model, weights)
                 loaded = policy_step
                 if policy_changed is not None:
                     policy_changed()
-                for older in [p for p in policies if p < policy_step]:
-                    del policies[older]
             experience = maker.make(prompts, setup.options.num_generations, params, step, policy_step)
             experience.rollout_idle_s, idle_s = idle_s, 0.0
             if judge is not None:  # its account of this experience; the ledger's size counted once a step
