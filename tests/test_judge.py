@@ -284,6 +284,23 @@ def test_a_line_cut_by_a_killed_process_is_skipped(server, tmp_path):
     assert judge(server, tmp_path, size="s3").ledger.get(verdict_key(j.settings, request)).score == 1.0
 
 
+def test_each_steps_account_holds_its_own_calls_while_the_next_steps_are_on_their_way(server, tmp_path):
+    """A rollout process asks for the next step while this step's last verdicts are on their way: the
+    account of a step holds its own calls, retries and tokens, not the next one's."""
+    j = judge(server, tmp_path, max_workers=2)
+    server.faults.extend([Fault(status=503), Fault(delay=1.0)])  # step 1's first call retried, then slow
+    first = j.submit(["q0", "q1"], ["12", "1a"], {"answer": ["1", "1"]}, lambda row: None, 1)
+    second = j.submit(["q2", "q3", "q4"], ["a", "b", "1"], {"answer": ["1"] * 3}, lambda row: None, 2)
+    first.result(60)
+    one = j.costs(1)
+    assert (one.judge_calls, one.judge_retries, one.judge_cached) == (2, 1, 0) and one.judge_input_tokens > 0
+    second.result(60)
+    j.waited(0.25, 2)
+    two = j.costs(2)
+    assert (two.judge_calls, two.judge_retries, two.judge_wait_s) == (3, 0, 0.25) and two.judge_s > 0
+    assert j.costs().judge_calls == 0  # nothing of either step is counted twice
+
+
 def test_a_judge_of_many_threads_is_thread_safe(server, tmp_path):
     j = judge(server, tmp_path, max_workers=16)
     results = []

@@ -89,6 +89,20 @@ class Experience:
                 "readable": readable}
 
 
+@dataclass
+class Drawn:
+    """A step's completions, generated, their scores on their way (training.rl.reward_pool.Scoring, a call per group)."""
+
+    groups: list[PromptGroup]
+    completions: list[list[Completion]]
+    scoring: list
+    step: int
+    policy_step: int
+    generate_s: float
+    sync_s: float
+    environment_s: float
+
+
 def prompt_groups(prompts: list[dict], agent: bool = False) -> list[PromptGroup]:
     """The rollout's view of prompt rows (training.data's GRPO rows): an agent's episode starts from
     the prompt and the row's columns."""
@@ -130,25 +144,38 @@ class ExperienceMaker:
              stopped: Callable[[], bool] = never) -> Experience | None:
         """The step's completions, drawn by the policy after `policy_step` optimizer steps, each group
         scored in the reward pool while the next is generated; None when `stopped()` cut it short."""
+        drawn = self.draw(prompts, n, params, step, policy_step, stopped)
+        return self.scored(drawn, stopped) if drawn is not None else None
+
+    def draw(self, prompts: list[dict], n: int, params: SamplingParams, step: int, policy_step: int,
+             stopped: Callable[[], bool] = never) -> "Drawn | None":
+        """The step's completions generated, their scoring started group by group; None when stopped."""
         started = time.perf_counter()
         groups, completions, scoring = prompt_groups(prompts, self.environments is not None), [], []
         for i, group in enumerate(self.engine.generate(groups, n, params, step, stopped)):
             completions.append(group)
             scoring.append(self.rewards.submit(*self.reward_call(prompts[i:i + 1], [group], step)))
-        generated = time.perf_counter()
-        scores = []
-        for call in scoring if len(completions) == len(groups) else []:
+        if len(completions) < len(groups):  # stopped: the calls in flight go with the pool's process
+            self.rewards.close(kill=True)
+            return None
+        return Drawn(groups, completions, scoring, step, policy_step, time.perf_counter() - started,
+                     self.engine.sync_s, getattr(self.engine, "environment_s", 0.0))
+
+    def scored(self, drawn: "Drawn", stopped: Callable[[], bool] = never) -> Experience | None:
+        """The experience of `drawn` once every score is in; None when stopped first."""
+        waiting, scores = time.perf_counter(), []
+        for call in drawn.scoring:
             if (scored := self.rewards.collect(call, stopped)) is None:
                 break
             scores.append(scored)
-        if len(scores) < len(groups):  # stopped: the calls still in flight go with the pool's process
+        if len(scores) < len(drawn.groups):
             self.rewards.close(kill=True)
             return None
         per_function = {spec: [x for _, by_function in scores for x in by_function[spec]] for spec in self.rewards.specs}
-        totals = self.trajectories_scored([x for totals, _ in scores for x in totals], completions)
-        return Experience(groups, completions, totals, per_function,
-                          (generated - started, time.perf_counter() - generated, self.engine.sync_s),
-                          policy_step, step - policy_step, environment_s=getattr(self.engine, "environment_s", 0.0))
+        totals = self.trajectories_scored([x for totals, _ in scores for x in totals], drawn.completions)
+        return Experience(drawn.groups, drawn.completions, totals, per_function,
+                          (drawn.generate_s, time.perf_counter() - waiting, drawn.sync_s), drawn.policy_step,
+                          drawn.step - drawn.policy_step, environment_s=drawn.environment_s)
 
     def score(self, prompts: list[dict], completions: list[list[Completion]], step: int) -> list[float]:
         """The completions' rewards, waited for (an evaluation's)."""

@@ -27,6 +27,7 @@ import queue
 import random
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -233,8 +234,10 @@ class Judge:
                              checkpoint_uri if buckets.is_s3(checkpoint_uri) else None)
         replay = os.environ.get(REPLAY_ENV)
         self.replayed = read_verdicts(Path(replay) / HISTORY) if replay else {}
-        self.lock, self.step_costs, self.in_flight = threading.Lock(), Costs(), {}
-        self.first_request: float | None = None
+        # each step's account, by the step its verdicts are for: a rollout process asks for the next step
+        # while the last verdicts of this one are on their way
+        self.lock, self.step_costs, self.in_flight = threading.Lock(), defaultdict(Costs), {}
+        self.first_request: dict[int, float] = {}
         self.refused: str | None = None  # 401/403: every later call is refused too
         self.last_failure: str | None = None  # the newest verdict that failed: what the step's warning shows
         # The first call goes alone: credentials that are refused cost one call, not a step's worth.
@@ -258,13 +261,13 @@ class Judge:
 
     def _verdict(self, key: str, request: JudgeRequest, step: int) -> Future:
         with self.lock:
-            if self.first_request is None:
-                self.first_request = time.monotonic()
+            self.first_request.setdefault(step, time.monotonic())
+            costs = self.step_costs[step]
             known = self.ledger.get(key)
             if known is None and (replayed := self.replayed.get(key)) is not None:
                 known = Verdict(replayed.score, replayed.failure, -1)  # into this run's ledger below
             if known is not None:
-                self.step_costs.judge_cached += 1
+                costs.judge_cached += 1
                 if known.step < step:  # needed again by a later step: kept as long as that one needs it
                     known = Verdict(known.score, known.failure, step)
                     self.ledger.add(key, known)
@@ -272,10 +275,10 @@ class Judge:
                 done.set_result(known)
                 return done
             if key in self.in_flight:
-                self.step_costs.judge_cached += 1
+                costs.judge_cached += 1
                 return self.in_flight[key]
             future = self.in_flight[key] = Future()
-            self.step_costs.judge_calls += 1
+            costs.judge_calls += 1
         self.queue.put((key, request, step, future))
         return future
 
@@ -319,8 +322,8 @@ class Judge:
                 text, tokens_in, tokens_out = self.client.ask(request.text)
                 used = tokens_in + tokens_out
                 with self.lock:
-                    self.step_costs.judge_input_tokens += tokens_in
-                    self.step_costs.judge_output_tokens += tokens_out
+                    self.step_costs[step].judge_input_tokens += tokens_in
+                    self.step_costs[step].judge_output_tokens += tokens_out
                 return Verdict(parse_score(text, request.reply, self.settings.range), None, step)
             except UnreadableReply as e:
                 failed = CallFailed("unreadable", str(e))
@@ -335,28 +338,31 @@ class Judge:
             if not failed.retried or attempt == self.settings.num_retries:
                 break
             with self.lock:
-                self.step_costs.judge_retries += 1
+                self.step_costs[step].judge_retries += 1
             backoff = min(MAX_BACKOFF_S, 0.5 * 2 ** attempt) * random.uniform(0.5, 1.0)
             time.sleep(failed.retry_after if failed.retry_after is not None else backoff)
         with self.lock:
             name = f"judge_failed_{failed.kind}"
-            setattr(self.step_costs, name, getattr(self.step_costs, name) + 1)
+            setattr(self.step_costs[step], name, getattr(self.step_costs[step], name) + 1)
             self.last_failure = f"{failed.kind}: {failed}"
         return Verdict(None, self.last_failure, step)
 
     # --- the step's account ---
-    def waited(self, seconds: float) -> None:
+    def waited(self, seconds: float, step: int) -> None:
         with self.lock:
-            self.step_costs.judge_wait_s += seconds
+            self.step_costs[step].judge_wait_s += seconds
 
-    def costs(self) -> Costs:
-        """The step's costs, and a fresh account for the next; its verdicts are in the bucket from here."""
+    def costs(self, step: int | None = None) -> Costs:
+        """What the judge did for `step` (for every step not yet accounted, if None), then forgotten;
+        its verdicts are in the bucket from here."""
         self.ledger.publish()
         with self.lock:
-            costs, self.step_costs = self.step_costs, Costs()
-            if self.first_request is not None:
-                costs.judge_s = time.monotonic() - self.first_request
-            self.first_request = None
+            steps = [t for t in self.step_costs if step is None or t == step]
+            taken = [self.step_costs.pop(t) for t in steps]
+            costs = Costs(**{f.name: sum(getattr(c, f.name) for c in taken) for f in fields(Costs)})
+            first = [self.first_request.pop(t) for t in steps if t in self.first_request]
+            if first:
+                costs.judge_s = time.monotonic() - min(first)
             costs.judge_ledger = self.ledger.own
         return costs
 

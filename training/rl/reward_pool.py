@@ -96,7 +96,7 @@ class RewardPool:
                     return None
                 wait([future], timeout=min(0.05, max(deadline - time.monotonic(), 0)))
             if spec == JUDGE:
-                self.judge.waited(time.monotonic() - started)
+                self.judge.waited(time.monotonic() - started, judge_step(scoring.call[4]))
                 per_function[spec] = self._judged(future.result(), scoring.call[3])
             else:
                 per_function[spec] = self._checked(spec, future, *scoring.call)
@@ -128,9 +128,8 @@ class RewardPool:
 
     def _submit(self, spec, prompts, completions, columns, extras):
         if spec == JUDGE:
-            step = extras["trainer_state"].global_step + 1 if extras else 0  # the step they are drawn for
             return self.judge.submit(prompts, [completion_text(c) for c in completions], columns,
-                                     lambda row: reference_or_none(columns, row, self.options), step)
+                                     lambda row: reference_or_none(columns, row, self.options), judge_step(extras))
         if extras and "environment_keys" in extras:
             from training.rl.environment_pool import score
 
@@ -187,6 +186,11 @@ class RewardPool:
                 process.kill()
         self._pool.shutdown(wait=not kill, cancel_futures=True)
         self._pool = None
+
+
+def judge_step(extras: dict | None) -> int:
+    """The step a call's verdicts are for, as the judge's ledger and account name it: the one being taken."""
+    return extras["trainer_state"].global_step + 1 if extras else 0
 
 
 def _ids(sample_ids: list[int]) -> str:

@@ -15,6 +15,8 @@ Before each step every training rank gathers the policy (FSDP's all-gathers, all
 node's first sends it on over a process group of its own with its rollout processes (NCCL on GPUs, gloo
 on CPU: training.rl.policy_channel), without waiting for them; the node's ranks' prompts of the step s
 ahead are requested, and the step's experience is handed from the node's first rank to the others.
+In a rollout process one thread generates and another waits for each draw's scores (a judge's last
+verdicts, a slow reward), so a step's scoring overlaps the generation of the next one requested.
 Nothing of a rollout process is checkpointed: the trainer keeps the policies the next rollouts are
 drawn by (as with k = 0), so a restart, at any size and with any k, starts new rollout processes,
 sends them those policies, and draws again what was in flight. An LLM judge among the rewards is asked
@@ -231,8 +233,6 @@ def serve(device: str, place: tuple[int, int], inbox, announcements, channel, re
     is sent, take the policies sent over `channel` (training.rl.policy_channel), draw what is requested
     with the one it names (its reward process dies with it). `place`: this process's index among its
     node's rollout processes, and their count."""
-    from training.contract.errors import ConfigError
-    from training.contract.rewards import RewardError
     from training.runtime.elastic import die_with_parent
 
     die_with_parent(parent)  # a training rank that dies, however, takes its rollout processes with it
@@ -251,7 +251,10 @@ def serve(device: str, place: tuple[int, int], inbox, announcements, channel, re
         policy_changed = getattr(maker.engine, "policy_changed", None)  # an engine that holds its own weights
         judge = maker.rewards.judge
         built.append(judge)
-        loaded, idle_s, first_rank = None, 0.0, None
+        drawn = queue.Queue()  # to the thread that waits for their scores, in the order drawn
+        scorer = threading.Thread(target=score_draws, args=(maker, drawn, results), daemon=True, name="scores")
+        scorer.start()
+        loaded, idle_s = None, 0.0
         while True:
             waiting = time.perf_counter()
             message = inbox.get()
@@ -261,6 +264,8 @@ def serve(device: str, place: tuple[int, int], inbox, announcements, channel, re
                     judge.checkpointed(message[1], first=False)
                 continue
             if message[0] == "end":  # the run's last checkpoint was pruned above: the judge's ledger closed
+                drawn.put(None)
+                scorer.join()
                 maker.rewards.close()
                 os._exit(0)  # no interpreter teardown of an engine and its helpers to wait for
             _, step, policy_step, rank, prompts, params = message
@@ -272,21 +277,46 @@ def serve(device: str, place: tuple[int, int], inbox, announcements, channel, re
                 loaded = policy_step
                 if policy_changed is not None:
                     policy_changed()
-            experience = maker.make(prompts, setup.options.num_generations, params, step, policy_step)
-            experience.rollout_idle_s, idle_s = idle_s, 0.0
+            drawn.put((maker.draw(prompts, setup.options.num_generations, params, step, policy_step), rank, idle_s))
+            idle_s = 0.0
+    except Exception as e:  # noqa: BLE001 - reported to the training rank, which ends the run with it
+        report(results, e)
+
+
+def score_draws(maker, drawn: queue.Queue, results) -> None:
+    """A rollout process's second thread: each draw's experience once its scores are in, in the order
+    drawn, while the main thread generates the next (the last verdicts or rewards of a step overlap the
+    next step's generation, where it is already requested)."""
+    judge, first_rank = maker.rewards.judge, None
+    try:
+        while (item := drawn.get()) is not None:
+            draw, rank, idle_s = item
+            experience = maker.scored(draw)
+            experience.rollout_idle_s = idle_s
             if judge is not None:  # its account of this experience; the ledger's size counted once a step
                 first_rank = rank if first_rank is None else first_rank  # the lowest rank this process serves
-                experience.judge_costs = dataclasses.asdict(judge.costs())
+                # the step as the judge counts it: the one being taken (training.rl.reward_pool.judge_step)
+                experience.judge_costs = dataclasses.asdict(judge.costs(draw.step + 1))
                 experience.judge_costs["judge_ledger"] *= rank == first_rank
                 experience.judge_failure = judge.last_failure
-            results.put(("experience", step, rank, experience))
-    except (RewardError, ConfigError) as e:  # judge.on_failure=stop, vLLM missing, say: the run's one line
-        results.put(("error", -1, -1, e))
+            results.put(("experience", draw.step, rank, experience))
     except Exception as e:  # noqa: BLE001 - reported to the training rank, which ends the run with it
-        import traceback
+        report(results, e)
 
-        traceback.print_exc()
-        results.put(("error", -1, -1, f"a rollout process failed: {type(e).__name__}: {e}"))
+
+def report(results, error: Exception) -> None:
+    """A rollout process's failure, to its training rank: a reward's own error (judge.on_failure=stop)
+    or a configuration's (vLLM missing, say) as the run's one line, any other with its traceback here."""
+    from training.contract.errors import ConfigError
+    from training.contract.rewards import RewardError
+
+    if isinstance(error, (RewardError, ConfigError)):
+        results.put(("error", -1, -1, error))
+        return
+    import traceback
+
+    traceback.print_exception(error)
+    results.put(("error", -1, -1, f"a rollout process failed: {type(error).__name__}: {error}"))
 
 
 def exit_when_set(stopping, built: list) -> None:
