@@ -94,8 +94,9 @@ def main() -> None:
                 config = yaml.safe_load((next((tmp / "probe").iterdir()) / "configs" / "config-n1.yaml").read_text())
                 workers = config["training_config"]["training_args"]["method_args"]["judge"]["max_workers"]
                 latency = update_s / max(1.0, median(probe, "judge_calls") / workers)
-            else:  # a turn's calls run at once, so a step waits about one latency per turn with calls, per group
-                latency = update_s / max(1.0, args.prompts / 2 * max(median(probe, "turns_mean") - 1, 1.0))
+            else:  # a turn's calls run at once, so a step waits about one latency per turn with calls (a
+                # trajectory's turns less its last), per group of each process (the probe's trajectories are the runs')
+                latency = update_s / max(1.0, args.prompts / 2 * max(median(probe, "turns_mean") - 1, 0.25))
         judge.faults.extend([Fault(delay=latency)] * 100_000)
         results = {label: run(tmp, f"behind{s}", args, s, k, latency, judge.url)
                    for label, s, k in (("s=0 (today)", 0, 0), ("s=1", 1, 1), ("s=3", 3, 1))}
