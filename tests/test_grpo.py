@@ -1,6 +1,6 @@
 """GRPO through the trainer on the tiny Llama (data/grpo_tiny.jsonl): docs/grpo.md's commands run as
 written; it learns (resized, it matches a fixed-size run: tests/test_rlaif.py with a judge's rewards,
-tests/test_agents.py in place with an agent's rollouts); its rollouts and its step do
+tests/test_agents.py in place with an agent's rollouts, tests/test_grpo_async.py behind its policy); its rollouts and its step do
 not depend on the world size; a stop during a rollout abandons the step, which the restart redoes alike,
 as does one between two updates with no time to finish them; and a reward function that fails ends the
 run in one line."""
@@ -131,8 +131,8 @@ def test_the_vllm_twin_learns_as_the_trainer_sampler_twin_does_and_exports(docs_
 
 @READS_THE_PAGES_RUNS
 def test_the_twin_whose_rollout_runs_two_steps_behind_learns(docs_commands):
-    """docs/grpo.md's run of recipes/llama/tiny_llama_grpo_async (tests/test_grpo_async.py: killed and
-    resumed at another size): each step's batch drawn by the policy after step max(0, t-3), the
+    """docs/grpo.md's run of recipes/llama/tiny_llama_grpo_async (tests/test_grpo_async.py: rehearsed
+    through traces/demo.yaml, killed and resumed at another size): each step's batch drawn by the policy after step max(0, t-3), the
     correction weighing its tokens, and the mean reward of its last ten steps at least 1.5 times its
     first ten's."""
     steps = step_records(docs_commands[0] / "runs" / "tiny-llama-grpo-async")

@@ -1,21 +1,25 @@
 """GRPO whose rollout runs behind its policy (`method_args.max_steps_off_policy`, s): step t's batch is
-drawn by the policy after step max(0, t-1-s), on a schedule by step number, so a run whose rollout
-processes draw ahead (`rollout_ranks_per_node`), killed outright and started again at another size with
-the training ranks drawing, draws and trains every step as the uninterrupted run did (the checkpoint
-holds the policies its next rollouts are drawn by); a resume with another s is refused in one line."""
+drawn by the policy after step max(0, t-1-s), on a schedule by step number, so the tiny twin with a
+rollout process per node (`rollout_ranks_per_node`), rehearsed through traces/demo.yaml (every resize
+direction and a node killed), matches its fixed-size run bitwise; killed outright and started again at
+another size with the training ranks drawing, it draws and trains every step as the uninterrupted run
+did (the checkpoint holds the policies its next rollouts are drawn by); a resume with another s is
+refused in one line."""
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from safetensors.torch import load_file
 
-from conftest import (completions_by_step, killed_if_left, local_job, records, render_configs, step_records, train,
-                      wait_for)
+from conftest import (ROOT, completions_by_step, killed_if_left, local_job, records, render_configs, step_records,
+                      train, wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_grpo_async")]
 RECIPE = "llama/tiny_llama_grpo_async"  # s = 2, each node's one training process beside one rollout process
-STEPS, BEHIND = 6, 2
+STEPS, BEHIND = 36, 2  # the demo trace's last event comes at step 30
 ON_THE_TRAINING_RANKS = ["recipes.training_config.training_args.method_args.rollout_ranks_per_node=0",
                          "recipes.trainer.nproc_per_node=1"]
 
@@ -26,20 +30,59 @@ def configs(tmp, behind=BEHIND, *overrides, name="configs"):
                           *overrides, recipe=RECIPE)
 
 
+def max_weight_difference(run_dir, reference_dir) -> float:
+    """The largest difference between two runs' final weights, over the reference's largest weight."""
+    final, reference = (load_file(d / "hf" / "model.safetensors") for d in (run_dir, reference_dir))
+    scale = max(w.abs().max().item() for w in reference.values())
+    return max((final[k].double() - w.double()).abs().max().item() for k, w in reference.items()) / scale
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def rehearsal(tmp_path_factory):
+    """The twin as shipped (s = 2, a rollout process beside each node's training process), rehearsed
+    through traces/demo.yaml (2 -> 3 -> 1 -> 2 nodes, a node killed at step 26), then its fixed-size run at
+    2 nodes, which the kill-and-restart test below takes as the uninterrupted run."""
     tmp = tmp_path_factory.mktemp("behind")
-    train(configs(tmp, BEHIND, "recipes.training_config.checkpoint.save_steps=1000"), tmp / "run", nodes=2)
-    return tmp / "run"
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), f"recipes={RECIPE}",
+                           "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+                           f"recipes.training_config.training_args.max_steps={STEPS}",
+                           f"local.trace={ROOT / 'traces' / 'demo.yaml'}", f"local.run_dir={tmp / 'run'}",
+                           "local.timeout=500", f"output_dir={tmp / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, tmp / "run", tmp / "run" / "fixed"
+
+
+def test_the_demo_trace_rehearsed_two_steps_behind_matches_the_fixed_size_run(rehearsal):
+    """Through every resize (a process restart each) and the node killed mid-window (the steps after the
+    last checkpoint drawn again by the restarted job's rollout processes): every step's completions, token
+    for token, and rewards are the fixed-size run's, each step drawn 2 steps behind once the pipeline is
+    full, and the final weights the same but for float32's reorderings at other world sizes (each
+    update's gradient summed over 1, 2 or 3 training ranks), far below a step's change (lr 3e-3 on
+    weights of order 1)."""
+    stdout, run_dir, fixed_dir = rehearsal
+    assert "vs fixed-size run: MATCHED" in stdout and "consumed sample ids and completions identical" in stdout
+    got, want = step_records(run_dir), step_records(fixed_dir)
+    assert {r["world_size"] for r in got.values()} == {1, 2, 3}
+    resumed = [r["step"] for r in records(run_dir) if r.get("event") == "resume"]
+    assert len(resumed) == 5  # four resizes and the failure
+    steps = [r["step"] for r in records(run_dir) if "reward" in r]
+    assert len(steps) > len(set(steps))  # the failure's lost steps were drawn again
+    assert completions_by_step(run_dir) == completions_by_step(fixed_dir) and sorted(want) == list(range(1, STEPS + 1))
+    assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)  # summed in another order
+    assert {t: r["policy_lag"] for t, r in got.items()} == {t: min(t - 1, BEHIND) for t in range(1, STEPS + 1)}
+    assert max_weight_difference(run_dir, fixed_dir) <= 1e-5
 
 
 def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as_the_uninterrupted_run(
-        uninterrupted, tmp_path):
+        rehearsal, tmp_path):
     """2 nodes, each a training process and its rollout process, killed outright (SIGKILL) after step 5,
     the newest checkpoint step 4's; then 1 node from it, its training process drawing the rollouts. Steps
     5 and 6 are drawn by the policies after steps 2 and 3, which only the checkpoint holds: the same
-    completions, token for token, and rewards at every step as the uninterrupted run, each step recording
-    how far behind its batch was drawn, and the same final weights. Then a start with s = 1 is refused in one line."""
+    completions, token for token, and rewards at every step as the uninterrupted run (the rehearsal's
+    fixed-size run), each step recording how far behind its batch was drawn, and the same final weights.
+    Then a start with s = 1 is refused in one line."""
+    uninterrupted = rehearsal[2]
     save = "recipes.training_config.checkpoint.save_steps=2"
     run_dir, behind = tmp_path / "run", configs(tmp_path, BEHIND, save)
     with open(tmp_path / "killed.log", "wb") as log, \
@@ -56,11 +99,7 @@ def test_a_rollout_behind_killed_and_resumed_at_another_size_draws_and_trains_as
     assert all(abs(got[t]["reward"] - want[t]["reward"]) <= 1e-12 for t in want)  # summed in another order
     assert {t: r["policy_lag"] for t, r in got.items()} == {t: min(t - 1, BEHIND) for t in range(1, STEPS + 1)}
     assert all(r["rollout_correction_weight"] > 0 for r in got.values())  # auto: per token, where it runs behind
-    # The final weights: the same but for float32's reorderings at another world size (each update's gradient is
-    # summed over 2 ranks, then 1), far below a step's change (lr 3e-3 on weights of order 1).
-    final, uninterrupted_final = (load_file(d / "hf" / "model.safetensors") for d in (run_dir, uninterrupted))
-    scale = max(w.abs().max().item() for w in uninterrupted_final.values())
-    assert max((final[k].double() - w.double()).abs().max().item() for k, w in uninterrupted_final.items()) <= 1e-5 * scale
+    assert max_weight_difference(run_dir, uninterrupted) <= 1e-5  # as in the rehearsal: 2 ranks' sums, then 1's
 
     # Even with ignore_fingerprint: the checkpoint holds another count of policies.
     other = local_job(configs(tmp_path, 1, "recipes.training_config.checkpoint.ignore_fingerprint=true"), run_dir)
