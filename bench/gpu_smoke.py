@@ -1,6 +1,7 @@
 """The first GPU hour in one command: what only a GPU can show, in the order a failure is cheapest.
 
     python bench/gpu_smoke.py [--nproc 8]     # on a GPU node with the image's packages
+                                              # (a node with CUDA's torch and no package index: bench/offline_packages.py)
     python bench/gpu_smoke.py --cpu           # the same parts that run on CPU, tiny shapes: checks the bench
 
 1. the image's self-check (training.doctor: C compiler, Triton compiles, EFA/OFI, driver and CUDA);
