@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.have is None or not args.have.is_file():
         raise SystemExit(f"error: --have {args.have} is not a file: pass the node's `pip list --format=freeze`")
+    if args.command == "pack" and args.out.exists():
+        raise SystemExit(f"error: --out {args.out} exists: remove it or name another folder")
     reqs = requirements()
     with tempfile.TemporaryDirectory() as scratch:
         built, wheels, folder = (Path(scratch) / name for name in ("built", "wheels", "site"))
@@ -248,16 +250,17 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "plan":
             print(f"{len(carry)} of {len(resolved)} packages to carry")
             return
-        if args.out.exists():
-            raise SystemExit(f"error: --out {args.out} exists: remove it or name another folder")
         checked(pip("download", "--no-deps", "--dest", str(wheels), *pip_options(args.python_version),
                     *[package.url for package in carry]))
         checked(pip("install", "--no-deps", "--no-compile", "--target", str(folder), *pip_options(args.python_version),
                     *map(str, sorted(wheels.iterdir()))))
         shutil.rmtree(folder / "bin", ignore_errors=True)  # console scripts: their shebang is this machine's
-        count = pack_folder(folder, args.out, args.part_mib << 20,
+        partial = args.out.with_name(f"{args.out.name}.partial")  # no half-written pack under --out
+        shutil.rmtree(partial, ignore_errors=True)
+        count = pack_folder(folder, partial, args.part_mib << 20,
                             {"python": args.python_version, "environment": ENVIRONMENT,
                              "packages": [f"{p.name}=={p.version}" for p in carry]})
+        partial.rename(args.out)
     print(f"{count} parts under {args.out}, at most {args.part_mib} MiB each")
 
 
