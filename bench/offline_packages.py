@@ -79,11 +79,13 @@ def normalized(name: str) -> str:
 def requirements() -> list[str]:
     """The image's pins, then the project's own dependencies that the image does not pin (its torch
     pin is the CPU one: the image's wins)."""
-    from image_venv import image_pins
     import tomllib
 
+    from image_venv import image_pins
+    from packaging.requirements import Requirement
+
     def name(requirement: str) -> str:
-        return normalized(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0])
+        return normalized(Requirement(requirement).name)
 
     image = [pin for pin in image_pins() if name(pin) not in NOT_NEEDED]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

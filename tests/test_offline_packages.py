@@ -55,7 +55,8 @@ def site_folder(tmp_path):
     (folder / "vllm" / "vllm_flash_attn").mkdir(parents=True)
     (folder / "vllm" / "__init__.py").write_text("VERSION = '0.26.0'\n")
     (folder / "vllm" / "vllm_flash_attn" / "_vllm_fa2_C.abi3.so").write_bytes(b"\0" * 1000)
-    (folder / "vllm" / "vllm_flash_attn" / "_vllm_fa3_C.abi3.so").write_bytes(random.Random(1).randbytes(10_000))  # as incompressible as code
+    # As incompressible as compiled code.
+    (folder / "vllm" / "vllm_flash_attn" / "_vllm_fa3_C.abi3.so").write_bytes(random.Random(1).randbytes(10_000))
     (folder / "pydantic").mkdir()
     (folder / "pydantic" / "__init__.py").write_text("\n".join(f"X{i} = {i * 7919 % 10007}" for i in range(2000)))
     return folder
@@ -73,8 +74,9 @@ def test_a_pack_travels_in_parts_and_unpacks_whole_without_the_dropped_files(tmp
     assert [part.name for part in parts] == [f"{n:02d}" for n in range(1, count + 1)]
     assert all(len(list(part.iterdir())) == 2 for part in parts)  # the slice and the manifest
     # On the node (-S: the standard library alone), with the line to paste.
-    done = subprocess.run([sys.executable, "-S", "bench/offline_packages.py", "install", "--parts", str(tmp_path / "out"),
-                           "--target", str(tmp_path / "target")], cwd=ROOT, capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-S", "bench/offline_packages.py", "install", "--parts",
+                           str(tmp_path / "out"), "--target", str(tmp_path / "target")],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == (f"1 packages in {tmp_path / 'target'}: "
                                    f"export PYTHONPATH={tmp_path / 'target'} VLLM_USE_FLASHINFER_SAMPLER=0")
     unpacked = {path.relative_to(tmp_path / "target"): path.read_bytes()
