@@ -224,3 +224,26 @@ def test_the_dry_run_reads_a_sample_of_local_data(launch, tmp_path):
     assert code == 0, err
     assert re.search(rf"^data: {re.escape(alpaca)} read as alpaca rows \(2 sampled, the longest ~\d+ tokens; 1 of them "
                      r"longer than datasets.max_len=64, which cuts them\)$", out, re.M), out
+
+
+@pytest.mark.parametrize("data_format, train_data", [("chat", "data/sft_tiny.jsonl"), ("pairs", "data/dpo_tiny.jsonl"),
+                                                     ("prompts", "data/grpo_tiny.jsonl"), ("prompts", "data/agent_tiny.jsonl")])
+def test_a_restart_reads_the_cached_rows_as_datasets_wrote_them(tmp_path, data_format, train_data):
+    """The data cache is written by `datasets` once and read by every later start with pyarrow alone
+    (training.cached_rows): each split's rows, every column, in order, as `datasets` reads them."""
+    import datasets
+
+    from conftest import ROOT
+    from training.data import SPLITS, load_or_build
+
+    cfg = DatasetConfig(train_data=str(ROOT / train_data), max_len=96, train_val_split_ratio=0.9)
+    *splits, _ = load_or_build(cfg, tiny_tokenizer(), "tiny", tmp_path, builder=True, data_format=data_format,
+                              prompt_limit=64)
+    (cache,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    for name, rows in zip(SPLITS, splits):
+        written = datasets.load_from_disk(str(cache / name))
+        assert len(rows) == len(written) > 0 and rows.column_names == written.column_names
+        assert [rows[i] for i in range(len(rows))] == list(written)
+        assert rows[-1] == written[len(written) - 1]
+        with pytest.raises(IndexError):
+            rows[len(rows)]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from training.batches import IGNORE_INDEX, pack
+from training.cached_rows import CachedRows
 from training.chat_tokens import preference_conversations, tokenize_chat
 from training.contract.config import DatasetConfig, ModelConfig
 from training.contract.data_files import READERS, held_out_split, is_local, json_line, split_files
@@ -345,8 +346,6 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
                   prompt_limit: int | None = None, tools: list[dict] | None = None):
     """(training rows, validation rows or None, statistics) from the cache; `builder` (one process
     per node) builds it if missing."""
-    import datasets
-
     target = Path(cache_root) / cache_key(cfg, tokenizer_name, data_format, seed, prompt_limit, tools)
     if builder and not (target / _READY).exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
@@ -368,8 +367,7 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
         if time.monotonic() > deadline:
             raise TimeoutError(f"tokenized dataset {target} did not appear within {poll_timeout:.0f}s")
         time.sleep(0.5)
-    train, val = ((datasets.load_from_disk(str(target / name)) if (target / name).exists() else None)
-                  for name in SPLITS)
+    train, val = (CachedRows(target / name) if (target / name).exists() else None for name in SPLITS)
     return train, val, json.loads((target / _STATS).read_text())
 
 
@@ -377,8 +375,8 @@ def load_or_build(cfg: DatasetConfig, tokenizer, tokenizer_name: str, cache_root
 class TrainingData:
     """The tokenized rows a run trains and validates on, and what building them counted."""
 
-    train: object  # a datasets.Dataset
-    validation: object | None
+    train: CachedRows
+    validation: CachedRows | None
     vocab_size: int  # the tokenizer's: an inline architecture takes it
     special_tokens: dict[str, int | None]  # pad/bos/eos token ids of the tokenizer, as config keys
     stats: dict

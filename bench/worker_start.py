@@ -1,0 +1,102 @@
+"""How long a fresh worker takes from its process's start to its first step: the tiny SFT twin at one
+node (`python -m training`, a world of one), its tokenized data cached by a warm-up start, as every
+restart after a job's first finds it. Every (re)start of a job pays this in each of its processes,
+and the suite pays it at every launch.
+
+Reported: the median over `--starts` starts (after one warm-up) of the seconds from just before the
+process is spawned to the end of step 1, split at the trainer's `start` record (everything imported,
+the config read, the process group formed); then the import profile of one more start under
+`python -X importtime`: the slowest top-level imports (cumulative) and any module of those a start
+on cached data must not import (tests/test_worker_imports.py holds the list).
+
+    python bench/worker_start.py [--starts 7] [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, scratch  # noqa: E402
+from elastic_launcher.cli import main as launcher  # noqa: E402
+from training.contract.records import read_records  # noqa: E402
+
+
+# What a start on cached data must not import: the data libraries (the cache is read with pyarrow), the
+# launcher's, tracking's, RL's and S3's, and the compiler proper (inductor's code generation; dynamo
+# itself comes with transformers' masking code). boto3 is not listed: accelerate, which transformers'
+# modeling code imports where it is installed, imports it where installed; the trainer's own code
+# reaches boto3 only through an S3 or Bedrock setting.
+NOT_AT_START = ("datasets", "pandas", "multiprocess", "xxhash", "mlflow", "matplotlib", "tensorboard", "peft",
+                "vllm", "openai", "math_verify", "s3torchconnector", "kubernetes", "hydra", "omegaconf",
+                "elastic_launcher", "sklearn", "aiohttp", "requests", "torch._inductor.compile_fx")
+
+
+def render(out: Path) -> Path:
+    code = launcher(["recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
+                     "recipes.training_config.training_args.max_steps=2", f"output_dir={out}"])
+    assert code == 0, "the launcher refused the tiny SFT twin"
+    return next(out.iterdir()) / "configs"
+
+
+def start_once(configs: Path, run_dir: Path, *python_flags: str) -> tuple[float, float, str]:
+    """One start without a checkpoint (the data cache kept): (seconds to the `start` record, seconds to
+    step 1's end, stderr)."""
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    spawned = time.time()
+    done = subprocess.run([sys.executable, *python_flags, "-m", "training", "--config-dir", str(configs),
+                           "--run-dir", str(run_dir), "--stop-at-step", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise SystemExit(f"the worker failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    records = read_records(run_dir)
+    start = next(r for r in records if r.get("event") == "start")
+    step = next(r for r in records if r.get("step") == 1 and "loss" in r)
+    return start["time"] - spawned, step["time"] - spawned, done.stderr
+
+
+def import_profile(stderr: str) -> list[tuple[float, str]]:
+    """(cumulative seconds, module) of each import `python -X importtime` reported."""
+    rows = re.findall(r"import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)", stderr)
+    return [(int(cumulative) / 1e6, " " * ((len(indent) - 1) // 2) + name) for cumulative, indent, name in rows]
+
+
+def forbidden(modules: set[str]) -> list[str]:
+    """The modules of NOT_AT_START (or beneath one) among `modules`."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_AT_START))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--starts", type=int, default=7)
+    parser.add_argument("--top", type=int, default=15, help="how many of the slowest imports to list")
+    args = parser.parse_args()
+    with scratch() as tmp:
+        configs, run_dir = render(Path(tmp) / "out"), Path(tmp) / "run"
+        start_once(configs, run_dir)  # the warm-up: tokenizes the data into the run's cache
+        starts = [start_once(configs, run_dir) for _ in range(args.starts)]
+        *_, stderr = start_once(configs, run_dir, "-X", "importtime")
+    to_start = statistics.median(s for s, _, _ in starts)
+    to_step = statistics.median(s for _, s, _ in starts)
+    print(f"worker start, tiny SFT twin at one node, data cached: {to_step:.2f} s to step 1's end "
+          f"(median of {args.starts}; min {min(s for _, s, _ in starts):.2f}, max {max(s for _, s, _ in starts):.2f}), "
+          f"{to_start:.2f} s of it to the trainer's start record")
+    profile = import_profile(stderr)
+    modules = {name.strip() for _, name in profile}
+    print(f"imports: {len(modules)} modules; the slowest, cumulative (python -X importtime):")
+    for seconds, name in sorted((row for row in profile if not row[1].startswith(" ")), reverse=True)[:args.top]:
+        print(f"  {seconds:6.3f} s  {name}")
+    imported = forbidden(modules)
+    print("modules a start on cached data must not import: " + (", ".join(imported) if imported else "none imported"))
+
+
+if __name__ == "__main__":
+    main()
