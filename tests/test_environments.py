@@ -70,6 +70,19 @@ def test_an_environment_that_cannot_run_is_one_line(tmp_path, source, spec, says
     assert says.format(dir=tmp_path) in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("recipe", ["llama/tiny_llama_agent", "qwen/qwen3_6_27b_agent_lora"])
+def test_an_agent_recipe_plans_from_any_directory(launch, tmp_path, monkeypatch, recipe):
+    """The shipped environment file is found as reward and data files are: from the working
+    directory, then from the project (as the console command runs from anywhere)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = launch(f"recipes={recipe}")
+    assert code == 0, err
+    config = (tmp_path / "out").glob("*/configs/config.yaml")
+    assert "environment: data/" in next(config).read_text()  # the pods' config keeps the path as the job runs it
+
+
 def test_a_reward_that_reads_environments_needs_one(tmp_path, env_file):
     rewards = tmp_path / "rewards.py"
     rewards.write_text("def solved(completions, environments, **kw):\n    return [1.0 for _ in completions]\n")

@@ -82,6 +82,9 @@ def test_the_installed_console_command_plans_from_any_directory(tmp_path, editab
                          cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "out" / "tiny-llama-sft" / "configs" / "config-n2.yaml").exists()
+    agent = subprocess.run([bin_dir / "elastic-launcher", "recipes=llama/tiny_llama_agent", f"output_dir={tmp_path / 'out'}"],
+                           cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stderr[-2000:]  # its environment file found in the project, as its data is
     root = subprocess.run([bin_dir / "python", "-c", "import elastic_launcher; print(elastic_launcher.ROOT)"],
                           cwd=elsewhere, capture_output=True, text=True, timeout=60).stdout.strip()
     assert (root == str(ROOT)) == editable  # an installed copy carries its own recipes

@@ -245,8 +245,9 @@ _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_
 
 
 def localized(config: JobConfig) -> JobConfig:
-    """Relative data/model/tokenizer paths made absolute (from the working directory, else from the
-    project root, where the shipped recipes' paths live), so a local run works from any directory."""
+    """Relative data/model/tokenizer paths, reward files and an agent's environment file made absolute
+    (from the working directory, else from the project root, where the shipped recipes' paths live),
+    so a local run works from any directory."""
     config = copy.deepcopy(config)
     for path in _LOCAL_PATHS:
         section, key = path.split(".")
@@ -258,10 +259,13 @@ def localized(config: JobConfig) -> JobConfig:
                     setattr(owner, key, str((base / value).resolve()))
                     break
     method_args = config.training_config.training_args.method_args
-    if isinstance(method_args, dict) and isinstance(method_args.get("rewards"), list):  # GRPO's reward files
+    if isinstance(method_args, dict):  # GRPO's reward files and an agent's environment, found as the data is
         from training.contract.rewards import located
 
-        method_args["rewards"] = [located(spec, (Path.cwd(), ROOT)) for spec in method_args["rewards"]]
+        if isinstance(method_args.get("rewards"), list):
+            method_args["rewards"] = [located(spec, (Path.cwd(), ROOT)) for spec in method_args["rewards"]]
+        if isinstance(method_args.get("environment"), str):
+            method_args["environment"] = located(method_args["environment"], (Path.cwd(), ROOT))
     return config
 
 
