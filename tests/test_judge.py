@@ -324,6 +324,15 @@ def test_a_local_run_whose_judge_key_is_not_set_stops_before_anything_starts(lau
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("url", ["not-a-url", "htp://my-judge:8000/v1", "my-judge:8000/v1", "http://my-judge:80OO/v1"])
+def test_the_dry_run_refuses_a_judge_url_that_is_no_http_address_before_writing_anything(launch, tmp_path, url):
+    code, _, err = launch("recipes=llama/tiny_llama_grpo_rlaif",
+                          f"recipes.training_config.training_args.method_args.judge.base_url={url}")
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert err.strip() == (f"error: training_config.training_args.method_args.judge.base_url={url!r} is not an http:// "
+                           f"or https:// address with a host: write the server's address, e.g. http://my-judge:8000/v1")
+
+
 def test_the_dry_run_says_what_the_judge_is_asked_and_warns_where_a_rate_limit_holds_a_step(launch):
     code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif",
                             "+recipes.training_config.training_args.method_args.judge.requests_per_minute=16")

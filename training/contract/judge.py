@@ -104,6 +104,8 @@ def judge_settings(values: dict | None) -> JudgeSettings:
     if settings.scheme == "openai" and not settings.base_url:
         raise ConfigError(f"{KEY}.model_id={settings.model_id!r} needs {KEY}.base_url: the OpenAI-compatible server's "
                           f"address, e.g. http://my-judge:8000/v1")
+    if settings.base_url is not None:
+        _check_url(settings.base_url)
     low, high = _range(settings.range)
     if not low < high:
         raise ConfigError(f"{KEY}.range={settings.range!r} is upside down or empty: write [low, high] with low < high")
@@ -112,6 +114,20 @@ def judge_settings(values: dict | None) -> JudgeSettings:
                           f"the variable that holds the key (never the key itself)")
     template(settings.prompt_template)  # exists and parses
     return settings
+
+
+def _check_url(url: str) -> None:
+    """An http(s) address with a host: a typo here would otherwise show only in the pods' first step."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port that is no number, a broken IPv6 address
+        valid = False
+    if not valid:
+        raise ConfigError(f"{KEY}.base_url={url!r} is not an http:// or https:// address with a host: write the "
+                          f"server's address, e.g. http://my-judge:8000/v1")
 
 
 def _range(value) -> tuple[float, float]:
