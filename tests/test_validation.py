@@ -129,6 +129,14 @@ CASES = {
                                                 "is not one of none, selective, full"),
     "top-level typo": (["acton=local"], "unknown key 'acton' in override of 'acton': did you mean 'action'?"),
     "top-level group typo": (["reciepes=llama/tiny_llama_sft"], "did you mean 'recipes'?"),
+    "a recipe key without its prefix": (["training_config.checkpoint.uri=s3://b/p"],
+                                        "unknown key 'training_config' in override of 'training_config.checkpoint.uri': "
+                                        "did you mean 'recipes.training_config.checkpoint.uri'?"),
+    "a recipe key without its prefix, added with +": (["+elastic_policy.min_nodes=2"],
+                                                      "unknown key 'elastic_policy' in override of 'elastic_policy."
+                                                      "min_nodes': did you mean 'recipes.elastic_policy.min_nodes'?"),
+    "a new top-level key": (["+bogus=1"], "unknown key 'bogus': valid keys: action, cluster, local, output_dir, recipes, "
+                                          "simulate, target"),
     "scale-config set given as a value": (["recipes.scale_config=llama3_8b_p4d"],
                                           "to swap the scale-config set use scale_configs@recipes.scale_config="
                                           "llama3_8b_p4d"),

@@ -84,6 +84,9 @@ def _explain(error: Exception, overrides: list[str]) -> str:
     return first + " (see https://hydra.cc/docs/advanced/override_grammar/basic/)"
 
 
+UNDER_RECIPES = "(a recipe's keys, as the docs and errors name them, sit under recipes. on the command line)"
+
+
 def _explain_key(key: str, overrides: list[str]) -> str:
     """Find the first segment of `key` the config lacks and suggest the closest existing one."""
     # The config as composed from the group choices alone (minus the failing key), to look `key` up in.
@@ -106,6 +109,8 @@ def _explain_key(key: str, overrides: list[str]) -> str:
             if parts[i - 1:i] == ["method_args"] and part in _method_keys():
                 return (f"'{where}' is a method key the recipe leaves at its default: set it with +{key}=... "
                         f"(the + adds a key the recipe does not name)")
+            if i == 0 and isinstance(node.get("recipes"), DictConfig) and part in node.recipes:
+                return f"unknown key '{where}' in override of '{key}': did you mean 'recipes.{key}'? {UNDER_RECIPES}"
             close = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=1, cutoff=0.6)
             hint = f"did you mean '{'.'.join(parts[:i] + [close[0]])}'?" if close else \
                 f"to add a new key use +{key}=..."
