@@ -14,6 +14,7 @@ from elastic_launcher.config.settings import ACTIONS, TARGETS
 from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, recipe_facts, user_dirs, user_options
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
+from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
 
 HELP = """\
@@ -124,7 +125,7 @@ def dry_run(job: Job) -> int:
     print(data)
     if gib := node_local_size(job.plan, job.settings.cluster):
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
-              f"the checkpoint at {job.plan.sizes[0].nodes} node(s)), of the {job.plan.instance.memory_gib} GiB of "
+              f"the checkpoint at {plural(job.plan.sizes[0].nodes, 'node')}), of the {job.plan.instance.memory_gib} GiB of "
               f"{job.plan.instance.name}: restarts in a pod that stayed read its checkpoint there")
     uri, cluster = job.plan.base.training_config.checkpoint.uri, job.settings.cluster
     if uri:  # read and written by the trainer, which checks the bucket before its first step (as it does hub ids)

@@ -452,7 +452,7 @@ def test_the_dry_run_warns_outside_the_instance_types_and_where_it_does_not_fit(
                             "recipes.training_config.training_args.micro_train_batch_size=8")
     assert code == 0
     assert "GiB/GPU" in out and " over " in out
-    assert "warning: peak memory per GPU is above 90% of the 79.6 GiB of ml.p5.48xlarge (1 nodes" in out + err
+    assert "warning: peak memory per GPU is above 90% of the 79.6 GiB of ml.p5.48xlarge (1 node" in out + err
     assert "~" in out  # a changed micro-batch and checkpointing were never traced: estimated, and said so
 
 

@@ -253,7 +253,7 @@ def status(launch):
 def test_status_says_where_training_is_through_a_resize(launch, running):
     api = running
     out = status(launch)
-    assert "training: training for" in out and "step 10/100 at 2 node(s) (16 processes)" in out
+    assert "training: training for" in out and "step 10/100 at 2 nodes (16 processes)" in out
     assert "loss 1.9, 2,000 tokens/s (125 per device)" in out
     assert "last complete checkpoint: step 10, " in out and "ETA 3m00s at the current speed" in out  # 90 steps x 2 s
     assert "resizes: 0, failures: 0" in out
@@ -274,7 +274,7 @@ def test_status_says_where_training_is_through_a_resize(launch, running):
     assert "training: loading for" in status(launch)
     api.log("watched-pods-c", *launch_records(start, 3, range(13, 15), "l2")[1:])
     out = status(launch)
-    assert "step 14/100 at 3 node(s) (24 processes)" in out and "3,000 tokens/s" in out
+    assert "step 14/100 at 3 nodes (24 processes)" in out and "3,000 tokens/s" in out
     assert "resizes: 1, failures: 0" in out and "resize at step 12: 16 -> 24 processes" in out
 
 
@@ -445,7 +445,7 @@ def test_a_trainjob_is_submitted_followed_listed_and_deleted(launch, api):
     assert code == 0, err
     job_row = out.splitlines()[1].split()
     assert job_row[:3] == ["tj", "Running", "2"] and job_row[-1] == "2/2"  # numNodes; the initializer is not a node
-    assert "step 10/100 at 2 node(s) (16 processes)" in out and "trainer status" not in out
+    assert "step 10/100 at 2 nodes (16 processes)" in out and "trainer status" not in out
     job["status"]["trainerStatus"] = {"progressPercentage": 10, "estimatedRemainingSeconds": 180,
                                       "metrics": [{"name": "loss", "value": "1.9"}],
                                       "lastUpdatedTime": "2026-11-24T10:00:00Z"}

@@ -55,7 +55,7 @@ def docs_commands(tmp_path_factory, vllm_python):
     for command in commands:
         done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
-        printed.append((command, done.stdout))
+        printed.append((command, done.stdout, done.stderr))
     return copy, printed
 
 
@@ -71,15 +71,20 @@ def fixed(docs_commands):
 @READS_THE_PAGES_RUNS
 def test_docs_grpo_commands_run_as_written_on_cpu(docs_commands):
     """The tiny twin trains, its completions are shown, the RLAIF twin trains against the loopback
-    judge, the twin whose rollout runs behind its policy trains, and the vLLM tier's environment and
-    the vLLM twin's run work."""
+    judge, the catalogue recipe's rollout behind its policy plans, the twin whose rollout runs behind
+    its policy trains, and the vLLM tier's environment and the vLLM twin's run work."""
     _, printed = docs_commands
-    assert len(printed) == 6 and sum("launcher.py" in c for c, _ in printed) == 5, printed
-    for command, out in printed:
-        if "action=samples" in command:
+    assert len(printed) == 7 and sum("launcher.py" in c for c, _, _ in printed) == 6, printed
+    for command, out, err in printed:
+        if "launcher.py" in command and "action=" not in command:  # a dry run
+            assert "\nrollouts behind: step t trains on a batch drawn by the policy after step max(0, t-1-2)" in out
+        elif "action=samples" in command:
             assert out.startswith("step 30 of ") and "best:" in out and "worst:" in out
         elif "launcher.py" in command:
             assert "\ndone: 30 steps in " in out, out[-2000:]
+            # quiet: the data said once, no semaphore left to multiprocessing's tracker (the rollout processes' queues)
+            assert [line.startswith("data: ") for line in (out + err).splitlines()].count(True) == 1, out + err
+            assert "leaked semaphore" not in err, err[-2000:]
 
 
 def assert_exported_model_generates(run_dir) -> None:

@@ -593,15 +593,15 @@ def test_ranks_that_only_generate_split_each_node_and_a_split_that_cannot_run_is
     code, out, err = launch("recipes=llama/tiny_llama_grpo_async")
     assert code == 0, err
     assert "2 nodes of ml.m5.2xlarge, 2 processes per node (1 training, 1 generating)" in out
-    assert "by 1 rollout process(es) per node beside the training ranks, 2 steps ahead of the updates" in out
+    assert "by 1 rollout process per node beside the training ranks, 2 steps ahead of the updates" in out
     manifest = (tmp_path / "out" / "tiny-llama-grpo-async" / "manifest.yaml").read_text()
     assert "--nproc-per-node=1" in manifest  # the training processes; the rollout processes are their children
     key = "training_config.training_args.method_args.rollout_ranks_per_node"
     for overrides, said in [
             (["recipes.trainer.nproc_per_node=1"],
-             f"{key}=1 leaves none of a node's 1 processes to train: set it below 1, or raise trainer.nproc_per_node"),
+             f"{key}=1 leaves none of a node's 1 process to train: set it below 1, or raise trainer.nproc_per_node"),
             ([f"+recipes.scale_config.n2.{key}=0", "recipes.elastic_policy.is_elastic=true"],
-             f"{key} leaves another count of training processes per node at each size (1 nodes: 1, 2 nodes: 2, "
+             f"{key} leaves another count of training processes per node at each size (1 node: 1, 2 nodes: 2, "
              f"3 nodes: 1): torchrun starts one count at every size; set it in the recipe, not per scale_config entry"),
             ([f"{METHOD_ARG}rollout_engine=vllm"], "rollout_engine=vllm needs GPUs, and ml.m5.2xlarge has none"),
             ([f"{METHOD_ARG}rollout_engine=vllm", f"{METHOD_ARG}rollout_tensor_parallel_size=2"],
@@ -1156,7 +1156,7 @@ def test_the_dry_run_shows_both_phases_of_every_size_marking_the_untraced(launch
 
     plan = make_plan(to_plain(compose(["recipes=qwen/qwen3_8b_grpo_lora", "recipes.elastic_policy.is_elastic=true"])[0])
                      ["recipes"])
-    assert phases() == [f"{s.nodes} node(s) {s.memory.rollout_gib:.0f} / {s.memory.total_gib:.0f}" for s in plan.sizes]
+    assert phases() == [f"{s.nodes} node{'s' * (s.nodes != 1)} {s.memory.rollout_gib:.0f} / {s.memory.total_gib:.0f}" for s in plan.sizes]
     assert all(s.memory.traced for s in plan.sizes)
     estimated = phases(f"{METHOD_ARG}micro_completions=3")
     assert len(estimated) == len(plan.sizes) and all(p.count("~") == 2 for p in estimated)

@@ -221,16 +221,16 @@ def test_hydra_cfg_job_help_and_plus_plus_overrides(launch):
     lines = out.splitlines()
     listed = {line.split()[0]: line.split("  ", 3)[-1].strip() for line in lines if line.startswith("    ")}
     assert set(options("recipes")) <= set(listed)  # one per line, under its family, with its facts
-    assert listed["qwen/qwen3_8b_grpo_lora"] == "grpo, LoRA, 1-4 nodes"
-    assert listed["qwen/qwen3_8b_grpo_rlaif_lora"] == "grpo with an LLM judge, LoRA, 1-4 nodes"
-    assert listed["llama/tiny_llama_sft"] == "sft, full, 1-3 nodes"
+    assert listed["qwen/qwen3_8b_grpo_lora"] == "grpo, LoRA, 1 node, elastic 1-4 nodes"  # static unless is_elastic=true
+    assert listed["qwen/qwen3_8b_grpo_rlaif_lora"] == "grpo with an LLM judge, LoRA, 1 node, elastic 1-4 nodes"
+    assert listed["llama/tiny_llama_sft"] == "sft, full, 2 nodes, elastic 1-3 nodes"
     assert "  llama/" in lines and max(map(len, lines)) <= 120
 
 
 @pytest.mark.slow  # composes every recipe
 def test_the_help_says_of_each_recipe_what_composing_it_gives():
-    """--help reads each recipe's method, LoRA and elastic range from its files without composing it
-    (all of them at once): the same as the composed recipe's."""
+    """--help reads each recipe's method, LoRA, node count and elastic range from its files without
+    composing it (all of them at once): the same as the composed recipe's."""
     from elastic_launcher.config.compose import compose, to_plain
     from elastic_launcher.config.user_recipes import recipe_facts
 
@@ -241,8 +241,11 @@ def test_the_help_says_of_each_recipe_what_composing_it_gives():
         method_args = tc["training_args"].get("method_args") or {}
         judged = " with an LLM judge" if "judge" in method_args.get("rewards", []) else ""
         agent = ", an agent with tools" if method_args.get("environment") else ""
-        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}{judged}{agent}, {lora}, " \
-                                       f"{policy['min_nodes']}-{policy['max_nodes']} nodes", recipe
+        span = f"{policy['min_nodes']}-{policy['max_nodes']} nodes"
+        if not policy["is_elastic"]:  # the nodes it runs at, and the range is_elastic=true allows
+            nodes = composed["trainer"]["num_nodes"]
+            span = f"{nodes} node{'s' * (nodes != 1)}, elastic {span}"
+        assert recipe_facts(recipe) == f"{tc['training_args']['trainer_type']}{judged}{agent}, {lora}, {span}", recipe
 
 
 def test_dry_run_as_typed_in_a_fresh_process_never_imports_torch_or_kubernetes(tmp_path):

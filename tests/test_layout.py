@@ -208,7 +208,7 @@ TRAINING_LAYERS = (
     ("training.methods",),
     ("training.rl", "training.export"),
     ("training.model",),
-    ("training.runtime", "training.state", "training.data", "training.batches", "training.chat_tokens",
+    ("training.runtime", "training.state", "training.data", "training.cached_rows", "training.batches", "training.chat_tokens",
      "training.tracking", "training.doctor"),
     ("training.contract",),
 )

@@ -168,7 +168,7 @@ def test_the_chart_shows_the_elastic_job_where_it_matters(launch, tmp_path):
     ("no_such_trace", "simulate.capacity='no_such_trace' is neither a list of events nor a trace file"),
     ("night_relase", "did you mean simulate.capacity=night_release?"),
     ("/tmp/nope/trace.csv", "simulate.capacity='/tmp/nope/trace.csv': no such file"),
-    ("[{time:0,nodes:3},{time:1h,nodes:2}]", "never frees more than 3 node(s), fewer than the policy's smallest size (4)"),
+    ("[{time:0,nodes:3},{time:1h,nodes:2}]", "never frees more than 3 nodes, fewer than the policy's smallest size (4)"),
 ])
 def test_bad_traces_are_one_line_errors(launch, trace, message):
     code, out, err = launch(*BLOG_JOB, f"simulate.capacity={trace}")

@@ -40,7 +40,7 @@ def test_your_recipes_are_listed_suggested_and_dry_run(mine, tmp_path):
     assert help_text.rstrip().endswith(textwrap.dedent(f"""\
         your recipes (LAUNCHER_RECIPES={mine}):
           byo/
-            byo/llama1b_short_sft  sft, full, 1-2 nodes"""))  # its facts read from its files
+            byo/llama1b_short_sft  sft, full, 1 node, elastic 1-2 nodes"""))  # its facts read from its files
     typo = run_launcher_process("recipes=byo/llama1b_shrt_sft", env=env)
     assert typo.returncode == 2
     assert typo.stderr.startswith("error: unknown recipes option recipes=byo/llama1b_shrt_sft: did you mean "

@@ -135,6 +135,8 @@ CASES = {
     "a recipe key without its prefix, added with +": (["+elastic_policy.min_nodes=2"],
                                                       "unknown key 'elastic_policy' in override of 'elastic_policy."
                                                       "min_nodes': did you mean 'recipes.elastic_policy.min_nodes'?"),
+    "samples before any run": (["recipes=llama/tiny_llama_grpo", "action=samples", "local.run_dir=/nonexistent/run"],
+                               "/nonexistent/run holds no run yet: run it first (action=local with the same recipe"),
     "a new top-level key": (["+bogus=1"], "unknown key 'bogus': valid keys: action, cluster, local, output_dir, recipes, "
                                           "simulate, target"),
     "scale-config set given as a value": (["recipes.scale_config=llama3_8b_p4d"],

@@ -1,12 +1,10 @@
 import faulthandler
-import os
-import sys
 
 # Guarded: a process that multiprocessing starts from this one (spawn, forkserver: the reward
 # functions' pool) imports the main module again, and must not start training.
 if __name__ == "__main__":
     from training.runtime.arguments import parse_args
-    from training.runtime.elastic import ElasticStop, die_with_parent
+    from training.runtime.elastic import ElasticStop, die_with_parent, exit_now
 
     args = parse_args()  # --help and a mistyped flag answer before torch loads
     # A crash in native code (a segfault in a kernel or a collective) prints every thread's Python
@@ -18,9 +16,6 @@ if __name__ == "__main__":
 
     from training.worker import main
 
-    code = main(args, stop=stop)
-    # Everything is saved and flushed: skip the interpreter's teardown of a large model and the
-    # distributed runtime, which would only delay the restart at the new size.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # Everything is saved and flushed: no interpreter teardown of a large model and the distributed
+    # runtime, which would only delay the restart at the new size.
+    exit_now(main(args, stop=stop))

@@ -27,6 +27,7 @@ from training.batches import step_counts
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import TrainingArgs, load_job_config
 from training.contract.config_files import select_config_file
+from training.contract.data_formats import RECOGNIZED
 from training.contract.errors import ConfigError
 from training.contract.rewards import RewardError
 from training.data import build_data, describe_drops
@@ -176,8 +177,7 @@ class Trainer:
                               f"eval_steps=0")
         self.log.event(event="data", **stats)
         if self.rank0 and ds.format == "auto" and stats.get("format", "pairs") not in ("pairs", "messages"):
-            print(f"data: {ds.train_data} read as {stats['format']} rows (recognized from its columns; "
-                  f"datasets.format sets it)", file=sys.stderr, flush=True)
+            print(f"data: {ds.train_data} read as {stats['format']} rows {RECOGNIZED}", file=sys.stderr, flush=True)
         if self.rank0 and stats.get("validation_split"):
             print(f"data: {stats['validation_rows']} validation rows from the {stats['validation_split']} split of "
                   f"{ds.train_data}", file=sys.stderr, flush=True)

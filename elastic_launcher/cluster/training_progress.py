@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elastic_launcher.words import plural
 from training.contract.curves import CHART, REDRAW_S
 from training.contract.judge import failed_verdicts
 
@@ -118,7 +119,7 @@ def describe(p: JobProgress, now: float, target_nodes: str | None = None) -> lis
     of = f"/{p.max_steps}" if p.max_steps else ""
     epochs = f" (epoch {p.epochs:.2f})" if p.epochs is not None else ""
     lines = [f"training: {p.state} for {duration(now - p.since) if p.since else '-'}; step {p.step}{of}{epochs} at "
-             f"{p.nodes} node(s) ({p.world_size} processes){moving}"]
+             f"{plural(p.nodes, 'node')} ({plural(p.world_size, 'process')}){moving}"]
     numbers = []
     if p.loss is not None:
         numbers.append(f"loss {p.loss:.4g}")

@@ -99,6 +99,11 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
                                                 else "") + (", an agent with tools" if method_args.get("environment") else "")
     lora = bool((training.get("model_config") or {}).get("peft_config"))
     policy = recipe_data.get("elastic_policy") or {}
-    return f"{method}, {'LoRA' if lora else 'full'}, {policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"
+    span = f"{policy.get('min_nodes', '?')}-{policy.get('max_nodes', '?')} nodes"
+    if not policy.get("is_elastic"):  # the range is what is_elastic=true would allow
+        nodes = (recipe_data.get("trainer") or {}).get("num_nodes", "?")
+        span = f"{nodes} node{'' if nodes == 1 else 's'}, elastic {span}"
+    return f"{method}, {'LoRA' if lora else 'full'}, {span}"
+
 
 

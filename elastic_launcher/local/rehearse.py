@@ -31,6 +31,7 @@ from elastic_launcher.local.driver import POLL_SECONDS, Rehearsal
 from elastic_launcher.local.run import (STILL_STOPPING, LocalJob, interrupts_deferred, patient, prepare,
                                         run_dir_of, sigterm_as_interrupt, stop_job, stop_signal)
 from elastic_launcher.planning.plan import make_plan
+from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
 from training.contract.judge import REPLAY_ENV
 from training.contract.methods import method_facts
@@ -40,7 +41,7 @@ from training.contract.records import read_records
 def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> None:
     """The same steps at the rehearsal's first size, never interrupted: what the resizes must match."""
     nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
-    print(f"reference run: {rehearsal.max_steps} steps at a fixed {nodes} node(s) in {reference.run_dir}", flush=True)
+    print(f"reference run: {rehearsal.max_steps} steps at a fixed {plural(nodes, 'node')} in {reference.run_dir}", flush=True)
     rehearsal.log.flush()
     log_start = rehearsal.log_path.stat().st_size  # the reference's own lines follow
     with interrupts_deferred():

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from elastic_launcher.local.timeline import Timeline
+from elastic_launcher.words import plural
 from training.contract.curves import CHART, draw
 from training.contract.judge import NAME as JUDGE
 from training.contract.records import committed, read_records
@@ -200,7 +201,7 @@ def chart(path: Path, records: list[dict], events: list[dict], t0: float) -> Non
                                                                                      "done")), end)
         for ax in (ax_tps, ax_loss):
             ax.axvspan(launch["t"], stop, color=colors(0.15 + 0.2 * launch["nodes"]), alpha=0.35, lw=0)
-        ax_tps.text(launch["t"], ax_tps.get_ylim()[1] if steps else 1, f" {launch['nodes']} node(s)", va="top",
+        ax_tps.text(launch["t"], ax_tps.get_ylim()[1] if steps else 1, f" {plural(launch['nodes'], 'node')}", va="top",
                     fontsize=8)
     for e in events:
         if e["event"] in ("signal", "kill"):

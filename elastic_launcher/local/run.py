@@ -30,10 +30,12 @@ from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.local.progress import Progress, summary
 from elastic_launcher.render.configs import config_files, write_files
+from elastic_launcher.words import plural
 from training.contract.buckets import CHECKPOINT_URI_KEY, check_bucket, checkpoint_steps, is_s3
 from training.contract.checkpoint_dirs import latest_checkpoint, step_of
 from training.contract.config import JobConfig
 from training.contract.config_files import NODE_LOCAL_DIR_ENV, NUM_NODES_ENV
+from training.contract.data_formats import RECOGNIZED
 from training.contract.records import parse_line, read_records
 
 
@@ -330,10 +332,11 @@ class OutputRelay:
                     self.error = line[len("error: "):]
                 elif self.error is None:
                     record = parse_line(line) if line.startswith("{") else None
-                    if record is None:
+                    if record is not None:
+                        if record.get("event") != "node":  # which pod is which node: for cluster logs only
+                            say(self.progress.line(record))
+                    elif not line.endswith(RECOGNIZED):  # the data's format: the launcher said it before the start
                         say(line)
-                    elif record.get("event") != "node":  # which pod is which node: for cluster logs only
-                        say(self.progress.line(record))
 
     def join(self) -> None:
         self._thread.join(timeout=10)
@@ -351,7 +354,7 @@ def run(job: Job) -> int:
         allowed = ", ".join(str(s.nodes) for s in job.plan.sizes)
         raise LauncherError(f"local.nodes={nodes} is not a size this recipe allows ({allowed}): pick one of them")
     local = prepare(job)
-    say(f"training {job.plan.job_name} on {nodes} local node(s) x {local.nproc_per_node} process(es); "
+    say(f"training {job.plan.job_name} on {plural(nodes, 'local node')} x {plural(local.nproc_per_node, 'process')}; "
         f"run dir {local.run_dir}")
     local.run_dir.mkdir(parents=True, exist_ok=True)
     uri = job.plan.base.training_config.checkpoint.uri

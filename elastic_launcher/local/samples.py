@@ -10,11 +10,14 @@ import textwrap
 from elastic_launcher.errors import LauncherError
 from elastic_launcher.job import Job
 from elastic_launcher.local.run import run_dir_of
-from training.contract.records import read_records
+from training.contract.records import METRICS, read_records
 
 
 def run(job: Job) -> int:
     run_dir, settings = run_dir_of(job), job.settings.local
+    if not (run_dir / METRICS).exists():
+        raise LauncherError(f"{run_dir} holds no run yet: run it first (action=local with the same recipe and "
+                            f"local.run_dir), or point local.run_dir at a run's directory")
     by_step = {r["step"]: r for r in read_records(run_dir, "samples.jsonl") if "readable" in r}  # a redone step: its last
     if not by_step:
         raise LauncherError(f"{run_dir} has no readable completions: run GRPO with "

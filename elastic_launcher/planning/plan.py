@@ -16,6 +16,7 @@ from elastic_launcher.planning.memory import (FIT_SHARE, Allowance, MemoryEstima
 from elastic_launcher.planning.model_config import (check_shape, local_config, local_model_dir, readable_shape,
                                                     shape_of)
 from elastic_launcher.planning.rollouts import check_phases, check_rollout_engine, rollout_phases, training_processes
+from elastic_launcher.words import plural
 from training.contract.batching import BatchPlan, plan_batches
 from training.contract.config import RESUME_INVARIANTS, JobConfig, check_methods, deep_merge, get_path
 from training.contract.errors import ConfigError
@@ -279,7 +280,7 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
             batch = plan_batches(cfg.training_config.training_args, nodes * nproc,
                                  f"{where}.training_config.training_args")
         except ConfigError as e:
-            raise ConfigError(f"at {nodes} nodes: {_named_where_set(str(e), where, entry or {})}") from None
+            raise ConfigError(f"at {plural(nodes, 'node')}: {_named_where_set(str(e), where, entry or {})}") from None
         degree, memory = _sharding(hardware, cfg, instance, nodes, nproc, batch, where)
         mc = dataclasses.replace(cfg.training_config.model_config, sharding_degree=degree,
                                  sharding="hsdp" if degree < nodes * nproc else "fsdp")
@@ -295,19 +296,19 @@ def make_plan(recipe: dict, job_name: str | None = None, every_size: bool = Fals
             got = get_path(size.config.training_config, path)
             if got != want:
                 raise ConfigError(
-                    f"training_config.{path} is {got!r} at {size.nodes} nodes but {want!r} at {first.nodes}: "
+                    f"training_config.{path} is {got!r} at {plural(size.nodes, 'node')} but {want!r} at {first.nodes}: "
                     f"a resume at another size would be refused; it must be the same at every size (set it in "
                     f"the recipe, not per scale_config entry)")
     split = {s.nodes: s.nproc_per_node for s in sizes}
     if len(set(split.values())) > 1:
-        listed = ", ".join(f"{n} nodes: {p}" for n, p in split.items())
+        listed = ", ".join(f"{plural(n, 'node')}: {p}" for n, p in split.items())
         raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node leaves another count of "
                           f"training processes per node at each size ({listed}): torchrun starts one count at every "
                           f"size; set it in the recipe, not per scale_config entry")
     warnings = []
     rates = {s.nodes: s.learning_rate for s in sizes}
     if len(set(rates.values())) > 1:
-        listed = ", ".join(f"{n} nodes: {lr:g}" for n, lr in rates.items())
+        listed = ", ".join(f"{plural(n, 'node')}: {lr:g}" for n, lr in rates.items())
         warnings.append(f"learning_rate differs between sizes ({listed}): after a resize the new size's LR "
                         f"governs the schedule from that step on")
     recipe_lr = base_cfg.training_config.training_args.learning_rate
@@ -351,7 +352,7 @@ def _sharding(hardware: Hardware, cfg: JobConfig, instance: InstanceType, nodes:
 
     if mc.sharding_degree and world % mc.sharding_degree:
         raise ConfigError(f"{where}.training_config.model_config.sharding_degree={mc.sharding_degree} does not divide "
-                          f"the {world} GPUs at {nodes} nodes: use a divisor of every allowed size's GPU count (e.g. "
+                          f"the {world} GPUs at {plural(nodes, 'node')}: use a divisor of every allowed size's GPU count (e.g. "
                           f"{nproc}, one node's) or remove it to let the launcher choose")
     if mc.sharding != "auto" or mc.sharding_degree or nodes == 1:
         degree = mc.shard_degree(world, nodes)
@@ -434,7 +435,7 @@ def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, m
     if gib > NODE_LOCAL_SHARE * pod_gib:
         files = f", and the model files ({base_gb:,.0f} GB)" if base_gb else ""
         raise ConfigError(f"the node-local checkpoint tier needs {gib:,.0f} GiB of memory per node (twice a node's share "
-                          f"of a {gb:,.0f} GB checkpoint at {min_nodes} node(s){files}), more than "
+                          f"of a {gb:,.0f} GB checkpoint at {plural(min_nodes, 'node')}{files}), more than "
                           f"{NODE_LOCAL_SHARE:.0%} of the {pod_gib} GiB of {instance.name}: raise "
                           f"recipes.elastic_policy.min_nodes, or set cluster.node_local=false (restarts then read every "
                           f"byte from the shared volume)")
@@ -468,7 +469,7 @@ def _update_share_warnings(sizes: list[SizePlan]) -> list[str]:
     short = [(s.nodes, min(s.batch.local_batches)) for s in sizes if min(s.batch.local_batches) < m]
     if not short:
         return []
-    listed = ", ".join(f"{nodes} nodes: {k}" for nodes, k in short)
+    listed = ", ".join(f"{plural(nodes, 'node')}: {k}" for nodes, k in short)
     return [f"a rank's prompts per step fall below method_args.mini_batches={m} ({listed}): such a rank only pads "
             f"through the updates it has no prompt in; lower mini_batches or max_nodes, or raise train_batch_size"]
 
@@ -481,7 +482,7 @@ def _hardware_warnings(hardware: Hardware, instance: InstanceType, sizes: list[S
                         f"{instance.name} with scale_configs@recipes.scale_config=<name> (docs/recipes.md: Instance types)")
     tight = [s for s in sizes if s.memory and s.memory.peak_gib > FIT_SHARE * instance.gpu_memory_gib]
     if tight:
-        listed = ", ".join(f"{s.nodes} nodes: {s.memory.peak_gib:.0f} GiB" for s in tight)
+        listed = ", ".join(f"{plural(s.nodes, 'node')}: {s.memory.peak_gib:.0f} GiB" for s in tight)
         warnings.append(f"peak memory per GPU is above {FIT_SHARE:.0%} of the {instance.gpu_memory_gib:g} GiB of "
                         f"{instance.name} ({listed}): lower micro_train_batch_size at those sizes, use "
                         f"activation_checkpointing=full, or raise min_nodes")

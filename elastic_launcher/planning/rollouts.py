@@ -10,6 +10,7 @@ import dataclasses
 from elastic_launcher.planning.instances import InstanceType
 from elastic_launcher.planning.memory import (CUDA_CONTEXT_GIB, FIT_SHARE, GIB, VLLM_ASLEEP_GIB, MemoryEstimate,
                                               ModelShape)
+from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
 from training.contract.judge import NAME, describe, judge_settings
 from training.contract.grpo_args import completion_budget, correction_level
@@ -34,7 +35,7 @@ def check_phases(memory: MemoryEstimate, instance: InstanceType, nodes: int, tc,
                               f"GiB) and a KV cache: raise either")
 
     def over(phase: str, gib: float) -> str:
-        return (f"at {nodes} nodes GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
+        return (f"at {plural(nodes, 'node')} GRPO's {phase} need ~{gib:.0f} GiB per GPU, over {FIT_SHARE:.0%} of the "
                 f"{instance.gpu_memory_gib:g} GiB of {instance.name}")
 
     if memory.rollout_gib > limit:
@@ -60,7 +61,7 @@ def check_rollout_engine(tc, nproc: int, model_shape: dict | None) -> None:
                           f"or rollout_ranks_per_node=0 (engines on the training ranks)")
     if nproc % options.rollout_tensor_parallel_size:
         raise ConfigError(f"{key}.rollout_tensor_parallel_size={options.rollout_tensor_parallel_size} does not divide "
-                          f"the {nproc} processes of a node: an engine's GPUs are within one node")
+                          f"the {plural(nproc, 'process')} of a node: an engine's GPUs are within one node")
     refusal = batch_invariance_refusal(ModelShape.from_config(model_shape).mixers) if model_shape else None
     if options.rollout_batch_invariant and refusal:
         raise ConfigError(refusal)
@@ -78,7 +79,7 @@ def training_processes(tc, nproc: int) -> int:
     k = rollout_ranks(tc)
     if k >= nproc:
         raise ConfigError(f"training_config.training_args.method_args.rollout_ranks_per_node={k} leaves none of a "
-                          f"node's {nproc} processes to train: set it below {nproc}, or raise trainer.nproc_per_node")
+                          f"node's {plural(nproc, 'process')} to train: set it below {nproc}, or raise trainer.nproc_per_node")
     return nproc - k
 
 
@@ -120,7 +121,7 @@ def rollout_lag(tc) -> str | None:
     if options is None or not (options.max_steps_off_policy or options.rollout_ranks_per_node):
         return None
     s, k = options.max_steps_off_policy, options.rollout_ranks_per_node
-    where = f"by {k} rollout process(es) per node beside the training ranks, {s} steps ahead of the updates" if k \
+    where = f"by {plural(k, 'rollout process')} per node beside the training ranks, {s} steps ahead of the updates" if k \
         else "on the training ranks"
     return (f"step t trains on a batch drawn by the policy after step max(0, t-1-{s}) (max_steps_off_policy={s}), "
             f"{where}; each rank keeps {s} older copies of its shard of the trainable weights, in memory "

@@ -10,6 +10,7 @@ from elastic_launcher.planning.plan import Plan
 from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_ranks, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
+from elastic_launcher.words import plural
 from training.contract.methods import method_facts, sampling_options
 
 MANIFEST_FILE = "manifest.yaml"
@@ -98,14 +99,14 @@ def summary(plan: Plan, target: str) -> str:
     kind = "elastic" if p.is_elastic else "static"
     counts = [s.nodes for s in plan.sizes]
     if not p.is_elastic:
-        nodes = f"{plan.initial_nodes} nodes"
+        nodes = plural(plan.initial_nodes, "node")
     elif counts == list(range(p.min_nodes, p.max_nodes + 1)):
         nodes = f"{p.min_nodes}..{p.max_nodes} nodes"
     else:
         nodes = f"{', '.join(map(str, counts))} nodes (within {p.min_nodes}..{p.max_nodes})"
     k = rollout_ranks(plan.base.training_config)
-    processes = f"{plan.nproc_per_node + k} processes per node ({plan.nproc_per_node} training, {k} generating)" if k \
-        else f"{plan.nproc_per_node} processes per node"
+    processes = f"{plural(plan.nproc_per_node + k, 'process')} per node ({plan.nproc_per_node} training, {k} generating)" \
+        if k else f"{plural(plan.nproc_per_node, 'process')} per node"
     lines = [f"{plan.job_name}: {kind}, {nodes} of {plan.instance.name}, {processes}, target {target}",
              describe_method(plan.sizes[0].config.training_config), plan_table(plan)]
     if any(s.memory for s in plan.sizes):
@@ -117,7 +118,7 @@ def summary(plan: Plan, target: str) -> str:
     if phased := [s for s in plan.sizes if s.memory and s.memory.rollout_gib is not None]:  # GRPO: the larger shown above
         roles = "a rollout rank's / a training rank's" if k else "rollout / updates"
         lines.append(f"GRPO's phases, GiB/GPU {roles}: " + ", ".join(  # ~ as in the table: not traced
-            f"{s.nodes} node(s) {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
+            f"{plural(s.nodes, 'node')} {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
     if reproducibility := rollout_reproducibility(plan.base.training_config, plan.instance):
         lines.append(f"rollouts: {reproducibility}")

@@ -33,6 +33,7 @@ from elastic_launcher.job import Job
 from elastic_launcher.planning.plan import Plan, checkpoint_gb, kept_policies
 from elastic_launcher.simulate.chart import chart, chart_data
 from elastic_launcher.simulate.outcome import Outcome, Point
+from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
 from training.contract.records import read_records
 
@@ -317,7 +318,7 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
     trace = parse_trace(settings.capacity, plan.policy.max_nodes, "simulate.capacity", settings.repeat_daily, horizon)
     most = max(e.nodes for e in trace if e.nodes is not None)
     if most < plan.sizes[0].nodes:
-        raise ConfigError(f"simulate.capacity={settings.capacity!r} never frees more than {most} node(s), fewer than the "
+        raise ConfigError(f"simulate.capacity={settings.capacity!r} never frees more than {plural(most, 'node')}, fewer than the "
                           f"policy's smallest size ({plan.sizes[0].nodes}): no policy could start; lower "
                           f"recipes.elastic_policy.min_nodes or check the trace")
     nproc = plan.nproc_per_node

@@ -16,6 +16,9 @@ from __future__ import annotations
 from training.contract.errors import ConfigError
 
 FORMATS = ("auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text")
+# The trainer's line on a format it recognized (datasets.format: auto); a local run's launcher has said
+# how it reads the data before the start, and does not relay it again.
+RECOGNIZED = "(recognized from its columns; datasets.format sets it)"
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
                   "system": "system", "tool": "tool", "function_response": "tool", "observation": "tool"}
 

@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from training.rl.policy_channel import PolicyReceiver, PolicySender
-from training.runtime.elastic import signal_mask_kept
+from training.runtime.elastic import exit_now, signal_mask_kept
 
 RESULT_POLL_S = 0.05  # how often a rank waiting for its batch checks its stop and its rollout processes
 END_TIMEOUT_S = 30  # for the rollout processes to end by themselves after the run's last checkpoint
@@ -267,7 +267,7 @@ def serve(device: str, place: tuple[int, int], inbox, announcements, channel, re
                 drawn.put(None)
                 scorer.join()
                 maker.rewards.close()
-                os._exit(0)  # no interpreter teardown of an engine and its helpers to wait for
+                exit_now(0)  # no interpreter teardown of an engine and its helpers to wait for
             _, step, policy_step, rank, prompts, params = message
             if loaded != policy_step:
                 waiting = time.perf_counter()
@@ -326,7 +326,7 @@ def exit_when_set(stopping, built: list) -> None:
         time.sleep(STOP_POLL_S)
     if built and built[0] is not None:
         built[0].drain(DRAIN_TIMEOUT_S)
-    os._exit(0)
+    exit_now(0)
 
 
 def rollout_maker(setup: RolloutSetup, device: torch.device, place: tuple[int, int] = (0, 1)):

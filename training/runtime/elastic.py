@@ -290,6 +290,18 @@ class ElasticStop:
         return NO_OWN_STOP_EXIT
 
 
+def exit_now(code: int) -> None:
+    """End the process at once: no interpreter teardown of a large model, the distributed runtime or an
+    engine's helpers (everything is saved and flushed), but multiprocessing's own exit work: its
+    finalizers unlink the semaphores of the process's queues and pools, which its resource tracker
+    would otherwise report as leaked at shutdown."""
+    if "multiprocessing.util" in sys.modules:
+        sys.modules["multiprocessing.util"]._run_finalizers(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def die_with_parent(parent: int | None = None) -> None:
     """If the launcher agent dies (even SIGKILLed), take this worker down too instead of training on
     as an orphan: torchrun starts workers in their own sessions, so nothing else reaches them.
