@@ -53,7 +53,7 @@ def test_an_environments_public_methods_are_its_tools_with_json_schemas(env_file
 
 
 @pytest.mark.parametrize("source, spec, says", [
-    (CALCULATOR, "{path}:Calculater", "has no function 'Calculater': did you mean 'Calculator'?"),
+    (CALCULATOR, "{path}:Calculater", "has no class 'Calculater': did you mean 'Calculator'?"),
     (CALCULATOR, "{dir}/nothing.py:Calculator", "the file {dir}/nothing.py of"),
     ("def Calculator(): pass\n", "{path}:Calculator", "names function 'Calculator', not a class"),
     ("class Calculator:\n    def add(self, a: int) -> int:\n        '''Add.\n\n        Args:\n            a: a\n        '''\n",
@@ -61,6 +61,8 @@ def test_an_environments_public_methods_are_its_tools_with_json_schemas(env_file
     ("class Calculator:\n    def reset(self, **row): pass\n    def add(self, a, b):\n        '''Add.'''\n",
      "{path}:Calculator", "the tool Calculator.add cannot be offered to the model"),
     ("class Calculator:\n    def reset(self, **row): pass\n", "{path}:Calculator", "has no public method besides reset"),
+    ("class Calculator:\n    def reset(self, **row): pass\n", "{path}",
+     "env.py' names no class: write 'path/to/file.py:Class' or 'package.module:Class'"),
 ])
 def test_an_environment_that_cannot_run_is_one_line(tmp_path, source, spec, says):
     path = tmp_path / "env.py"
@@ -511,7 +513,7 @@ AGENT_ARG = "recipes.training_config.training_args.method_args."
 
 @pytest.mark.parametrize("overrides, says", [
     ([f"{AGENT_ARG}environment=data/no_such_env.py:Calculator"], "the file data/no_such_env.py of"),
-    ([f"{AGENT_ARG}environment=data/calculator_env.py:Calculater"], "has no function 'Calculater'"),
+    ([f"{AGENT_ARG}environment=data/calculator_env.py:Calculater"], "has no class 'Calculater'"),
     ([f"{AGENT_ARG}environment=null"], "takes `environments`, and no training_config.training_args.method_args."
                                        "environment is set"),
     ([f"+{AGENT_ARG}rollout_engine=vllm"], "an agent's multi-turn rollouts run on the trainer's own sampler"),

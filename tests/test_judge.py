@@ -337,8 +337,10 @@ def test_the_dry_run_says_what_the_judge_is_asked_and_warns_where_a_rate_limit_h
     code, out, err = launch("recipes=llama/tiny_llama_grpo_rlaif",
                             "+recipes.training_config.training_args.method_args.judge.requests_per_minute=16")
     assert code == 0, err
-    assert ("judge: openai/tiny-judge with the rubric template (range [0, 1], on_failure=drop): 32 calls per step at "
-            "every size (8 prompts x 4 completions;") in out
+    assert ("judge: openai/tiny-judge at http://127.0.0.1:8011/v1 with the rubric template (range [0, 1], "
+            "on_failure=drop): 32 calls per step at every size (8 prompts x 4 completions;") in out
+    method = next(line for line in out.splitlines() if line.startswith("method:"))
+    assert "rewards [judge])" in method and "{" not in method  # the judge's settings are its own line, not a dict
     assert "warning: requests_per_minute=16 holds a step at least 120 s for the judge" in out
 
 

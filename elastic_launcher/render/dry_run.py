@@ -73,6 +73,17 @@ def plan_table(plan: Plan) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
+def _shown(value) -> str:
+    """A key's value as a person writes it: 0.1, [math_verify, format], {temperature 0.7, top_p 0.9}."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(map(_shown, value))}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} {_shown(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def describe_method(tc) -> str:
     """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
     ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
@@ -80,10 +91,10 @@ def describe_method(tc) -> str:
     defaults = dataclasses.asdict(facts.build_args({}))
     # A few keys in full, e.g. DPO (beta 0.1, loss_type sigmoid); of GRPO's many, those the recipe changes.
     options = {k: v for k, v in dataclasses.asdict(facts.build_args(ta.method_args)).items()
-               if len(defaults) <= 4 or v != defaults[k]}
+               if (len(defaults) <= 4 or v != defaults[k]) and k != "judge"}  # the judge: a line of its own
     what = ta.trainer_type.upper()
     if options:
-        what += f" ({', '.join(f'{k} {v:g}' if isinstance(v, float) else f'{k} {v}' for k, v in options.items())})"
+        what += f" ({', '.join(f'{k} {_shown(v)}' for k, v in options.items())})"
     what += f" with LoRA (r {peft.r}, alpha {peft.lora_alpha:g}, {peft.target_modules})" if peft else ", full parameters"
     steps = f"{ta.max_epochs:g} epoch(s), steps resolved from the data at start" if ta.max_epochs else f"{ta.max_steps} steps"
     parts = [what, steps]

@@ -31,7 +31,7 @@ class Tool:
 def load_environment(spec: str) -> type:
     """The class `spec` names (a file or a module, as reward functions are named): a missing file,
     module or class is one line naming it."""
-    cls = load_reward(spec, KEY)  # the same lookup: a callable by name in a file or module
+    cls = load_reward(spec, KEY, kind="class")  # the same lookup: a callable by name in a file or module
     if not inspect.isclass(cls):
         raise ConfigError(f"{KEY}={spec!r} names {type(cls).__name__} {cls.__name__!r}, not a class: name the "
                           f"environment's class (a TRL environment_factory class)")

@@ -292,7 +292,7 @@ def describe(settings: JudgeSettings, prompts: int, generations: int, largest_wo
     template and the verdict)."""
     calls = prompts * generations
     low, high = _range(settings.range)
-    lines = [f"judge: {settings.model_id} with the {Path(settings.prompt_template).stem} template (range [{low:g}, "
+    lines = [f"judge: {settings.label} with the {Path(settings.prompt_template).stem} template (range [{low:g}, "
              f"{high:g}], on_failure={settings.on_failure}): {calls} calls per step at every size ({prompts} prompts x "
              f"{generations} completions; a completion judged before, also before a restart, is not asked again), at "
              f"most {settings.max_workers} at once across the ranks"]

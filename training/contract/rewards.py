@@ -131,15 +131,18 @@ BUILT_INS: dict[str, Callable] = {"math_verify": math_verify, "exact_match": exa
 _LOADING = threading.RLock()  # reentrant: a file being loaded may name another (its environment's rewards)
 
 
-def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
-    """The function `spec` names: a built-in, `path/to/file.py:function` or `package.module:function`.
-    A missing file, module or function is a one-line ConfigError naming it."""
-    if spec in BUILT_INS:
+def load_reward(spec: str, key: str = "method_args.rewards", kind: str = "function") -> Callable:
+    """The function (or, with kind="class", the class) `spec` names: a built-in reward,
+    `path/to/file.py:name` or `package.module:name`. A missing file, module or name is a one-line
+    ConfigError naming it."""
+    if kind == "function" and spec in BUILT_INS:
         return BUILT_INS[spec]
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name:
-        raise ConfigError(f"{key}: {spec!r} is neither a built-in reward ({', '.join(BUILT_IN)}) nor "
-                          f"'path/to/file.py:function' or 'package.module:function'")
+        placeholder = "Class" if kind == "class" else kind
+        forms = f"'path/to/file.py:{placeholder}' or 'package.module:{placeholder}'"
+        raise ConfigError(f"{key}: {spec!r} is neither a built-in reward ({', '.join(BUILT_IN)}) nor {forms}"
+                          if kind == "function" else f"{key}: {spec!r} names no {kind}: write {forms}")
     if where.endswith(".py"):
         path = Path(where).resolve()
         if not path.is_file():
@@ -167,10 +170,11 @@ def load_reward(spec: str, key: str = "method_args.rewards") -> Callable:
                               f"a file as path/to/file.py:{name}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        functions = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        near = difflib.get_close_matches(name, functions, n=1)
-        raise ConfigError(f"{key}: {where} has no function {name!r}"
-                          + (f": did you mean {near[0]!r}?" if near else f" (it has {', '.join(functions) or 'none'})"))
+        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                 and inspect.isclass(v) == (kind == "class")]
+        near = difflib.get_close_matches(name, found, n=1)
+        raise ConfigError(f"{key}: {where} has no {kind} {name!r}"
+                          + (f": did you mean {near[0]!r}?" if near else f" (it has {', '.join(found) or 'none'})"))
     return fn
 
 
