@@ -1257,3 +1257,31 @@ def test_a_rehearsal_says_when_a_verdict_or_an_environments_reply_differed_befor
         "the environment's reply in turn 1 of sample 1's completion 0 at step 1")
     assert first_input_difference(judged, fixed, until=1) is None  # the completions differed first
     assert first_input_difference(fixed, fixed, until=None) is None
+
+
+def test_a_rehearsals_verdict_weighs_a_drift_against_what_float32s_reordering_alone_does():
+    """A chaotic run (the warm-started GRPO twin: its KL climbs) amplifies float32's reordering at another
+    size by ~1.3x a step: the resized run, reordered from its first resize on, stays within the drift a
+    fixed-size run at another size shows by the same step (reordered from step 1), and is MATCHED; one
+    completion of a step's 32 weighed wrong moves that step's mean by ~1/32, far past it, and DIFFERS,
+    as does any step the strict bound alone would refuse before reordering has grown."""
+    from elastic_launcher.local.report import STRICT, Report, within_reordering
+
+    def reordered_from(first: int, steps=range(1, 31)) -> dict[int, float]:
+        return {s: 0.0 if s < first else 1e-7 * 1.3 ** (s - first) for s in steps}
+
+    other_size, resized = reordered_from(1), reordered_from(6)
+    assert max(resized.values()) > STRICT  # the strict bound alone would call it DIFFERED
+    assert within_reordering(resized, other_size)
+    wrong_weight = {s: d + (1 / 32 if s >= 10 else 0.0) for s, d in resized.items()}
+    assert not within_reordering(wrong_weight, other_size)
+    early = {**resized, 2: 10 * STRICT}  # before reordering has grown: the strict bound holds
+    assert not within_reordering(early, other_size)
+
+    report = Report([], 1.0, 1.0, 1.0, 30, compared_metric="entropy", max_rel_diff=max(resized.values()),
+                    samples_identical=True, matched=True, reordering_nodes=3,
+                    reordering_rel_diff=max(other_size.values()))
+    assert (f"vs fixed-size run: MATCHED: max relative entropy difference {max(resized.values()):.2e}, within "
+            f"float32's reordering (a fixed-size run at 3 nodes drifts up to {max(other_size.values()):.2e} from it; "
+            f"a step may differ up to 4x what it had by then), consumed sample ids and completions identical") \
+        in report.summary()

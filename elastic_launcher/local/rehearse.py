@@ -38,9 +38,15 @@ from training.contract.methods import method_facts
 from training.contract.records import read_records
 
 
-def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> None:
-    """The same steps at the rehearsal's first size, never interrupted: what the resizes must match."""
-    nodes = next(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch")
+def launched_sizes(rehearsal: Rehearsal) -> list[int]:
+    """The sizes the rehearsal ran at, first launch first, each once."""
+    return list(dict.fromkeys(e["nodes"] for e in rehearsal.timeline.events if e["event"] == "launch"))
+
+
+def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float, nodes: int | None = None) -> None:
+    """The same steps never interrupted, at the rehearsal's first size (what the resizes must match) or
+    at `nodes`."""
+    nodes = nodes or launched_sizes(rehearsal)[0]
     print(f"reference run: {rehearsal.max_steps} steps at a fixed {plural(nodes, 'node')} in {reference.run_dir}", flush=True)
     rehearsal.log.flush()
     log_start = rehearsal.log_path.stat().st_size  # the reference's own lines follow
@@ -64,6 +70,24 @@ def run_reference(rehearsal: Rehearsal, reference: LocalJob, timeout: float) -> 
     if code != 0:
         raise LauncherError(f"the fixed-size reference run exited with {code} after step {step}: "
                             f"{failure_line(rehearsal.log_path, log_start)} (full log: {rehearsal.log_path})")
+
+
+def measured_reordering(rehearsal: Rehearsal, reference_at, extra_env: tuple, metric: str,
+                        timeout: float) -> tuple[int, Path] | None:
+    """Where the resized run saw every sample the fixed-size run saw but its metric drifted past the
+    strict bound: a second fixed-size run at the next size the rehearsal ran at (nodes, its directory),
+    so that the verdict weighs the drift against what float32's reordering alone does here."""
+    run_dir, fixed_dir = rehearsal.local.run_dir, rehearsal.local.run_dir / "fixed"
+    drift = max(rehearsal_report.relative_differences(run_dir, fixed_dir, metric).values(), default=0.0)
+    sizes = launched_sizes(rehearsal)
+    if drift <= rehearsal_report.STRICT or len(sizes) < 2 or \
+            rehearsal_report.first_difference(run_dir, fixed_dir) is not None:
+        return None
+    nodes, directory = sizes[1], run_dir / f"fixed-n{sizes[1]}"
+    print(f"the {metric} drifted up to {drift:.1e} from the fixed-size run, every sample the same: a fixed-size run "
+          f"at {plural(nodes, 'node')} measures what float32's reordering alone does", flush=True)
+    run_reference(rehearsal, dataclasses.replace(reference_at(directory), extra_env=extra_env), timeout, nodes)
+    return nodes, directory
 
 
 def failure_line(log_path: Path, start: int) -> str:
@@ -103,12 +127,19 @@ def run(job: Job) -> int:
     if settings.agent_python:
         venv_bin = agents_bin(job)
     local = prepare(job, plan, run_dir)
-    reference = dataclasses.replace(local, run_dir=reference_dir)
-    if uri:
-        checkpoints["uri"] = f"{uri.rstrip('/')}/{run_dir.name}/fixed"
-        reference = prepare(job, make_plan(recipe, job.plan.job_name, typed=job.typed), reference_dir)
-    if settings.agent_python:  # the agents' environment runs the reference too: the same torch
-        local, reference = (dataclasses.replace(j, python=settings.agent_python) for j in (local, reference))
+
+    def reference_at(directory: Path) -> LocalJob:
+        """A fixed-size run's job in `directory` (in a bucket: its checkpoints under a prefix of its own);
+        the agents' environment runs it too: the same torch."""
+        reference = dataclasses.replace(local, run_dir=directory)
+        if uri:
+            checkpoints["uri"] = f"{uri.rstrip('/')}/{run_dir.name}/{directory.name}"
+            reference = prepare(job, make_plan(recipe, job.plan.job_name, typed=job.typed), directory)
+        return dataclasses.replace(reference, python=settings.agent_python) if settings.agent_python else reference
+
+    reference = reference_at(reference_dir)
+    if settings.agent_python:
+        local = dataclasses.replace(local, python=settings.agent_python)
     local.run_dir.mkdir(parents=True, exist_ok=True)
     args = (plan, local, trace, settings.min_stable_period, local.run_dir / "torchrun.log",
             job.settings.cluster.job_max_retry_count)
@@ -117,12 +148,15 @@ def run(job: Job) -> int:
     print(f"rehearsing {plan.job_name} in {run_dir}"
           + (f" under real HyperPod agents (their logs: {run_dir / 'pods'})" if settings.agent_python else ""),
           flush=True)
+    metric = method_facts(plan.base.training_config.training_args.trainer_type).compared_metric
+    replaying = ((REPLAY_ENV, str(local.run_dir)),)  # the same judge's verdicts as the elastic run's: the trainer is compared
+    reordering = None
     with sigterm_as_interrupt():
         try:
             rehearsal.run(settings.timeout)
-            if settings.compare:  # the same judge's verdicts as the elastic run's: the trainer is what is compared
-                run_reference(rehearsal, dataclasses.replace(reference, extra_env=((REPLAY_ENV, str(local.run_dir)),)),
-                              settings.timeout)
+            if settings.compare:
+                run_reference(rehearsal, dataclasses.replace(reference, extra_env=replaying), settings.timeout)
+                reordering = measured_reordering(rehearsal, reference_at, replaying, metric, settings.timeout)
         except KeyboardInterrupt as interrupt:
             grace = plan.policy.graceful_shutdown_timeout
             if rehearsal.running():
@@ -135,6 +169,6 @@ def run(job: Job) -> int:
             (local.run_dir / "timeline.json").write_text(json.dumps(rehearsal.timeline.events, indent=1))
     rehearsal.log.close()
     report = rehearsal_report.build(local.run_dir, rehearsal.timeline, reference_dir if settings.compare else None,
-                                    method_facts(plan.base.training_config.training_args.trainer_type).compared_metric)
+                                    metric, reordering)
     print(report.summary(), flush=True)
     return 0 if report.matched in (None, True) else 1

@@ -45,6 +45,8 @@ class Report:
     first_differing_step: int | None = None  # the first step whose samples differ from the fixed-size run's
     first_input_difference: str | None = None  # a judge's verdict or an environment's reply that differed first
     matched: bool | None = None  # None: no comparison run
+    reordering_nodes: int | None = None  # the size of a second fixed-size run, where one was needed
+    reordering_rel_diff: float | None = None  # how far it drifted from the first: float32's reordering alone
 
     def summary(self) -> str:
         header = ("#", "cause", "nodes", "restart", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "load",
@@ -62,8 +64,12 @@ class Report:
         if self.matched is not None:
             verdict = "MATCHED" if self.matched else "DIFFERED"
             what = "consumed sample ids" + (" and completions" if self.compared_metric != "loss" else "")
+            within = "" if self.reordering_rel_diff is None else (
+                f", {'within' if self.matched else 'beyond'} float32's reordering (a fixed-size run at "
+                f"{plural(self.reordering_nodes, 'node')} drifts up to {self.reordering_rel_diff:.2e} from it; a step "
+                f"may differ up to {REORDERING_MARGIN:g}x what it had by then)")
             lines.append(f"vs fixed-size run: {verdict}: max relative {self.compared_metric} difference "
-                         f"{self.max_rel_diff:.2e}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}"
+                         f"{self.max_rel_diff:.2e}{within}, {what} {'identical' if self.samples_identical else 'DIFFERENT'}"
                          + (f" from step {self.first_differing_step}" if self.first_differing_step else "")
                          + (f"; first to differ: {self.first_input_difference}, not the trainer's doing"
                             if self.first_input_difference else ""))
@@ -99,7 +105,35 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
         restart=("in place" if start.get("same_process") else "process") if start else None)
 
 
-def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compared_metric: str = "loss") -> Report:
+STRICT = 1e-5  # the compared metric's relative difference a resized run may show without more evidence
+REORDERING_MARGIN = 4.0  # beyond STRICT: times the drift of a fixed-size run at another size, by the same step
+
+
+def relative_differences(run_dir: Path, reference_dir: Path, metric: str) -> dict[int, float]:
+    """Per step of the reference, the run's relative difference from it (inf where the run lacks the step)."""
+    got, want = (committed(d, "metrics.jsonl", metric) for d in (run_dir, reference_dir))
+    return {s: abs(got.get(s, float("inf")) - v) / abs(v) if v else abs(got.get(s, float("inf")) - v)
+            for s, v in want.items()}
+
+
+def within_reordering(resized: dict[int, float], reordered: dict[int, float]) -> bool:
+    """Whether every step of a resized run differs from the fixed-size run by no more than float32's
+    reordering explains: STRICT, or REORDERING_MARGIN times the largest difference a fixed-size run at
+    another size (the same data and steps, sums in another order) showed by that step. A chaotic run
+    amplifies a reordering step by step, so the bound grows with it; a wrong sample or weight jumps
+    far past it at the step it happens."""
+    envelope = 0.0
+    for step in sorted(resized):
+        envelope = max(envelope, reordered.get(step, 0.0))
+        if not resized[step] <= max(STRICT, REORDERING_MARGIN * envelope):
+            return False
+    return True
+
+
+def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compared_metric: str = "loss",
+          reordering: tuple[int, Path] | None = None) -> Report:
+    """The rehearsal's report; with `reference_dir`, judged against the fixed-size run there, and with
+    `reordering` (nodes, directory), against what float32's reordering alone does at another size."""
     records, events = read_records(run_dir), timeline.events
     launches = [i for i, e in enumerate(events) if e["event"] == "launch"]
     transitions = [_transition(records, events, prev, cur) for prev, cur in zip(launches, launches[1:])]
@@ -109,13 +143,18 @@ def build(run_dir: Path, timeline: Timeline, reference_dir: Path | None, compare
     report = Report(transitions, used / available if available else 0.0, used, available, len(steps),
                     _first_start(records, events[launches[0]]) if launches else None, compared_metric)
     if reference_dir is not None:
-        got, want = (committed(d, "metrics.jsonl", compared_metric) for d in (run_dir, reference_dir))
-        report.max_rel_diff = max((abs(got.get(s, float("inf")) - v) / abs(v) for s, v in want.items()),
-                                  default=float("inf"))
+        resized = relative_differences(run_dir, reference_dir, compared_metric)
+        report.max_rel_diff = max(resized.values(), default=float("inf"))
         report.first_differing_step = first_difference(run_dir, reference_dir)
         report.first_input_difference = first_input_difference(run_dir, reference_dir, report.first_differing_step)
         report.samples_identical = report.first_differing_step is None
-        report.matched = report.samples_identical and report.max_rel_diff <= 1e-5 and set(got) == set(want)
+        same_steps = set(committed(run_dir, "metrics.jsonl", compared_metric)) == set(resized)
+        report.matched = report.samples_identical and same_steps and report.max_rel_diff <= STRICT
+        if reordering is not None and report.samples_identical and same_steps:
+            report.reordering_nodes, reordering_dir = reordering
+            reordered = relative_differences(reordering_dir, reference_dir, compared_metric)
+            report.reordering_rel_diff = max(reordered.values(), default=float("inf"))
+            report.matched = within_reordering(resized, reordered)
     (run_dir / "rehearsal_report.json").write_text(json.dumps(asdict(report), indent=1))
     chart(run_dir / "rehearsal.png", records, events, timeline.started)
     draw(records, run_dir / CHART)  # the run's curves against the step, as a local run draws them
