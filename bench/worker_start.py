@@ -94,8 +94,8 @@ def main() -> None:
     print(f"imports: {len(modules)} modules; the slowest, cumulative (python -X importtime):")
     for seconds, name in sorted((row for row in profile if not row[1].startswith(" ")), reverse=True)[:args.top]:
         print(f"  {seconds:6.3f} s  {name}")
-    imported = forbidden(modules)
-    print("modules a start on cached data must not import: " + (", ".join(imported) if imported else "none imported"))
+    imported = sorted({next(n for n in NOT_AT_START if m == n or m.startswith(n + ".")) for m in forbidden(modules)})
+    print("of what a start on cached data must not import: " + (", ".join(imported) if imported else "none"))
 
 
 if __name__ == "__main__":
