@@ -110,7 +110,8 @@ REORDERING_MARGIN = 4.0  # beyond STRICT: times the drift of a fixed-size run at
 
 
 def relative_differences(run_dir: Path, reference_dir: Path, metric: str) -> dict[int, float]:
-    """Per step of the reference, the run's relative difference from it (inf where the run lacks the step)."""
+    """Per step of the reference, the run's relative difference from it (absolute where the reference's
+    value is 0; inf where the run lacks the step)."""
     got, want = (committed(d, "metrics.jsonl", metric) for d in (run_dir, reference_dir))
     return {s: abs(got.get(s, float("inf")) - v) / abs(v) if v else abs(got.get(s, float("inf")) - v)
             for s, v in want.items()}
