@@ -132,9 +132,12 @@ def test_the_docs_show_launcher_commands():
 
 @pytest.mark.parametrize("page, args", launcher_commands(),
                          ids=[f"{page}:{i}" for i, (page, _) in enumerate(launcher_commands())])
-def test_every_documented_launcher_command_composes_and_validates(page, args, launch):
-    """Each command as pasted (placeholders like <image> filled), its action swapped for a dry run:
-    every key, value and recipe it names must exist and pass validation at every size."""
+def test_every_documented_launcher_command_composes_and_validates(page, args, launch, tmp_path, monkeypatch):
+    """Each command as pasted (placeholders like <image> filled), its action swapped for a dry run, from
+    a directory other than the checkout (the files it names found as from the checkout): every key,
+    value, recipe and file it names must exist and pass validation at every size."""
     filled = [re.sub(r"<[^>]+>", "placeholder", a) for a in args if not a.startswith("action=")]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     code, out, err = launch(*filled, "action=dry_run")
     assert code == 0, (page, args, err[-1500:])
