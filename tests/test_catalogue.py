@@ -353,7 +353,7 @@ def test_full_parameter_grpo_recipes_start_where_both_phases_first_fit(recipe):
         assert plan.policy.min_nodes == 1
         return
     n = max(below)
-    with pytest.raises(ConfigError, match=f"at {n} nodes GRPO's (rollouts|updates) need"):
+    with pytest.raises(ConfigError, match=f"at {n} node{'s' * (n != 1)} GRPO's (rollouts|updates) need"):
         plan_of(recipe, f"recipes.elastic_policy.min_nodes={n}", f"recipes.elastic_policy.max_nodes={n}",
                 f"recipes.trainer.num_nodes={n}")
 
