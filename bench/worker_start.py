@@ -69,9 +69,14 @@ def import_profile(stderr: str) -> list[tuple[float, str]]:
     return [(int(cumulative) / 1e6, " " * ((len(indent) - 1) // 2) + name) for cumulative, indent, name in rows]
 
 
+def listed_under(module: str) -> str | None:
+    """The entry of NOT_AT_START that `module` is or sits beneath, if any."""
+    return next((n for n in NOT_AT_START if module == n or module.startswith(n + ".")), None)
+
+
 def forbidden(modules: set[str]) -> list[str]:
     """The modules of NOT_AT_START (or beneath one) among `modules`."""
-    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_AT_START))
+    return sorted(m for m in modules if listed_under(m))
 
 
 def main() -> None:
@@ -94,7 +99,7 @@ def main() -> None:
     print(f"imports: {len(modules)} modules; the slowest, cumulative (python -X importtime):")
     for seconds, name in sorted((row for row in profile if not row[1].startswith(" ")), reverse=True)[:args.top]:
         print(f"  {seconds:6.3f} s  {name}")
-    imported = sorted({next(n for n in NOT_AT_START if m == n or m.startswith(n + ".")) for m in forbidden(modules)})
+    imported = sorted({listed_under(m) for m in forbidden(modules)})
     print("of what a start on cached data must not import: " + (", ".join(imported) if imported else "none"))
 
 

@@ -13,7 +13,7 @@ from elastic_launcher.config.compose import UNDER_RECIPES, to_plain
 from elastic_launcher.config.settings import ACTIONS, TARGETS, LauncherSettings
 from elastic_launcher.planning.plan import Plan, TypedKeys, make_plan
 from training.contract.errors import ConfigError
-from training.contract.typed import build
+from training.contract.typed import build, suggest
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,14 @@ class Job:
 def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Job:
     data = to_plain(cfg)
     recipe = data.pop("recipes")
-    known = sorted([f.name for f in dataclasses.fields(LauncherSettings)] + ["recipes"])
+    known = [f.name for f in dataclasses.fields(LauncherSettings)] + ["recipes"]
     for key in sorted(set(data) - set(known)):  # added with +: Hydra takes any new key
         if key in recipe:  # +training_config...=...: a recipe's key typed without its recipes. prefix
-            typed = next((o.split("=", 1)[0].lstrip("+~") for o in overrides
-                          if o.split("=", 1)[0].lstrip("+~").split(".")[0] == key), key)
+            typed_keys = (o.split("=", 1)[0].lstrip("+~") for o in overrides)
+            typed = next((k for k in typed_keys if k.split(".")[0] == key), key)
             raise ConfigError(f"unknown key '{key}' in override of '{typed}': did you mean 'recipes.{typed}'? "
                               f"{UNDER_RECIPES}")
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        raise ConfigError(f"unknown key '{key}': " + (f"did you mean '{close[0]}'?" if close else
-                                                      f"valid keys: {', '.join(known)}"))
+        raise ConfigError(f"unknown key '{key}': {suggest(key, known)}")
     settings = build(LauncherSettings, data)
     for key, value, choices in (("action", settings.action, ACTIONS), ("target", settings.target, TARGETS)):
         if value not in choices:

@@ -17,10 +17,10 @@ from training.trainer import ONE_LINE_ERRORS, Trainer
 
 def warm_up(config_dir: str) -> None:
     """What a fresh worker's first start imports (transformers' configuration and modeling modules
-    for the job's model, pyarrow for the data cache the running job already wrote), imported while it waits for the operator: a pod added
-    for a scale-up waits at the barrier before the resize reaches it, and these imports (4-7 s on CPU,
-    measured) would otherwise be the resize's downtime. Best effort: what fails here, the start
-    itself reports."""
+    for the job's model, pyarrow for the data cache the running job already wrote), imported while it
+    waits for the operator: a pod added for a scale-up waits at the barrier before the resize reaches
+    it, and these imports (4-7 s on CPU, measured) would otherwise be the resize's downtime. Best
+    effort: what fails here, the start itself reports."""
     try:
         import pyarrow  # noqa: F401
         import torchdata.stateful_dataloader  # noqa: F401

@@ -104,6 +104,3 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
         nodes = (recipe_data.get("trainer") or {}).get("num_nodes", "?")
         span = f"{nodes} node{'' if nodes == 1 else 's'}, elastic {span}"
     return f"{method}, {'LoRA' if lora else 'full'}, {span}"
-
-
-

@@ -40,7 +40,7 @@ def _check_bounds(value: Any, bounds: dict, path: str) -> None:
             raise ConfigError(f"{path}={value!r} is out of range: it must be {rule}")
 
 
-def _suggest(word: str, choices: typing.Iterable[str]) -> str:
+def suggest(word: str, choices: typing.Iterable[str]) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(sorted(map(str, choices)))}"
 
@@ -84,10 +84,10 @@ def build(cls: type, data: Any, path: str = ""):
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
         if key not in hints:
-            raise ConfigError(f"unknown key '{where}': {_suggest(key, fields)}")
+            raise ConfigError(f"unknown key '{where}': {suggest(key, fields)}")
         kwargs[key] = _check_type(value, hints[key], where)
         _check_bounds(kwargs[key], fields[key].metadata.get("bounds", {}), where)
         choices = fields[key].metadata.get("choices")
         if choices and value not in choices:
-            raise ConfigError(f"{where}={value!r} is not one of {', '.join(choices)}: {_suggest(value, choices)}")
+            raise ConfigError(f"{where}={value!r} is not one of {', '.join(choices)}: {suggest(value, choices)}")
     return cls(**kwargs)
