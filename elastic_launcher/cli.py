@@ -124,9 +124,10 @@ def dry_run(job: Job) -> int:
     print(summary(job.plan, job.settings.target))
     print(data)
     if gib := node_local_size(job.plan, job.settings.cluster):
+        peers = " and the peer copies" if job.plan.base.training_config.checkpoint.peer_steps else ""
         print(f"node-local tier: a {gib:.0f} GiB memory volume per pod at {NODE_LOCAL_MOUNT} (twice a node's share of "
-              f"the checkpoint at {plural(job.plan.sizes[0].nodes, 'node')}), of the {job.plan.instance.memory_gib} GiB of "
-              f"{job.plan.instance.name}: restarts in a pod that stayed read its checkpoint there")
+              f"the checkpoint at {plural(job.plan.sizes[0].nodes, 'node')}{peers}), of the {job.plan.instance.memory_gib} "
+              f"GiB of {job.plan.instance.name}: restarts in a pod that stayed read its checkpoint there")
     uri, cluster = job.plan.base.training_config.checkpoint.uri, job.settings.cluster
     if uri:  # read and written by the trainer, which checks the bucket before its first step (as it does hub ids)
         role = f"cluster.service_account={cluster.service_account}'s role" if cluster.service_account else "their role"

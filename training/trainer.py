@@ -51,6 +51,7 @@ from training.runtime.topology import (GroupFormationError, Topology, collective
                                       end_process_group, start_process_group)
 from training.state.checkpoint import Checkpointer, CheckpointError, TrainState, fingerprint
 from training.state.node_local import NodeLocalTier
+from training.state.peer_copies import peer_checkpointer, resume_source
 from training.state.sampler import GlobalBatchSampler, step_rows
 from training.state.schedule import lr_factor, schedule_change
 
@@ -149,6 +150,8 @@ class Trainer:
         self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir, self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
                                                      checkpointed_weights(tc.model_config), self.node_local)
+        self.peer = peer_checkpointer(process, self.topo, self.node_local, tc.checkpoint.peer_steps, self.on_gpu,
+                                      checkpointed_weights(tc.model_config))
         if process.agent is None:
             process.agent = AgentProgress(self.checkpointer.where, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.agent = process.agent
@@ -189,25 +192,29 @@ class Trainer:
         train state to go on from."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         agent_restart_point = self.agent.restart_point()
-        resuming = self.checkpointer.newest_step() is not None
-        self._build_model(resuming)
+        source, whence = resume_source(self.checkpointer, self.peer)
+        self._build_model(resuming := source is not None)
         fp = fingerprint(self.cfg, len(self.data.train))
-        state = self.checkpointer.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint,
-                                       self.method.checkpoint_state(self.model)) if resuming else None
+        load = lambda c: c.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint,  # noqa: E731
+                                self.method.checkpoint_state(self.model))
+        state = load(source) if resuming else None
+        if state is None and source is self.peer:  # a copy that failed its checksums: the durable checkpoint
+            source, whence = self.checkpointer, "from the durable checkpoint; the peer copy failed its checks"
+            state = load(source) if self.checkpointer.newest_step() is not None else None
         if state is not None:
             # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
             # one that is the newest means the last launch died: a failure.
             cause = "failure" if not state.stopped else "resize" if state.world_size != self.topo.world_size else "restart"
             state.history = [*state.history, {"time": time.time(), "step": state.step, "from": state.world_size,
                                               "to": self.topo.world_size, "cause": cause}]
-            tiers = self.checkpointer.loaded_mb_by_tier(self.device)
+            tiers = source.loaded_mb_by_tier(self.device)
             self.log.event(event="resume", step=state.step, from_world_size=state.world_size,
                            world_size=self.topo.world_size, consumed_samples=state.consumed_samples,
-                           history=state.history, read_mb=tiers,
-                           **{f"load_{k}_s": round(v, 3) for k, v in self.checkpointer.load_seconds.items()})
+                           history=state.history, read_mb=tiers, source="peers" if source is self.peer else "durable",
+                           **{f"load_{k}_s": round(v, 3) for k, v in source.load_seconds.items()})
             if self.rank0:
-                print(f"resumed from step-{state.step:08d}: "
-                      + ", ".join(f"{mb:,.0f} MB from the {tier}" for tier, mb in tiers.items()), flush=True)
+                print(f"resumed from step-{state.step:08d} {whence}: "
+                      + ", ".join(f"{mb:,.0f} MB from {tier}" for tier, mb in tiers.items() if mb), flush=True)
         elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
             self._build_model(resuming=False)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
@@ -298,11 +305,11 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             tokens, loss_sum, sums = tokens + counts, loss_sum + update_loss, added(sums, update_sums)
             norms.append(grad_norm)
-        flags = self.on_device([self.stop.requested, self.checkpointer.writing])
+        flags = self.on_device([self.stop.requested, self.checkpointer.writing, self.peer is not None and self.peer.writing])
         names, sums = packed(added(sums, self.method.step_stats(planned)), self.device)
         stats = torch.cat([loss_sum.double().reshape(1), flags, sums])
         dist.all_reduce(stats)
-        loss_sum, stop, writing, *totals = stats.tolist()
+        loss_sum, stop, writing, copying, *totals = stats.tolist()
         grad_norm = sum(float(n) for n in norms) / len(norms)  # the updates' mean
         skipped = not math.isfinite(grad_norm)
         if skipped:
@@ -316,7 +323,7 @@ class Trainer:
         self.state.consumed_samples += self.plan.global_batch
         record = self._step_record(loss_sum, skipped, lr, grad_norm, tokens.tolist(),
                                    time.perf_counter() - started, unpacked(names, totals))
-        return record, bool(stop), bool(writing), planned
+        return record, bool(stop), (bool(writing), bool(copying)), planned
 
     def _abandon_between_updates(self, done: int, total: int, updating: float) -> bool:
         """Whether an agreed stop abandons the step after `done` of its `total` updates, begun at
@@ -412,7 +419,7 @@ class Trainer:
         while self.state.step < self.last_step:
             micro_batches = [next(loader) for _ in range(self.plan.grad_accum_steps)]
             try:
-                record, stopping, writing, planned = self.train_step(micro_batches)
+                record, stopping, (writing, copying), planned = self.train_step(micro_batches)
             except StepAbandoned as e:  # redone after the restart
                 return self._stop(abandoned=e.phase)
             if self.process.unsynced is not None:  # the restart is over: the disk's work slows nothing now
@@ -434,6 +441,8 @@ class Trainer:
             if self.checkpointer.pending and not writing:  # every rank's background write is done
                 self.checkpointer.wait()
                 self._log_saved()
+            if self.peer is not None and self.peer.pending and not copying:
+                self.peer.wait()
             if self.state.step in self.pause_at and not stopping:
                 self._pause()
                 stopping = self._agree_stop()
@@ -442,8 +451,12 @@ class Trainer:
             if self.state.step == self.last_step or self.state.step % tc.checkpoint.save_steps == 0:
                 self.state.stopped = self.state.step == self.last_step
                 self._save(blocking=self.state.stopped)
+            if self.peer is not None and self.state.step % tc.checkpoint.peer_steps == 0 and not copying:
+                self.peer.save(self.model, self.optimizer, self.state, method=self.method.checkpoint_state(self.model))
         self.stop.enter_finishing()
         self.checkpointer.wait()
+        if self.peer is not None:
+            self.peer.close()
         self._log_saved()
         if ta.save_hf_ckpt and self.state.step == ta.max_steps:
             started = time.perf_counter()
@@ -458,6 +471,8 @@ class Trainer:
     def _stop(self, abandoned: str | None = None) -> int:
         """End the loop on an agreed stop: its checkpoint (of the last step taken; none when the step
         was abandoned between its updates), its event, the exit code."""
+        if self.peer is not None:
+            self.peer.close()  # a copy in flight finished: no rank leaves its collectives behind
         if abandoned == "updates":
             self.checkpointer.wait()  # a periodic save still writing: the newest checkpoint, the restart's
             self._log_saved()

@@ -2,9 +2,9 @@
 (`local.trace`) and the simulator (`simulate.capacity`).
 
 An event fires at a `time` or when the job reaches a `step`, and either sets the free capacity
-(`nodes`: a drop is a graceful scale-down) or kills a node without notice (`kill: true`: the node
-dies with its worker, the job fails and restarts from its last checkpoint; a preemption burst is
-several kills). Times
+(`nodes`: a drop is a graceful scale-down) or kills nodes without notice (`kill: true` one node,
+`kill: N` N nodes at once: they die with their workers, the job fails and restarts from its peers'
+copies or its last checkpoint; a preemption burst is several kills). Times
 are seconds, durations (`90s`, `15m`, `6h`, `1d12h`) or clock times (`22:00`, with
 `repeat_daily`). A trace is a YAML list, a YAML or CSV file (columns time|step, nodes[, kill]), or
 the name of a file under traces/.
@@ -35,7 +35,7 @@ class TraceEvent:
     step: int | None = None
     time: float | None = None
     nodes: int | None = None
-    kill: bool = False
+    kill: int = 0  # nodes killed at once
 
     def due(self, step: float, elapsed: float) -> bool:
         return (self.step is not None and step >= self.step) or (self.time is not None and elapsed >= self.time)
@@ -143,9 +143,12 @@ def parse_trace(value, max_nodes: int, key: str = "local.trace", repeat_daily: b
             raise ConfigError(f"{where}={raw!r}: use {{time|step: T, nodes: N}} or {{time|step: T, kill: true}}")
         if ("step" in raw) == ("time" in raw):
             raise ConfigError(f"{where}={raw!r} needs exactly one of step or time")
-        nodes, kill = raw.get("nodes"), bool(raw.get("kill", False))
+        nodes, kill = raw.get("nodes"), raw.get("kill", 0)
+        if kill is not True and (not isinstance(kill, int) or kill < 0):
+            raise ConfigError(f"{where}.kill={kill!r} must be true (one node) or a number of nodes >= 1")
+        kill = int(kill)
         if (nodes is None) == (not kill):
-            raise ConfigError(f"{where}={raw!r} needs either nodes (the free capacity) or kill: true")
+            raise ConfigError(f"{where}={raw!r} needs either nodes (the free capacity) or kill: true (or kill: N)")
         if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0):
             raise ConfigError(f"{where}.nodes={nodes!r} must be a whole number >= 0")
         step = raw.get("step")

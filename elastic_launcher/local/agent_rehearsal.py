@@ -123,15 +123,16 @@ class AgentRehearsal(Rehearsal):
             self.agents.remove(pod)  # Kubernetes deleting the pod: its memory volume goes with it
             self.pods.remove(pod)
 
-    def kill_worker(self) -> None:
-        if not self.job:
-            return
-        pod = self.job[-1]
-        self.agents.remove(pod, signal.SIGKILL)  # the node dies, its memory with it
-        self.pods.remove(pod)
-        self.operator.lose_node()
-        self.dying = True
-        self.timeline.add("kill", pod=pod.name, signal="SIGKILL", available=self.operator.available)
+    def kill_nodes(self, count: int) -> None:
+        dead = self.job[-count:] if count and self.job else []
+        for pod in dead:
+            self.agents.remove(pod, signal.SIGKILL)  # the node dies, its memory with it
+            self.pods.remove(pod)
+            self.operator.lose_node()
+        if dead:
+            self.dying = True
+            self.timeline.add("kill", pods=[p.name for p in dead], nodes=len(dead), signal="SIGKILL",
+                              available=self.operator.available)
 
     def exit_code(self) -> int | None:
         if not self.job:

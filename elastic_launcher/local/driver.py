@@ -101,15 +101,21 @@ class Rehearsal:
             self.proc = None
             self.operator.stopped(time.time())
 
-    def kill_worker(self) -> None:
+    def kill_nodes(self, count: int) -> None:
+        """The job's last `count` nodes die at once: every worker of theirs SIGKILLed, their memory lost."""
         workers = child_pids(self.proc.pid) if self.proc else []
-        if not workers:
+        nodes = len(workers) // self.local.nproc_per_node
+        count = min(count, nodes)
+        if not count:
             return
-        os.kill(workers[-1], signal.SIGKILL)
-        self.local.lose_nodes(len(workers) // self.local.nproc_per_node - 1)  # the dead node's memory with it
-        self.operator.lose_node()
+        dead = workers[(nodes - count) * self.local.nproc_per_node:]
+        for pid in dead:
+            os.kill(pid, signal.SIGKILL)
+        self.local.lose_nodes(*range(nodes - count, nodes))  # the dead nodes' memory with them
+        for _ in range(count):
+            self.operator.lose_node()
         self.dying = True
-        self.timeline.add("kill", pid=workers[-1], signal="SIGKILL", available=self.operator.available)
+        self.timeline.add("kill", pids=dead, nodes=count, signal="SIGKILL", available=self.operator.available)
 
     def release(self, step: int) -> None:
         """Let a trainer waiting after `step` go on (once the trace's events there are applied)."""
@@ -120,7 +126,7 @@ class Rehearsal:
         while self.trace and self.trace[0].due(step, elapsed):
             event = self.trace.pop(0)
             if event.kill:
-                self.kill_worker()
+                self.kill_nodes(event.kill)
             elif self.operator.set_capacity(event.nodes, time.time()):
                 self.timeline.add("capacity", available=event.nodes, at_step=step)
 

@@ -29,6 +29,7 @@ class Transition:
     load_s: float | None = None  # of the relaunch: reading the checkpoint (allocation, read, apply)
     read_mb: dict | None = None  # what the load read from each tier (node memory, shared volume)
     restart: str | None = None  # "in place" (rank 0's process kept through the resize) or "process"
+    resumed_from: str | None = None  # "peers" (the peer copies) or "durable" (the checkpoint), and its step
 
 
 @dataclass
@@ -50,12 +51,12 @@ class Report:
 
     def summary(self) -> str:
         header = ("#", "cause", "nodes", "restart", "signal->exit", "ckpt save", "ckpt MB", "relaunch->step", "load",
-                  "read MB node/shared", "downtime", "redo")
+                  "from", "read MB", "downtime", "redo")
         fmt = lambda v, unit="s": "-" if v is None else f"{v:.2f}{unit}"  # noqa: E731
-        tiers = lambda mb: "-" if not mb else "/".join(f"{v:.0f}" for v in mb.values())  # noqa: E731
+        tiers = lambda mb: "-" if not mb else ", ".join(f"{v:.0f} {k}" for k, v in mb.items() if v)  # noqa: E731
         rows = [header] + [(str(i + 1), t.cause, f"{t.from_nodes}->{t.to_nodes}", t.restart or "-", fmt(t.signal_to_exit_s),
                             fmt(t.checkpoint_save_s), fmt(t.checkpoint_bytes and t.checkpoint_bytes / 1e6, ""),
-                            fmt(t.relaunch_to_first_step_s), fmt(t.load_s), tiers(t.read_mb), fmt(t.downtime_s),
+                            fmt(t.relaunch_to_first_step_s), fmt(t.load_s), t.resumed_from or "-", tiers(t.read_mb) or "-", fmt(t.downtime_s),
                             str(t.steps_recomputed)) for i, t in enumerate(self.transitions)]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
@@ -102,7 +103,8 @@ def _transition(records: list[dict], events: list[dict], prev: int, cur: int) ->
         steps_recomputed=max(0, max((r["step"] for r in old_steps), default=0) - resumed),
         load_s=sum(v for k, v in resume.items() if k.startswith("load_")) if resume else None,
         read_mb=resume.get("read_mb") if resume else None,
-        restart=("in place" if start.get("same_process") else "process") if start else None)
+        restart=("in place" if start.get("same_process") else "process") if start else None,
+        resumed_from=f"{resume.get('source', 'durable')} step {resume['step']}" if resume else "start")
 
 
 STRICT = 1e-5  # the compared metric's relative difference a resized run may show without more evidence
@@ -212,8 +214,8 @@ def _node_seconds(events: list[dict]) -> tuple[float, float]:
         t_prev = max(t_prev, min(e["time"], end))
         if e["event"] == "capacity":
             capacity = e["available"]
-        elif e["event"] == "kill":  # the node died with its worker
-            capacity, running = e["available"], max(0, running - 1)
+        elif e["event"] == "kill":  # the nodes died with their workers
+            capacity, running = e["available"], max(0, running - e.get("nodes", 1))
         elif e["event"] == "launch":
             running = e["nodes"]
         elif e["event"] in ("exit", "failure", "done"):

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
-from elastic_launcher.planning.plan import Plan
+from elastic_launcher.planning.plan import Plan, peer_copies_gib
 from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_ranks, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
@@ -84,6 +84,19 @@ def _shown(value) -> str:
     return str(value)
 
 
+def peer_copies_line(plan: Plan) -> str | None:
+    """What the peer copies cost each node's host memory at every size (None: they are off)."""
+    peer_steps = plan.base.training_config.checkpoint.peer_steps
+    if not peer_steps:
+        return None
+    every = "every step" if peer_steps == 1 else f"every {peer_steps} steps"
+    sizes = [(s.nodes, peer_copies_gib(plan.hardware, s.config, s.nodes)) for s in plan.sizes]
+    if any(gib is None for _, gib in sizes):
+        return f"peer copies {every}: host memory per node unknown (the model's size is not)"
+    return (f"peer copies {every}, in each pod's memory volume (own and a buddy node's shards, double-buffered): "
+            + ", ".join(f"{plural(n, 'node')} {gib:,.1f} GiB/node" for n, gib in sizes))
+
+
 def describe_method(tc) -> str:
     """One line on what the run trains and writes, e.g. for LoRA, DPO and epoch-based schedules."""
     ta, peft, ds = tc.training_args, tc.model_config.peft_config, tc.datasets
@@ -131,6 +144,8 @@ def summary(plan: Plan, target: str) -> str:
         lines.append(f"GRPO's phases, GiB/GPU {roles}: " + ", ".join(  # ~ as in the table: not traced
             f"{plural(s.nodes, 'node')} {'' if s.memory.traced else '~'}{s.memory.rollout_gib:.0f} / "
             f"{'' if s.memory.traced else '~'}{s.memory.total_gib:.0f}" for s in phased))
+    if line := peer_copies_line(plan):
+        lines.append(line)
     if reproducibility := rollout_reproducibility(plan.base.training_config, plan.instance):
         lines.append(f"rollouts: {reproducibility}")
     if lag := rollout_lag(plan.base.training_config):

@@ -101,6 +101,10 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: flo
 def node_local_size(plan: Plan, cluster: ClusterSettings) -> float | None:
     """GiB of the memory volume each pod gives its node-local checkpoint tier (None: no tier)."""
     if not cluster.node_local:
+        if peer_steps := plan.base.training_config.checkpoint.peer_steps:
+            raise ConfigError(f"training_config.checkpoint.peer_steps={peer_steps} keeps its copies in each pod's memory "
+                              f"volume, and cluster.node_local=false gives it none: set cluster.node_local=true, or "
+                              f"recipes.training_config.checkpoint.peer_steps=0")
         return None
     return node_local_gib(plan.hardware, plan.base, plan.instance, plan.sizes[0].nodes)
 

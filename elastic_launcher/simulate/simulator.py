@@ -11,7 +11,8 @@ and every phase costs what the models say:
   restart (pods, rendezvous, model build) + resharded load (bytes / read bandwidth) + warm-up;
   measured values come from a rehearsal's rehearsal_report.json;
 - a failure (a `kill` event): the job is torn down, loses the steps since its last periodic
-  checkpoint and restarts after `faulty_timeout`.
+  checkpoint (with `checkpoint.peer_steps` and one node lost, since its last peer copy) and
+  restarts after `faulty_timeout`.
 The elastic policy is compared with static jobs at its smallest and largest size (a static job
 runs while its size fits and waits otherwise). Event-driven: a week at one-minute resolution
 simulates in well under a second. Never imports torch.
@@ -80,6 +81,9 @@ class Simulation:
         self.total, self.horizon = total_steps, horizon_s
         self.gpus = plan.instance.devices_per_node
         self.save_steps = plan.sizes[0].config.training_config.checkpoint.save_steps
+        # Peer copies (training.state.peer_store): a single node's death costs the steps since the last
+        # copy; two or more at once may take a node and its buddy, so they are priced at the checkpoint.
+        self.peer_steps = plan.sizes[0].config.training_config.checkpoint.peer_steps
         self.tokens_per_step = plan.sizes[0].tokens_per_step
         # job state: phase is down | starting | running | stopping | failing, until phase_end
         self.phase, self.phase_end, self.size, self.next_size = "down", math.inf, 0, 0
@@ -113,21 +117,24 @@ class Simulation:
         while self.next_event < len(self.trace) and self.trace[self.next_event].due(self.progress + 1e-9, t + 1e-9):
             event = self.trace[self.next_event]
             self.next_event += 1
-            if event.kill:  # a node dies: the job's if every free node is the job's, else a spare one
-                hit_job = self.phase != "down" and self.operator.available <= self.size
-                self.operator.lose_node()
-                if hit_job:
-                    self._fail(t)
+            if event.kill:  # nodes die: the job's if every free node is the job's, else spare ones first
+                hit = min(self.size, event.kill - max(0, self.operator.available - self.size)) if self.phase != "down" else 0
+                for _ in range(event.kill):
+                    self.operator.lose_node()
+                if hit > 0:
+                    self._fail(t, hit)
             else:
                 self.operator.set_capacity(event.nodes, t)
 
-    def _fail(self, t: float) -> None:
+    def _fail(self, t: float, killed: int = 1) -> None:
         if self.phase not in ("running", "starting", "stopping"):
             return
         self.out.failures += 1
         if self.phase == "stopping":  # the stop's checkpoint dies with the node: back to the last periodic one
             self.saved = self.saved_before_stop
-        redone = self.progress - self.saved  # steps since the last checkpoint: done again after the restart
+        elif self.peer_steps and killed == 1 and self.size > 1:  # its buddy holds the dead node's copy
+            self.saved = max(self.saved, math.floor(self.progress / self.peer_steps + 1e-9) * self.peer_steps)
+        redone = self.progress - self.saved  # steps since the newest copy: done again after the restart
         if self.size:
             self.out.lost["failure"] += redone / self.throughput.steps_per_s(self.size) * self.size * self.gpus / 3600
             if redone:

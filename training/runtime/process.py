@@ -44,6 +44,7 @@ class Process:
         self._writable: set[Path] = set()
         self.unsynced = None  # the last size's stop checkpoint, put on the disk after the next size's first step
         self.sizes = 0  # world sizes this process has started (more than one: resized in place)
+        self.peer_server = None  # this node's server of peer copies (training.state.peer_server), in its first process
 
     def writable(self, run_dir: Path, checkpoints: bool = True) -> Path:
         """The run directory (with its checkpoints/, unless they go to a bucket), checked writable once

@@ -98,7 +98,8 @@ class Checkpointer:
     def __init__(self, where: Path | str, keep_last: int, async_save: bool, rank: int, world_size: int,
                  timeout_s: float = 1800.0, on_gpu: bool = False, model_options: StateDictOptions | None = None,
                  node_local: NodeLocalTier | None = None):
-        self.store = open_store(where)  # a directory, or an S3 prefix (training.state.checkpoint_store)
+        # A directory, an S3 prefix (training.state.checkpoint_store), or the peer copies' store.
+        self.store = open_store(where) if isinstance(where, (str, Path)) else where
         self.keep_last, self.rank, self.world_size = keep_last, rank, world_size
         self.node_local = node_local or NodeLocalTier(None)  # this node's copy of the newest checkpoint
         self.io_threads = io_threads()
@@ -219,8 +220,8 @@ class Checkpointer:
             return self.location(step)
         self._preflight(model, step)
         started = time.perf_counter()
-        if self.rank == 0:
-            self.store.clear(step)  # leftovers of an interrupted save of this step
+        if self.rank == 0 or self.store.per_node:
+            self.store.clear(step)  # leftovers of an interrupted save of this step (per node: each node its own)
         dist.barrier()
         app = self._app_state(model, optimizer, method or {})
         rng = io.BytesIO()
@@ -295,10 +296,12 @@ class Checkpointer:
             files = {name: entry for _, own, _ in results for name, entry in own.items()} or self.store.listed(step)
             self.store.put(step, STATE_FILE, json.dumps(asdict(state), indent=1).encode(), sync)
             self.store.put(step, COMPLETE, json.dumps({"files": files}).encode(), sync)  # last: the checkpoint exists
-            if sync:
+            if sync and not self.store.per_node:
                 self._prune(step)
         dist.barrier()
         self.node_local.drop_all_but(f"step-{step:08d}")
+        if self.store.per_node:
+            self.store.drop_older(step)
         self.last_saved = (step, time.perf_counter() - started)
 
     def _prune(self, newest: int) -> None:
@@ -317,7 +320,7 @@ class Checkpointer:
     def _set_aside(self, step: int, problem: str) -> None:
         if self.rank == 0:
             aside = self.store.set_aside(step)
-            print(f"warning: checkpoint {self.location(step)} is unusable ({problem}): moved to {aside}, trying the "
+            print(f"warning: checkpoint {self.location(step)} is unusable ({problem}): {aside}, trying the "
                   f"previous one", file=sys.stderr, flush=True)
         dist.barrier()
 

@@ -32,6 +32,7 @@ class VolumeStore:
     """Checkpoints in a directory (the run's volume: a PersistentVolumeClaim in a cluster)."""
 
     tier = "shared volume"
+    per_node = False  # one place every rank sees (rank 0 clears and prunes), not a directory per node
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -93,7 +94,7 @@ class VolumeStore:
         aside = path.with_name(path.name + CORRUPT_SUFFIX)
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(path, aside)
-        return str(aside)
+        return f"moved to {aside}"
 
     def size(self, step: int) -> float:
         return bytes_on_disk(step_dir(self.root, step))
@@ -108,6 +109,7 @@ class BucketStore:
     stays in front: a rank's shards are written to the bucket and to the node's memory in one pass."""
 
     tier = "bucket"
+    per_node = False
 
     def __init__(self, uri: str):
         from s3torchconnector._s3client import S3Client
@@ -194,7 +196,7 @@ class BucketStore:
         manifest = self.get(step, COMPLETE)
         self.put(step, COMPLETE + CORRUPT_SUFFIX, manifest)
         self.client.delete_object(self.bucket, self.key(step, COMPLETE))
-        return f"{self.location(step)}/{COMPLETE}{CORRUPT_SUFFIX}"
+        return f"moved to {self.location(step)}/{COMPLETE}{CORRUPT_SUFFIX}"
 
     def size(self, step: int) -> float:
         return sum(size for size, _ in self.listed(step).values())

@@ -125,6 +125,9 @@ class _TieredFileSystem(FileSystem):
         super().__init__()
         self.moved = {str(shared / name): path for name, path in held.items()}
 
+    def open(self, path):
+        return open(self.moved.get(str(path), path), "rb")
+
     @contextmanager
     def create_stream(self, path, mode):
         with super().create_stream(Path(self.moved.get(str(path), path)), mode) as stream:
@@ -149,13 +152,15 @@ class TieredReader(FileSystemReader):
     checksummed byte read is checked. The files are read on `threads` threads (reading, checksums
     and copies release the GIL), one file each."""
 
-    def __init__(self, path: Path, held: dict[str, Path] | None = None, threads: int = 1):
+    def __init__(self, path: Path, held: dict[str, Path] | None = None, threads: int = 1, fs=None,
+                 tiers: tuple[str, str] = (NODE_LOCAL, SHARED)):
         super().__init__(path, _extension_registry=item_checksums.registry())
         held = held or {}
-        self.fs = _TieredFileSystem(Path(path), held)
+        self.fs = fs or _TieredFileSystem(Path(path), held)  # `fs`: another way to the same files (peers)
         self.local_names = {str(p) for p in held.values()}
         self.threads = threads
-        self.bytes_read = {NODE_LOCAL: 0, SHARED: 0}
+        self.tiers = tiers  # (where `held` lies, where every other file does)
+        self.bytes_read = {tier: 0 for tier in tiers}
         self._lock = threading.Lock()
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
@@ -164,7 +169,7 @@ class TieredReader(FileSystemReader):
 
     def _count(self, file_name: str | None, n: int) -> None:
         with self._lock:
-            self.bytes_read[NODE_LOCAL if file_name in self.local_names else SHARED] += n
+            self.bytes_read[self.tiers[file_name not in self.local_names]] += n
 
     def _slice_file(self, file, sinfo):
         self._count(getattr(file, "name", None), sinfo.length)
@@ -206,8 +211,7 @@ class TieredReader(FileSystemReader):
         whole = [req for req in items if not self._ranged(req)]
         ranged = [req for req in items if self._ranged(req)]
         if ranged:
-            shared = self.fs.concat_path(self.path, name)
-            with open(self.fs.moved.get(str(shared), shared), "rb") as file:
+            with self.fs.open(self.fs.concat_path(self.path, name)) as file:
                 whole += [req for req in ranged if not self._read_range(file, req, planner)]
         if whole:
             super().read_data(dataclasses.replace(plan, items=whole), planner)
