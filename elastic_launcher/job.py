@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from elastic_launcher.config.compose import UNDER_RECIPES, to_plain
 from elastic_launcher.config.settings import ACTIONS, TARGETS, LauncherSettings
+from elastic_launcher.planning.node_memory import default_peer_steps, with_peer_steps
 from elastic_launcher.planning.plan import Plan, TypedKeys, make_plan
 from training.contract.errors import ConfigError
 from training.contract.typed import build, suggest
@@ -55,4 +56,8 @@ def load_job(cfg: DictConfig, recipe_name: str, overrides: list[str] = ()) -> Jo
     typed = TypedKeys.from_overrides(list(overrides))
     plan = make_plan(recipe, settings.cluster.job_name, every_size=settings.target == "kubeflow", typed=typed,
                      write_gb_per_s=settings.simulate.write_gb_per_s)
+    if plan.base.training_config.checkpoint.peer_steps is None:  # unset: on where they serve and fit
+        peer_steps = default_peer_steps(plan, settings.cluster.node_local)
+        recipe.setdefault("training_config", {}).setdefault("checkpoint", {})["peer_steps"] = peer_steps  # re-plans
+        plan = with_peer_steps(plan, peer_steps)
     return Job(settings, recipe_name, recipe, plan, typed)

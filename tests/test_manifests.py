@@ -108,18 +108,42 @@ def test_hyperpod_fields_users_rely_on(launch, tmp_path):
     assert mounts["training-config"] == "/config" and mounts["shm"] == "/dev/shm"
     assert mounts["checkpoints"] == "/checkpoints"
     assert yaml.safe_load(configmap["data"]["config-n3.yaml"])["trainer"]["num_nodes"] == 3
-    # The node-local checkpoint tier: memory that outlives the training processes, sized to twice a
-    # node's share of the 8B model's 96 GB checkpoint at 2 nodes, +10%.
+    # Memory that outlives the training processes, for the node-local checkpoint tier (twice a node's
+    # share of the 8B model's 96 GB checkpoint at 2 nodes: 89.7 GiB) and the peer copies, on by default
+    # for an elastic job (its own and its buddy's shares, double-buffered: 179.5 GiB), +10%.
     volumes = {v["name"]: v for v in pod_spec(job)["spec"]["volumes"]}
-    assert volumes["node-local"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "99Gi"}
+    assert volumes["node-local"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "297Gi"}
+    assert yaml.safe_load(configmap["data"]["config-n2.yaml"])["training_config"]["checkpoint"]["peer_steps"] == 1
     assert mounts["node-local"] == "/node-local" and env["ELASTIC_NODE_LOCAL_DIR"]["value"] == "/node-local"
 
 
 def test_the_node_local_tier_is_sized_against_the_instances_memory(launch, tmp_path):
+    code, out, _ = launch(*MAIN_COMMAND, "recipes.training_config.checkpoint.peer_steps=0")
+    assert code == 0 and "node-local tier: a 99 GiB memory volume per pod at /node-local (twice a node's share " \
+                         "of the checkpoint at 2 nodes)" in out
+    assert "peer copies: off (at 2 nodes they need 179 GiB of host memory per node)" in out
     code, out, _ = launch(*MAIN_COMMAND)
-    assert code == 0 and "node-local tier: a 99 GiB memory volume per pod at /node-local" in out
-    _, _, job = render(launch, tmp_path, *MAIN_COMMAND, "cluster.node_local=false")
+    assert code == 0 and "node-local tier: a 297 GiB memory volume per pod at /node-local (twice a node's share " \
+                         "of the checkpoint at 2 nodes and the peer copies)" in out
+    assert "peer copies every step, in each pod's memory volume (own and a buddy node's shards, double-buffered): " \
+           "2 nodes 179.5 GiB/node, 3 nodes 119.7 GiB/node, 4 nodes 89.7 GiB/node" in out
+    _, configmap, job = render(launch, tmp_path, *MAIN_COMMAND, "cluster.node_local=false")
     assert "node-local" not in {v["name"] for v in pod_spec(job)["spec"]["volumes"]}
+    assert yaml.safe_load(configmap["data"]["config-n2.yaml"])["training_config"]["checkpoint"]["peer_steps"] == 0
+    code, _, err = launch(*MAIN_COMMAND, "cluster.node_local=false", "recipes.training_config.checkpoint.peer_steps=1")
+    assert code != 0 and err.strip() == (
+        "error: training_config.checkpoint.peer_steps=1 keeps its copies in each pod's memory volume, and "
+        "cluster.node_local=false gives it none: set cluster.node_local=true, or "
+        "recipes.training_config.checkpoint.peer_steps=0"), err
+    # 70B at 2 nodes: the tier fits, its peer copies (1,577 GiB a node) would not: off by default, said so;
+    # asked for, refused in one line with the fix.
+    seventy = ("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true",
+               "recipes.elastic_policy.min_nodes=2", "recipes.elastic_policy.max_nodes=8")
+    code, out, _ = launch(*seventy)
+    assert code == 0 and "peer copies: off (at 2 nodes they need 1,577 GiB of host memory per node)" in out
+    code, _, err = launch(*seventy, "recipes.training_config.checkpoint.peer_steps=1")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "the peer copies need 1,577 GiB of memory per node " \
+        "at 2 nodes beside the node-local tier's 788 GiB" in err and "checkpoint.peer_steps=0" in err, err
     # 70B at one node: 2 x 847 GB would take more than half of a p5's memory.
     code, _, err = launch("recipes=llama/llama3_3_70b_sft", "recipes.elastic_policy.is_elastic=true",
                           "recipes.elastic_policy.min_nodes=1")

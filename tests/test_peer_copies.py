@@ -156,3 +156,50 @@ def test_a_dead_node_costs_one_step_and_a_node_lost_with_its_buddy_falls_back_ex
         assert len(held) == 1 and (node / "peer" / held[0] / COMPLETE).exists()
     assert [r["source"] for r in records(run_dir) if r.get("event") == "resume"] == \
         ["peers", "durable", "durable", "durable"]
+
+
+# A node dies at each point of a step, and during the copy and the recovery themselves (tests/fixtures/
+# faults/sitecustomize.py: its memory volume removed, its process SIGKILLed), on 3 nodes of one process.
+FAULTS = [{"at": "forward", "rank": 2, "step": 3}, {"at": "backward", "rank": 1, "step": 5},
+          {"at": "optimizer", "rank": 0, "step": 7}, {"at": "copy", "rank": 2, "step": 10},
+          {"at": "recovery", "rank": 1, "step": 9}]
+FAULT_STEPS = 14
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_node_dying_at_any_point_costs_at_most_a_step_and_one_lost_in_recovery_falls_back(tmp_path):
+    """The first four deaths resume from the peer copies with at most the step in flight trained again
+    (the copy's: the one before, the copy in flight never used). The fifth comes while the job restores
+    after the fourth, whose node held the other copy of the dying node's shards: no live node holds them
+    now, and the job resumes from the durable checkpoint (step 8), saying so. Every step's loss and
+    samples are the fixed-size run's; every worker is gone at the end."""
+    from conftest import run_launcher_process
+
+    env = {"PYTHONPATH": str(ROOT / "tests" / "fixtures" / "faults"), "ELASTIC_TEST_FAULTS": json.dumps(FAULTS),
+           "ELASTIC_TEST_FAULTS_DIR": str(tmp_path)}
+    done = run_launcher_process(
+        "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true", "action=rehearse",
+        "local.trace=[{step:0,nodes:3}]", f"local.run_dir={tmp_path / 'run'}", "local.timeout=400",
+        f"recipes.training_config.training_args.max_steps={FAULT_STEPS}", "cluster.job_max_retry_count=10",
+        "recipes.training_config.checkpoint.save_steps=8", "recipes.training_config.checkpoint.peer_steps=1",
+        "recipes.training_config.logging.audit_samples=true", f"output_dir={tmp_path / 'out'}", env=env, timeout=560)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    assert sorted(p.name for p in tmp_path.glob("fault-*-fired")) == [f"fault-{i}-fired" for i in range(len(FAULTS))]
+    log = (run_dir / "torchrun.log").read_text()
+    assert [line.split(": its")[0] for line in log.splitlines() if line.startswith("fault: ")] == \
+        [f"fault: {f['at']} of step {s} on rank {f['rank']}" for f, s in zip(FAULTS, [3, 5, 7, 10, 9])]
+    resumes = [r for r in records(run_dir) if r.get("event") == "resume"]
+    assert [r["source"] for r in resumes] == ["peers"] * 4 + ["durable"]
+    assert [r["step"] for r in resumes][:3] == [2, 4, 6] and resumes[3]["step"] == 9 and resumes[4]["step"] == 8
+    assert "resumed from step-00000008 from the durable checkpoint; the peer copies cannot restore it: __1_0.distcp " \
+           "of step-00000009 was on lost nodes only" in log
+    audit = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in audit]
+    assert sorted(s for s in set(steps) if steps.count(s) > 1) == [3, 5, 7, 9, 10]  # each once more; 9 and 10 after the fallback
+    got, want = losses(run_dir), losses(run_dir / "fixed")
+    assert sorted(got) == list(range(1, FAULT_STEPS + 1))
+    assert max(abs(got[s] - want[s]) / abs(want[s]) for s in want) <= 1e-5
+    assert committed_samples(run_dir) == committed_samples(run_dir / "fixed")
+    assert "vs fixed-size run: MATCHED" in done.stdout

@@ -51,9 +51,10 @@ from training.runtime.topology import (GroupFormationError, Topology, collective
                                       end_process_group, start_process_group)
 from training.state.checkpoint import Checkpointer, CheckpointError, TrainState, fingerprint
 from training.state.node_local import NodeLocalTier
-from training.state.peer_copies import peer_checkpointer, resume_source
+from training.state.peer_copies import load_newest, peer_checkpointer
 from training.state.sampler import GlobalBatchSampler, step_rows
 from training.state.schedule import lr_factor, schedule_change
+from training.validation import validate
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 noise
 
@@ -150,7 +151,7 @@ class Trainer:
         self.checkpointer = Checkpointer.from_config(tc.checkpoint, self.run_dir, self.topo.rank,
                                                      self.topo.world_size, self.on_gpu,
                                                      checkpointed_weights(tc.model_config), self.node_local)
-        self.peer = peer_checkpointer(process, self.topo, self.node_local, tc.checkpoint.peer_steps, self.on_gpu,
+        self.peer = peer_checkpointer(process, self.topo, self.node_local, tc.checkpoint.peer_steps or 0, self.on_gpu,
                                       checkpointed_weights(tc.model_config))
         if process.agent is None:
             process.agent = AgentProgress(self.checkpointer.where, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
@@ -192,15 +193,9 @@ class Trainer:
         train state to go on from."""
         tc, ta = self.cfg.training_config, self.cfg.training_config.training_args
         agent_restart_point = self.agent.restart_point()
-        source, whence = resume_source(self.checkpointer, self.peer)
-        self._build_model(resuming := source is not None)
         fp = fingerprint(self.cfg, len(self.data.train))
-        load = lambda c: c.load(self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint,  # noqa: E731
-                                self.method.checkpoint_state(self.model))
-        state = load(source) if resuming else None
-        if state is None and source is self.peer:  # a copy that failed its checksums: the durable checkpoint
-            source, whence = self.checkpointer, "from the durable checkpoint; the peer copy failed its checks"
-            state = load(source) if self.checkpointer.newest_step() is not None else None
+        source, state, whence = load_newest(self.checkpointer, self.peer, self._build_model, lambda c: c.load(
+            self.model, self.optimizer, fp, tc.checkpoint.ignore_fingerprint, self.method.checkpoint_state(self.model)))
         if state is not None:
             # A checkpoint saved for a stop means the job was stopped (resized or restarted); a periodic
             # one that is the newest means the last launch died: a failure.
@@ -215,13 +210,11 @@ class Trainer:
             if self.rank0:
                 print(f"resumed from step-{state.step:08d} {whence}: "
                       + ", ".join(f"{mb:,.0f} MB from {tier}" for tier, mb in tiers.items() if mb), flush=True)
-        elif resuming:  # every checkpoint failed verification: the skeleton holds no weights, start afresh
-            self._build_model(resuming=False)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
         if state is not None and state.schedule not in (None, schedule) and self.rank0:
             print(f"warning: {schedule_change(state, ta)}", file=sys.stderr, flush=True)
         resumed = self.checkpointer.location(state.step) if state else None
-        if self.topo.local_rank == 0 and (why := disagreement(agent_restart_point, resumed)):
+        if self.topo.local_rank == 0 and source is not self.peer and (why := disagreement(agent_restart_point, resumed)):
             print(f"warning: {why}", file=sys.stderr, flush=True)
         state = replace(state or TrainState(), world_size=self.topo.world_size, fingerprint=fp, schedule=schedule,
                         stopped=False)
@@ -305,7 +298,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             tokens, loss_sum, sums = tokens + counts, loss_sum + update_loss, added(sums, update_sums)
             norms.append(grad_norm)
-        flags = self.on_device([self.stop.requested, self.checkpointer.writing, self.peer is not None and self.peer.writing])
+        flags = self.on_device([self.stop.requested, self.checkpointer.writing, self.peer.writing])
         names, sums = packed(added(sums, self.method.step_stats(planned)), self.device)
         stats = torch.cat([loss_sum.double().reshape(1), flags, sums])
         dist.all_reduce(stats)
@@ -360,23 +353,6 @@ class Trainer:
                                                            input_tokens + attention_flops(self.model, squared_lengths, True))
             record["mfu"] = flops / elapsed / self.topo.world_size / self.peak_flops
         return record
-
-    def evaluate(self) -> dict:
-        """The method's validation metrics over the whole held-out set (each rank a strided share,
-        one all-reduce): the same numbers at every size."""
-        val, micro = self.data.validation, self.plan.micro_batch
-        mine = list(range(self.topo.rank, len(val), self.topo.world_size))
-        rounds = math.ceil(math.ceil(len(val) / self.topo.world_size) / micro)  # equal on every rank
-        self.model.eval()
-        sums = {}
-        with torch.no_grad():
-            for i in range(rounds):
-                batch = self.method.collate([val[j] for j in mine[i * micro:(i + 1) * micro]])
-                sums = added(sums, self.method.eval_sums(self.model, batch, self.state.step))
-        self.model.train()
-        names, totals = packed(sums, self.device)
-        dist.all_reduce(totals)
-        return {"step": self.state.step, **self.method.eval_metrics(unpacked(names, totals.tolist()))}
 
     def _audit(self, micro_batches: list[dict], planned: MethodStep) -> None:
         ids = [sid for m in micro_batches for sid in m["sample_ids"]]
@@ -437,12 +413,11 @@ class Trainer:
                 self._save(blocking=True)
                 raise RewardError(f"{failing} (step-{self.state.step} checkpointed)")
             if ta.eval_steps and not stopping and (self.state.step % ta.eval_steps == 0 or self.state.step == ta.max_steps):
-                self.log.log(self.evaluate())
+                self.log.log(validate(self.model, self.method, self.data.validation, self.plan.micro_batch,
+                                      self.topo.rank, self.topo.world_size, self.state.step, self.device))
             if self.checkpointer.pending and not writing:  # every rank's background write is done
                 self.checkpointer.wait()
                 self._log_saved()
-            if self.peer is not None and self.peer.pending and not copying:
-                self.peer.wait()
             if self.state.step in self.pause_at and not stopping:
                 self._pause()
                 stopping = self._agree_stop()
@@ -451,12 +426,11 @@ class Trainer:
             if self.state.step == self.last_step or self.state.step % tc.checkpoint.save_steps == 0:
                 self.state.stopped = self.state.step == self.last_step
                 self._save(blocking=self.state.stopped)
-            if self.peer is not None and self.state.step % tc.checkpoint.peer_steps == 0 and not copying:
+            if self.peer.due(self.state.step) and not copying:  # the last copy done on every rank
                 self.peer.save(self.model, self.optimizer, self.state, method=self.method.checkpoint_state(self.model))
         self.stop.enter_finishing()
         self.checkpointer.wait()
-        if self.peer is not None:
-            self.peer.close()
+        self.peer.close()
         self._log_saved()
         if ta.save_hf_ckpt and self.state.step == ta.max_steps:
             started = time.perf_counter()
@@ -471,8 +445,7 @@ class Trainer:
     def _stop(self, abandoned: str | None = None) -> int:
         """End the loop on an agreed stop: its checkpoint (of the last step taken; none when the step
         was abandoned between its updates), its event, the exit code."""
-        if self.peer is not None:
-            self.peer.close()  # a copy in flight finished: no rank leaves its collectives behind
+        self.peer.close()  # a copy in flight finished: no rank leaves its collectives behind
         if abandoned == "updates":
             self.checkpointer.wait()  # a periodic save still writing: the newest checkpoint, the restart's
             self._log_saved()

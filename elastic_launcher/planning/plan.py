@@ -5,7 +5,6 @@ written, so a bad recipe fails on the laptop instead of on the cluster."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -413,62 +412,6 @@ def checkpoint_gb(model_shape: dict, mc, kept_policies: int = 0) -> float:
     master = 8 if mc.master_weights == "fp64" else 4
     per_param = 3 * master + master * kept_policies  # weights and AdamW's two moments, GRPO's kept policies
     return per_param * (shape.lora_params(mc.peft_config.r) if mc.lora else shape.params) / 1e9
-
-
-NODE_LOCAL_SHARE = 0.5  # of the pod's memory the node-local checkpoint tier may take
-
-
-def _checkpoint_gb(hardware: Hardware, cfg: JobConfig) -> float | None:
-    mc = cfg.training_config.model_config
-    try:
-        return checkpoint_gb(hardware.model_shape or mc.architecture, mc, kept_policies(cfg.training_config))
-    except (ConfigError, KeyError, TypeError):
-        return None
-
-
-def peer_copies_gib(hardware: Hardware, cfg: JobConfig, nodes: int) -> float | None:
-    """Host memory per node for the peer copies (training.state.peer_store) at `nodes` nodes: its own
-    ranks' share of the checkpoint and its buddy node's (on one node, its own only), twice (a copy is
-    written before the previous one is dropped). None where they are off or the model's size is unknown."""
-    gb = _checkpoint_gb(hardware, cfg)
-    if not cfg.training_config.checkpoint.peer_steps or gb is None:
-        return None
-    return 2 * gb / nodes * (2 if nodes > 1 else 1) * 1e9 / 2**30
-
-
-def node_local_gib(hardware: Hardware, cfg: JobConfig, instance: InstanceType, min_nodes: int) -> float | None:
-    """The memory-backed volume of each pod for its node's copy of the newest checkpoint: the largest
-    share a node holds (the checkpoint over the fewest nodes allowed), twice (a save writes the new
-    copy before the old one is dropped), plus under LoRA the frozen base's files (2 bytes per
-    parameter), plus the peer copies at the fewest nodes, with 10% to spare. None where the model's
-    size is unknown."""
-    mc = cfg.training_config.model_config
-    config = hardware.model_shape or mc.architecture
-    gb = _checkpoint_gb(hardware, cfg)
-    if gb is None:
-        return None
-    base_gb = 2 * ModelShape.from_config(config).params / 1e9 if mc.lora and not mc.architecture else 0.0
-    tier = (2 * gb / min_nodes + base_gb) * 1e9 / 2**30
-    gib = max(1.0, math.ceil(tier * 1.1))
-    pod_gib = instance.memory_gib
-    if gib > NODE_LOCAL_SHARE * pod_gib:
-        files = f", and the model files ({base_gb:,.0f} GB)" if base_gb else ""
-        raise ConfigError(f"the node-local checkpoint tier needs {gib:,.0f} GiB of memory per node (twice a node's share "
-                          f"of a {gb:,.0f} GB checkpoint at {plural(min_nodes, 'node')}{files}), more than "
-                          f"{NODE_LOCAL_SHARE:.0%} of the {pod_gib} GiB of {instance.name}: raise "
-                          f"recipes.elastic_policy.min_nodes, or set cluster.node_local=false (restarts then read every "
-                          f"byte from the shared volume)")
-    peer = peer_copies_gib(hardware, cfg, min_nodes)
-    if peer is not None:
-        gib = max(1.0, math.ceil((tier + peer) * 1.1))
-        if gib > NODE_LOCAL_SHARE * pod_gib:
-            raise ConfigError(
-                f"training_config.checkpoint.peer_steps={cfg.training_config.checkpoint.peer_steps}: the peer copies "
-                f"need {peer:,.0f} GiB of memory per node at {plural(min_nodes, 'node')} beside the node-local tier's "
-                f"{tier:,.0f} GiB, more than {NODE_LOCAL_SHARE:.0%} of the {pod_gib} GiB of {instance.name}: raise "
-                f"recipes.elastic_policy.min_nodes, or set recipes.training_config.checkpoint.peer_steps=0 (a failure "
-                f"then resumes from the newest checkpoint)")
-    return float(gib)
 
 
 def _stop_save_warnings(policy: ElasticPolicy, hardware: Hardware, sizes: list[SizePlan],

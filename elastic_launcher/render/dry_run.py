@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from elastic_launcher.planning.memory import FIT_SHARE, Allowance
-from elastic_launcher.planning.plan import Plan, peer_copies_gib
+from elastic_launcher.planning.node_memory import peer_copies_gib, with_peer_steps
+from elastic_launcher.planning.plan import Plan
 from elastic_launcher.planning.rollouts import judge_lines, rollout_lag, rollout_ranks, rollout_reproducibility
 from elastic_launcher.render.configs import dump_yaml, write_files
 from elastic_launcher.render.manifests import Rendered, render
@@ -88,7 +89,13 @@ def peer_copies_line(plan: Plan) -> str | None:
     """What the peer copies cost each node's host memory at every size (None: they are off)."""
     peer_steps = plan.base.training_config.checkpoint.peer_steps
     if not peer_steps:
-        return None
+        if not (plan.policy.is_elastic and plan.policy.max_nodes >= 2):
+            return None
+        need = peer_copies_gib(plan.hardware, with_peer_steps(plan, 1).base, plan.sizes[0].nodes)
+        at = f" (at {plural(plan.sizes[0].nodes, 'node')} they need {need:,.0f} GiB of host memory per node)" if need else ""
+        return (f"peer copies: off{at}: a node that dies costs the steps since the last checkpoint; "
+                f"recipes.training_config.checkpoint.peer_steps=1 makes it one step where the pods' memory holds the copies "
+                f"(docs/peer-copies.md)")
     every = "every step" if peer_steps == 1 else f"every {peer_steps} steps"
     sizes = [(s.nodes, peer_copies_gib(plan.hardware, s.config, s.nodes)) for s in plan.sizes]
     if any(gib is None for _, gib in sizes):

@@ -13,7 +13,8 @@ import yaml
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings
-from elastic_launcher.planning.plan import Plan, node_local_gib
+from elastic_launcher.planning.node_memory import node_local_gib
+from elastic_launcher.planning.plan import Plan
 from elastic_launcher.planning.rollouts import check_cluster_rollouts
 from elastic_launcher.render.configs import config_files, dump_yaml
 from elastic_launcher.render.trainjob import check_trainjob

@@ -163,8 +163,9 @@ class CheckpointConfig:
     save_timeout: float = ranged(1800.0, gt=0)  # seconds a save may take before the run fails with an error
     ignore_fingerprint: bool = False  # resume even if global batch / seq len / data changed
     # Every N steps each rank's state is copied to host memory on its node and a buddy node, so a node
-    # that dies costs the steps since the copy (training.state.peer_store); 0: off.
-    peer_steps: int = ranged(0, ge=0)
+    # that dies costs the steps since the copy (training.state.peer_store); 0: off. Unset: the launcher
+    # sets 1 for an elastic job of two or more nodes where the copies fit in the pods' memory, else 0.
+    peer_steps: int | None = ranged(None, ge=0)
     # s3://bucket/prefix: every checkpoint in a bucket (training.state.checkpoint_store), credentials and region
     # from the standard AWS variables or the pod's service account; None: the run directory's checkpoints/
     uri: str | None = None

@@ -296,12 +296,10 @@ class Checkpointer:
             files = {name: entry for _, own, _ in results for name, entry in own.items()} or self.store.listed(step)
             self.store.put(step, STATE_FILE, json.dumps(asdict(state), indent=1).encode(), sync)
             self.store.put(step, COMPLETE, json.dumps({"files": files}).encode(), sync)  # last: the checkpoint exists
-            if sync and not self.store.per_node:
+            if sync:
                 self._prune(step)
         dist.barrier()
         self.node_local.drop_all_but(f"step-{step:08d}")
-        if self.store.per_node:
-            self.store.drop_older(step)
         self.last_saved = (step, time.perf_counter() - started)
 
     def _prune(self, newest: int) -> None:
