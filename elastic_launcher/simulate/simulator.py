@@ -31,6 +31,7 @@ from elastic_launcher.capacity.sizing_policy import Operator
 from elastic_launcher.capacity.traces import TraceEvent, parse_trace
 from elastic_launcher.errors import make_dir
 from elastic_launcher.job import Job
+from elastic_launcher.planning.node_memory import with_peer_steps
 from elastic_launcher.planning.plan import Plan, checkpoint_gb, kept_policies
 from elastic_launcher.simulate.chart import chart, chart_data
 from elastic_launcher.simulate.outcome import Outcome, Point
@@ -337,11 +338,19 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
     costs = measured_costs(Path(settings.costs)) if settings.costs else modelled_costs(plan, settings)
     outcomes = [Simulation(c.name, c.sizes, plan, trace, throughput, costs, total, horizon, c.min_stable, c.policy).run()
                 for c in candidates(plan, settings.sweep, settings.min_stable_period)]
+    # What peer copies buy (or would): the elastic policy again with them flipped.
+    peer_steps = plan.base.training_config.checkpoint.peer_steps or 0
+    flipped = candidates(plan, False, settings.min_stable_period)[0]
+    other = Simulation(flipped.name, flipped.sizes, with_peer_steps(plan, 0 if peer_steps else 1), trace, throughput,
+                       costs, total, horizon, flipped.min_stable, flipped.policy).run()
     seconds = time.perf_counter() - started
     report = {"job": plan.job_name, "instance": plan.instance.name, "gpus_per_node": plan.instance.devices_per_node,
               "steps": total, "horizon_days": settings.horizon_days, "tokens_per_step": plan.sizes[0].tokens_per_step, "throughput": throughput.source,
               "steps_per_s": {n: throughput.steps_per_s(n) for n in sorted({n for o in outcomes for n in o.sizes})},
               "costs": asdict(costs), "simulated_in_s": round(seconds, 4),
+              "peer_copies": {"peer_steps": peer_steps, "redone_steps": outcomes[0].redone_steps,
+                              "failure_gpu_h": outcomes[0].lost["failure"], "flipped_redone_steps": other.redone_steps,
+                              "flipped_failure_gpu_h": other.lost["failure"]},
               "outcomes": [{**{k: v for k, v in asdict(o).items() if k != "timeline"},
                             "idle_gpu_hours_per_day": o.idle_per_day,
                             "resizes_cost_more_than_they_gain": _not_worth_it(o, outcomes)} for o in outcomes]}
@@ -366,6 +375,16 @@ def _not_worth_it(o: Outcome, outcomes: list[Outcome]) -> bool:
         return False
     gained = o.gpu_hours_productive - static.gpu_hours_productive * (o.hours / max(static.hours, 1e-9))
     return o.lost["resize"] > max(gained, 0.0)
+
+
+def _failures_line(peers: dict, failures: int) -> str:
+    """What the elastic policy's failures cost, with peer copies and without."""
+    ran = (peers["redone_steps"], peers["failure_gpu_h"])
+    flipped = (peers["flipped_redone_steps"], peers["flipped_failure_gpu_h"])
+    (on, off), how = ((ran, flipped), "on") if peers["peer_steps"] else ((flipped, ran), "off")
+    return (f"elastic's {plural(failures, 'failure')}, steps trained again: {on[0]:,.1f} with peer copies "
+            f"({on[1]:,.1f} GPU-h), {off[0]:,.1f} without ({off[1]:,.1f} GPU-h); this recipe has them {how} "
+            f"(training_config.checkpoint.peer_steps)")
 
 
 def summary(report: dict, limit: int = 12) -> str:
@@ -397,6 +416,8 @@ def summary(report: dict, limit: int = 12) -> str:
               f"idle GPU-hours per day; held without training: "
               + ", ".join(f"{k} {v:,.1f} GPU-h" for k, v in elastic["lost"].items())
               + f"; simulated in {report['simulated_in_s']:.3f} s"]
+    if elastic["failures"]:
+        lines.append(_failures_line(report["peer_copies"], elastic["failures"]))
     if any(len(g) > 1 for g in groups):
         lines.append("+N alike: N more sweep policies with the same finish time, GPU-hours, resizes and failures "
                      "(each listed in simulation.json)")
