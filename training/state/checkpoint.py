@@ -43,6 +43,9 @@ from training.state.checkpoint_files import STATE_FILE, DeferredSync, human_byte
 from training.state.checkpoint_store import VolumeStore, open_store
 from training.state.node_local import NodeLocalTier
 
+# torch 2.11's DefaultStager closes itself after each stage (its copy table cleared, its buffers
+# dropped): there a save takes a fresh one. Later builds keep it, and reuse its pinned buffers.
+STAGER_CLOSES_ITSELF = torch.__version__ < (2, 13)
 SPACE_MARGIN = 1.05  # a new checkpoint is assumed up to 5% larger than the previous one
 
 
@@ -117,8 +120,9 @@ class Checkpointer:
         self._group = None
         if async_save:
             # The staging copy goes into pinned host buffers that the stager caches and reuses.
-            self._stager = DefaultStager(StagingOptions(use_pinned_memory=on_gpu, use_shared_memory=False,
-                                                        use_async_staging=False, use_non_blocking_copy=on_gpu))
+            self._staging = StagingOptions(use_pinned_memory=on_gpu, use_shared_memory=False,
+                                           use_async_staging=False, use_non_blocking_copy=on_gpu)
+            self._stager = DefaultStager(self._staging)
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
     def _app_state(self, model, optimizer, method: dict, to_load: bool = False) -> dict:
@@ -231,6 +235,8 @@ class Checkpointer:
         sync_later = sync_later and isinstance(self.store, VolumeStore)
         if self.async_save and not blocking:
             staged = self._stager.stage(app)  # a private host copy: training may update the parameters now
+            if STAGER_CLOSES_ITSELF:
+                self._stager = DefaultStager(self._staging)
             self._group = self._group or dist.new_group(backend="gloo")
             future = self._writer.submit(self._write, staged, step, self._group)
             self._pending = (future, step, replace(state), started)  # training goes on mutating `state`

@@ -105,10 +105,9 @@ def peer_checkpointer(process, topo: Topology, node_local: NodeLocalTier, peer_s
     if not peer_steps:
         return NoCopies()
     if node_local.volume is None:
-        if topo.rank == 0:
-            print(f"warning: training_config.checkpoint.peer_steps={peer_steps} but this job has no node memory "
-                  f"volume (cluster.node_local=false): no peer copies; a failure resumes from the newest checkpoint",
-                  file=sys.stderr, flush=True)
+        if topo.rank == 0:  # the launcher refuses this for a rendered job: only a local run gets here
+            print(f"peer copies: off (checkpoint.peer_steps={peer_steps}, but no node memory volume: "
+                  f"ELASTIC_NODE_LOCAL_DIR is not set); a failure resumes from the newest checkpoint", flush=True)
         return NoCopies()
     root = node_local.volume / PEER_DIR
     if topo.rank_in_node == 0 and process.peer_server is None:  # one per node, for the process's life
