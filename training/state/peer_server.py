@@ -2,7 +2,7 @@
 volume over HTTP (one server per node, in its first process), and the others put, get and remove
 files there. HTTP rather than the training's process group: a copy and a recovery move files between
 two nodes whenever one is ready, with no collective every rank must enter; a recovery reads only the
-byte ranges its rank needs (`RemoteFile`); and the server of a node that died is simply gone (the
+items its rank needs (`RemoteFile`: byte ranges); and the server of a node that died is simply gone (the
 request fails at once), where a collective with a dead peer waits out its timeout.
 
 Paths are `step-<8 digits>/<name>` under the root; `GET /index` lists every file held with its size.

@@ -88,18 +88,21 @@ class PeerStore:
                 return f"{name} of {_name(step)} was on lost nodes only (a node and its buddy lost together)"
         return None
 
+    @staticmethod
+    def _manifested(indexes: list) -> list[int]:
+        """The steps whose manifest some live node holds, oldest first."""
+        return sorted({int(name[5:]) for held in indexes for name, files in held.items() if COMPLETE in files})
+
     def complete_steps(self) -> list[int]:
         """The steps the live nodes can restore whole, oldest first."""
         indexes = self._indexes()
-        steps = sorted({int(name[5:]) for held in indexes for name, files in held.items() if COMPLETE in files})
-        return [s for s in steps if self._covered(s, self.holders(s, indexes)) is None]
+        return [s for s in self._manifested(indexes) if self._covered(s, self.holders(s, indexes)) is None]
 
     def shortfall(self, newer_than: int | None) -> str | None:
         """Why the newest copy a live node holds, where newer than step `newer_than`, cannot be restored
         (None: there is none)."""
         indexes = self._indexes()
-        steps = sorted({int(name[5:]) for held in indexes for name, files in held.items() if COMPLETE in files})
-        steps = [s for s in steps if newer_than is None or s > newer_than]
+        steps = [s for s in self._manifested(indexes) if newer_than is None or s > newer_than]
         return self._covered(steps[-1], self.holders(steps[-1], indexes)) if steps else None
 
     def has(self, step: int, name: str) -> bool:
