@@ -222,3 +222,21 @@ def test_a_project_relative_trace_path_works_from_any_directory(tmp_path, monkey
     from_here = parse_trace("traces/demo.yaml", 3)
     monkeypatch.chdir(ROOT)
     assert from_here == parse_trace("traces/demo.yaml", 3) == parse_trace("demo", 3)
+
+
+def test_peer_copies_price_one_dead_node_at_the_step_since_the_copy_and_two_at_the_checkpoint(launch, tmp_path):
+    """With a copy every step, a node that dies costs under a step (the copy of the last one is on its
+    buddy); two at once may be a node and its buddy, so they cost what they cost without copies: every
+    step since the last checkpoint (here the start: saves 1,000 steps apart). The summary says both."""
+    trace = "simulate.capacity=[{time:0,nodes:16},{time:3h,kill:%s}]"
+    common = ("recipes.elastic_policy.min_nodes=8", "recipes.training_config.checkpoint.save_steps=1000")
+    one = {p: outcome(trace % "true", *common, f"recipes.training_config.checkpoint.peer_steps={p}") for p in (0, 1)}
+    assert one[0].failures == one[1].failures == 1
+    assert one[1].redone_steps < 1 < 100 < one[0].redone_steps
+    assert one[1].lost["failure"] < one[0].lost["failure"] / 10  # the restart itself costs the same
+    two = {p: outcome(trace % 2, *common, f"recipes.training_config.checkpoint.peer_steps={p}") for p in (0, 1)}
+    assert two[1].redone_steps == pytest.approx(two[0].redone_steps) and two[1].redone_steps > 100
+    _, out = simulate(launch, tmp_path, trace % "true", *common)  # on by default at 8..16 nodes: they fit
+    assert (f"elastic's 1 failure, steps trained again: {one[1].redone_steps:,.1f} with peer copies "
+            f"({one[1].lost['failure']:,.1f} GPU-h), {one[0].redone_steps:,.1f} without "
+            f"({one[0].lost['failure']:,.1f} GPU-h); this recipe has them on") in out, out
