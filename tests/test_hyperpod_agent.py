@@ -3,11 +3,12 @@ torch as the Dockerfile pins them), one agent per simulated node on loopback, dr
 operator drives it (elastic_launcher/local/hyperpod_agents.py): start at 2 nodes, graceful stop; start at 3 (the
 two pods that stayed read their shards from their node-local memory), graceful stops seconds apart;
 start at 3, a pod deleted on scale-down (SIGTERM); start at 2, a pod killed without a graceful stop
-(its node's memory lost: its shards come from the shared volume); start at 1, finish; shutdown.
+(its node's memory lost: the survivor's restarted process resumes from the peer copy in its pod's
+memory volume, its buddy's shards included); start at 1, finish; shutdown.
 
 It checks what the operator relies on: every graceful stop checkpoints and leaves the agents
 `ready` within the graceful timeout, no agent reports `completed` before the last step, every
-restart resumes at its new size from the newest checkpoint, `/status.progress` names that
+restart resumes at its new size from the newest checkpoint or peer copy, `/status.progress` names that
 checkpoint, the losses and the committed data stream equal a fixed-size run's, no process is left.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from conftest import ROOT, committed_samples, losses, own_processes, records, train, wait_for
 from elastic_launcher.local.run import child_pids
 from elastic_launcher.local.hyperpod_agents import Container, AgentOperator
-from training.contract.checkpoint_dirs import latest_checkpoint, step_dir
+from training.contract.checkpoint_dirs import COMPLETE, latest_checkpoint, step_dir, step_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.xdist_group("test_hyperpod_agent")]  # on one worker: its tests share module fixtures
@@ -148,11 +149,14 @@ def test_resize_2_3_1_under_the_real_agent(job, fixed_run):
         stopped = newest_step(run_dir)
         assert [r for r in records(run_dir) if r.get("event") == "stop"][-1]["step"] == stopped
 
-        # 2 nodes; pod 1's node dies (SIGKILL, no graceful stop): pod 0's agent reports the fault, the
-        # operator stops it and replaces pod 1; the steps since the last checkpoint are redone.
+        # 2 nodes; pod 1's node dies (SIGKILL, no graceful stop) once pod 0 holds a peer copy newer
+        # than the checkpoint: pod 0's agent reports the fault, the operator stops it and replaces pod 1.
         start([p0, p1], stopped)
         resumed_from(stopped, 2)
         wait_step(run_dir, stopped + 2, 2)
+        copies = operator.node_local(p0.name) / "peer"
+        wait_for(lambda: max((step_of(c.parent) for c in copies.glob(f"step-*/{COMPLETE}")), default=0)
+                 > newest_step(run_dir), timeout=60, interval=0.01)
         operator.remove(p1, signal.SIGKILL)
         operator.wait_status([p0], {"faulted"}, timeout=60)
         operator.fault_count += 1
@@ -162,11 +166,13 @@ def test_resize_2_3_1_under_the_real_agent(job, fixed_run):
         stopped = newest_step(run_dir)
         wait_for(lambda: not operator.node_local(p1.name).exists(), timeout=30)
 
-        # 1 node to the end: the only completion. Pod 0 reads its shards from its memory, the dead
-        # node's from the shared volume.
+        # 1 node to the end: the only completion. The restarted process resumes from the peer copy,
+        # not the older checkpoint: its own shards and the dead node's (pod 0 was its buddy), all from
+        # its pod's memory volume, which outlived the process.
         start([p0], stopped)
-        read = resumed_from(stopped, 1)
-        assert read["node memory"] > 0 and read["shared volume"] > 0, read
+        resume = [r for r in records(run_dir) if r.get("event") == "resume"][-1]
+        assert resume["source"] == "peers" and resume["step"] > stopped and resume["world_size"] == 1, resume
+        assert resume["read_mb"]["node memory"] > 0 and "shared volume" not in resume["read_mb"], resume
         operator.wait_status([p0], {"completed"}, timeout=180)
         assert max(losses(run_dir)) == STEPS
         for pod in (p0, p3):
