@@ -336,13 +336,15 @@ def simulate(plan: Plan, settings, out_dir: Path) -> dict:
                                                f"{settings.tokens_per_s_per_node:,.0f} tokens/s on 1 node, "
                                                f"x{settings.scaling_efficiency:g} efficiency per doubling")
     costs = measured_costs(Path(settings.costs)) if settings.costs else modelled_costs(plan, settings)
-    outcomes = [Simulation(c.name, c.sizes, plan, trace, throughput, costs, total, horizon, c.min_stable, c.policy).run()
-                for c in candidates(plan, settings.sweep, settings.min_stable_period)]
-    # What peer copies buy (or would): the elastic policy again with them flipped.
+    def play(c: Candidate, on: Plan = plan) -> Outcome:
+        return Simulation(c.name, c.sizes, on, trace, throughput, costs, total, horizon, c.min_stable, c.policy).run()
+
+    chosen = candidates(plan, settings.sweep, settings.min_stable_period)
+    outcomes = [play(c) for c in chosen]
+    # What peer copies buy (or would): the elastic policy (the first) again with them flipped, where it
+    # had a failure (peer copies change nothing else).
     peer_steps = plan.base.training_config.checkpoint.peer_steps or 0
-    flipped = candidates(plan, False, settings.min_stable_period)[0]
-    other = Simulation(flipped.name, flipped.sizes, with_peer_steps(plan, 0 if peer_steps else 1), trace, throughput,
-                       costs, total, horizon, flipped.min_stable, flipped.policy).run()
+    other = play(chosen[0], with_peer_steps(plan, 0 if peer_steps else 1)) if outcomes[0].failures else outcomes[0]
     seconds = time.perf_counter() - started
     report = {"job": plan.job_name, "instance": plan.instance.name, "gpus_per_node": plan.instance.devices_per_node,
               "steps": total, "horizon_days": settings.horizon_days, "tokens_per_step": plan.sizes[0].tokens_per_step, "throughput": throughput.source,
