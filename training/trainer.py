@@ -25,6 +25,7 @@ import yaml
 
 from training.batches import step_counts
 from training.contract.batching import BatchPlan, plan_batches
+from training.contract.checkpoint_dirs import step_name
 from training.contract.config import TrainingArgs, load_job_config
 from training.contract.config_files import select_config_file
 from training.contract.data_formats import RECOGNIZED
@@ -208,7 +209,7 @@ class Trainer:
                            history=state.history, read_mb=tiers, source="peers" if source is self.peer else "durable",
                            **{f"load_{k}_s": round(v, 3) for k, v in source.load_seconds.items()})
             if self.rank0:
-                print(f"resumed from step-{state.step:08d} {whence}: "
+                print(f"resumed from {step_name(state.step)} {whence}: "
                       + ", ".join(f"{mb:,.0f} MB from {tier}" for tier, mb in tiers.items() if mb), flush=True)
         schedule = {"max_steps": ta.max_steps, "warmup_steps": ta.warmup_steps}
         if state is not None and state.schedule not in (None, schedule) and self.rank0:

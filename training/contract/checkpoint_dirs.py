@@ -9,8 +9,12 @@ COMPLETE = "COMPLETE"
 CORRUPT_SUFFIX = ".corrupt"  # a checkpoint that failed verification, set aside
 
 
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
 def step_dir(root: Path, step: int) -> Path:
-    return root / f"step-{step:08d}"
+    return root / step_name(step)
 
 
 def step_of(path: Path) -> int:

@@ -11,7 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from training import export
 from training.contract import buckets
-from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints
+from training.contract.checkpoint_dirs import COMPLETE, complete_checkpoints, step_name
 from training.contract.config import load_job_config
 from training.contract.errors import ConfigError, report
 from training.model.causal_lm import build_sharded_model
@@ -79,7 +79,7 @@ def check_bucket_checkpoint(uri: str, config: str | None) -> None:
     prefix, _, name = uri.rpartition("/")
     complete = buckets.checkpoint_steps("--checkpoint", prefix)
     if not (name[5:].isdigit() and name.startswith("step-") and int(name[5:]) in complete):
-        found = ", ".join(f"step-{s:08d}" for s in complete)
+        found = ", ".join(step_name(s) for s in complete)
         raise ConfigError(f"--checkpoint {uri} is not a complete checkpoint: "
                           + (f"complete checkpoints under {prefix}: {found}" if found else
                              f"no complete checkpoint is under {prefix}"))

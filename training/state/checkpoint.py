@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
 
-from training.contract.checkpoint_dirs import COMPLETE, step_of
+from training.contract.checkpoint_dirs import COMPLETE, step_name, step_of
 from training.contract.config import MAX_STEPS_OFF_POLICY, RESUME_INVARIANTS, CheckpointConfig, JobConfig, get_path
 from training.contract.errors import ConfigError
 from training.state.checkpoint_files import STATE_FILE, DeferredSync, human_bytes, io_threads, lean_io
@@ -203,7 +203,7 @@ class Checkpointer:
         bad, need, free = found.tolist()
         if bad:
             newest = self.newest_step()
-            raise CheckpointError(f"model state at step-{step:08d} holds non-finite values on {bad:.0f} rank(s): not "
+            raise CheckpointError(f"model state at {step_name(step)} holds non-finite values on {bad:.0f} rank(s): not "
                                   f"saved; the newest checkpoint stays {_named(newest)}")
         if on_volume:
             self._check_space(need, free, step)
@@ -305,7 +305,7 @@ class Checkpointer:
             if sync:
                 self._prune(step)
         dist.barrier()
-        self.node_local.drop_all_but(f"step-{step:08d}")
+        self.node_local.drop_all_but(step_name(step))
         self.last_saved = (step, time.perf_counter() - started)
 
     def _prune(self, newest: int) -> None:
@@ -357,7 +357,7 @@ class Checkpointer:
         marks = [time.perf_counter()]
         app = self._app_state(model, optimizer, method, to_load=True)  # allocates the optimizer state to read into
         marks.append(time.perf_counter())
-        reader = self.store.reader(step, self.node_local.holding(f"step-{step:08d}", manifest), self.io_threads)
+        reader = self.store.reader(step, self.node_local.holding(step_name(step), manifest), self.io_threads)
         try:
             dcp.load(app, storage_reader=reader)
         except CheckpointException:  # raised on every rank, whichever rank's read failed
@@ -386,7 +386,7 @@ class Checkpointer:
 
 
 def _named(step: int | None) -> str:
-    return f"step-{step:08d}" if step is not None else "(none)"
+    return step_name(step) if step is not None else "(none)"
 
 
 def _agree(problem: str | None, world_size: int) -> str | None:

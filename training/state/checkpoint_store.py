@@ -21,7 +21,8 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from training.contract.checkpoint_dirs import COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint, step_dir, step_of
+from training.contract.checkpoint_dirs import (COMPLETE, CORRUPT_SUFFIX, complete_checkpoints, is_checkpoint, step_dir,
+                                              step_name, step_of)
 from training.contract import buckets
 from training.state import item_checksums
 from training.state.checkpoint_files import (bytes_on_disk, own_files, verify_files, write_durably)
@@ -120,7 +121,7 @@ class BucketStore:
         self.client = S3Client(self.region, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
 
     def key(self, step: int, name: str = "") -> str:
-        return "/".join(part for part in (self.prefix, f"step-{step:08d}", name) if part)
+        return "/".join(part for part in (self.prefix, step_name(step), name) if part)
 
     def location(self, step: int) -> str:
         return f"s3://{self.bucket}/{self.key(step)}"
@@ -160,7 +161,7 @@ class BucketStore:
         writer = S3StorageWriter(self.region, self.location(step), thread_count=threads,
                                  _extensions=[item_checksums.ItemCrc32()])
         if node_local.root is not None:
-            writer.fs = _TeeToNodeMemory(writer.fs, node_local.root / f"step-{step:08d}")
+            writer.fs = _TeeToNodeMemory(writer.fs, step_dir(node_local.root, step))
         return writer
 
     def written(self, step: int, rank: int, node_local: NodeLocalTier) -> dict[str, list]:

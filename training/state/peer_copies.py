@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 
 import torch.distributed as dist
 
-from training.contract.checkpoint_dirs import COMPLETE
+from training.contract.checkpoint_dirs import COMPLETE, step_name
 
 from training.runtime.topology import Topology
 from training.state.checkpoint import Checkpointer, CheckpointError, TrainState
@@ -126,7 +126,7 @@ def _newest(durable: Checkpointer, peer) -> tuple[Checkpointer | None, str]:
     newest = durable.newest_step()
     copied = peer.newest_step() if isinstance(peer, PeerCheckpointer) else None
     if copied is not None and (newest is None or copied > newest):
-        durable_named = f"step-{newest:08d}" if newest is not None else "none"
+        durable_named = step_name(newest) if newest is not None else "none"
         return peer, f"from the peer copies (the newest durable checkpoint: {durable_named})"
     why = ""
     if isinstance(peer, PeerCheckpointer) and copied is None:  # a copy newer than the checkpoint, not restorable

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from training.contract.checkpoint_dirs import COMPLETE
+from training.contract.checkpoint_dirs import COMPLETE, step_name, step_of
 from training.state import item_checksums
 from training.state import peer_server as peers
 from training.state.checkpoint_files import own_files
@@ -37,10 +37,6 @@ from training.state.node_local import NodeLocalTier, TieredReader
 
 PEER_DIR = "peer"  # under the node's memory volume
 NODE_MEMORY, PEERS = "node memory", "peers' memory"
-
-
-def _name(step: int) -> str:
-    return f"step-{step:08d}"
 
 
 class PeerStore:
@@ -57,7 +53,7 @@ class PeerStore:
         self.buddy = servers[(node_rank + 1) % nodes] if nodes > 1 else None
 
     def location(self, step: int) -> str:
-        return f"peer copy {_name(step)}"
+        return f"peer copy {step_name(step)}"
 
     # --- what the live nodes hold ------------------------------------------------------------------
     def _indexes(self) -> list[dict[str, dict[str, int]]]:
@@ -74,24 +70,24 @@ class PeerStore:
         """File name -> [(server, size)] of every live node holding it."""
         where: dict[str, list[tuple[str, int]]] = {}
         for server, held in zip(self.servers, indexes or self._indexes()):
-            for name, size in held.get(_name(step), {}).items():
+            for name, size in held.get(step_name(step), {}).items():
                 where.setdefault(name, []).append((server, size))
         return where
 
     def _covered(self, step: int, holders: dict) -> str | None:
         """Why the live nodes cannot restore `step` (None: they can)."""
         if COMPLETE not in holders:
-            return f"no live node holds {_name(step)}'s manifest"
+            return f"no live node holds {step_name(step)}'s manifest"
         manifest = json.loads(self.get(step, COMPLETE, holders)).get("files", {})
         for name, (size, _) in sorted(manifest.items()):
             if not any(s == size for _, s in holders.get(name, [])):
-                return f"{name} of {_name(step)} was on lost nodes only (a node and its buddy lost together)"
+                return f"{name} of {step_name(step)} was on lost nodes only (a node and its buddy lost together)"
         return None
 
     @staticmethod
     def _manifested(indexes: list) -> list[int]:
         """The steps whose manifest some live node holds, oldest first."""
-        return sorted({int(name[5:]) for held in indexes for name, files in held.items() if COMPLETE in files})
+        return sorted({step_of(Path(name)) for held in indexes for name, files in held.items() if COMPLETE in files})
 
     def complete_steps(self) -> list[int]:
         """The steps the live nodes can restore whole, oldest first."""
@@ -106,54 +102,54 @@ class PeerStore:
         return self._covered(steps[-1], self.holders(steps[-1], indexes)) if steps else None
 
     def has(self, step: int, name: str) -> bool:
-        return (self.root / _name(step) / name).exists()
+        return (self.root / step_name(step) / name).exists()
 
     # --- writing -----------------------------------------------------------------------------------
     def clear(self, step: int) -> None:
         """Leftovers of an earlier attempt at `step` on this node removed (every rank of it calls this
         before the barrier that starts a copy: nothing of two attempts is ever mixed)."""
-        shutil.rmtree(self.root / _name(step), ignore_errors=True)
+        shutil.rmtree(self.root / step_name(step), ignore_errors=True)
 
     def drop_older(self, step: int) -> None:
         """`step` is complete on every node: this node's older copies go (an old copy left short by lost
         nodes with them)."""
         for other in self.root.glob("step-*"):
-            if other.name < _name(step):
+            if other.name < step_name(step):
                 shutil.rmtree(other, ignore_errors=True)
 
     def put(self, step: int, name: str, data: bytes, sync: bool = True) -> None:
         """A rank's own file (its RNG) is written here and reaches the buddy with its shards
         (`written`); the step's shared files (train state, manifest: rank 0's) go to every node."""
-        path = self.root / _name(step) / name
+        path = self.root / step_name(step) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         if not name.startswith("rng/"):
             for server in self.servers:
                 if server != self.servers[self.node_rank]:
-                    peers.send(f"{server}/{_name(step)}/{name}", data)
+                    peers.send(f"{server}/{step_name(step)}/{name}", data)
 
     def get(self, step: int, name: str, holders: dict | None = None) -> bytes:
-        path = self.root / _name(step) / name
+        path = self.root / step_name(step) / name
         if path.is_file():
             return path.read_bytes()
         for server, _ in (holders or self.holders(step)).get(name, []):
             try:
-                return peers.fetch(f"{server}/{_name(step)}/{name}")
+                return peers.fetch(f"{server}/{step_name(step)}/{name}")
             except peers.PeerError:
                 continue
-        raise FileNotFoundError(f"no live node holds {_name(step)}/{name}")
+        raise FileNotFoundError(f"no live node holds {step_name(step)}/{name}")
 
     def writer(self, step: int, threads: int, sync: bool, node_local: NodeLocalTier):
-        return item_checksums.writer(self.root / _name(step), threads, sync=False)  # memory: nothing to sync
+        return item_checksums.writer(self.root / step_name(step), threads, sync=False)  # memory: nothing to sync
 
     def written(self, step: int, rank: int, node_local: NodeLocalTier) -> dict[str, list]:
         """This rank's files of `step`, put on its buddy node (rank 0's metadata on every node)."""
-        own = own_files(self.root / _name(step), rank)
+        own = own_files(self.root / step_name(step), rank)
         for name in own:
             targets = self.servers if name == ".metadata" else [self.buddy] if self.buddy else []
             for server in targets:
                 if server != self.servers[self.node_rank]:
-                    peers.send(f"{server}/{_name(step)}/{name}", self.root / _name(step) / name)
+                    peers.send(f"{server}/{step_name(step)}/{name}", self.root / step_name(step) / name)
         return own
 
     def listed(self, step: int) -> dict[str, list]:
@@ -164,12 +160,12 @@ class PeerStore:
         return self._covered(step, self.holders(step)) if rank == 0 else None
 
     def reader(self, step: int, held: dict[str, Path], threads: int):
-        return PeerReader(self.root / _name(step), self.holders(step), threads)
+        return PeerReader(self.root / step_name(step), self.holders(step), threads)
 
     def remove(self, step: int) -> None:
         for server in self.servers:
             try:
-                peers.remove(f"{server}/{_name(step)}")
+                peers.remove(f"{server}/{step_name(step)}")
             except peers.PeerError:
                 pass  # a node that is gone took its copy with it
 
