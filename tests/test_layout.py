@@ -204,7 +204,7 @@ def test_the_launchers_configuration_sits_below_its_plan():
 # The trainer's layers, top to bottom: an import points down or within its layer. The run's driver on
 # top, then the methods, the parts they use, the model, the process's services and data, the contract.
 TRAINING_LAYERS = (
-    ("training.__main__", "training.worker", "training.trainer", "training.validation", "training.run_config",
+    ("training.launch", "training.__main__", "training.worker", "training.trainer", "training.validation", "training.run_config",
      "training.memory_trace"),
     ("training.methods",),
     ("training.rl", "training.export"),

@@ -30,6 +30,7 @@ from pathlib import Path  # noqa: E402
 
 from torch.distributed import run as torchrun  # noqa: E402
 from torch.distributed.elastic import multiprocessing as elastic_processes  # noqa: E402
+from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: E402
 from torch.distributed.launcher.api import elastic_launch  # noqa: E402
 
 
@@ -100,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     config, _, _ = torchrun.config_from_args(args)
     warm_up(args.training_script_args)
     elastic_processes.MultiprocessContext = ExitCodeIsTheResult  # what torchrun's start_processes builds
-    elastic_launch(config=config, entrypoint=worker)(*args.training_script_args)
+    try:
+        elastic_launch(config=config, entrypoint=worker)(*args.training_script_args)
+    except SignalException as stop:  # told to stop: the workers were stopped with it, nothing failed
+        sys.exit(128 + stop.sigval)
 
 
 if __name__ == "__main__":

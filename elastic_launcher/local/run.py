@@ -111,8 +111,8 @@ def _signal_workers(proc: subprocess.Popen, sig: int, grace: float, done) -> boo
             return False
         workers = set(child_pids(proc.pid, running=True))
         # No worker yet: torchrun itself is told (it is importing or forming the job, and would only
-        # start workers for them to be stopped).
-        for pid in (workers or {proc.pid}) - signalled:
+        # start workers for them to be stopped). Once workers were told, torchrun ends after them.
+        for pid in (workers or ({proc.pid} if not signalled else set())) - signalled:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
             signalled.add(pid)
