@@ -170,9 +170,9 @@ GRACE = 20  # the recipe's graceful_shutdown_timeout in the interrupt test
 @pytest.mark.parametrize("after_line, delay, sig", [
     ("signal signal=SIGUSR1", 0.0, signal.SIGINT),  # inside the resize's stop: the workers are saving
     ("launch nodes=3", 0.0, signal.SIGINT),  # the relaunch's torchrun has no workers yet
-    ("launch nodes=3", 1.0, signal.SIGTERM),  # its agent imports what its workers will use
-    ("launch nodes=3", 3.0, signal.SIGINT),  # it, or its workers, starting up at the new size
-], ids=["during-stop", "at-relaunch", "agent-importing", "workers-starting"])
+    ("launch nodes=3", 1.0, signal.SIGTERM),  # its workers are importing
+    ("launch nodes=3", 3.0, signal.SIGINT),  # its workers are starting up at the new size
+], ids=["during-stop", "at-relaunch", "workers-importing", "workers-starting"])
 def test_an_interrupt_anywhere_in_a_resize_stops_the_whole_rehearsal(tmp_path, after_line, delay, sig):
     """Ctrl-C or SIGTERM to the launcher while the demo trace's first resize (2 -> 3 nodes at step 5)
     stops and relaunches the job: the launcher stops every process within the graceful timeout,

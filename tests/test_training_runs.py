@@ -112,12 +112,12 @@ def blocks_stop_signals(pid: int) -> bool:
     return all(blocked & (1 << (sig - 1)) for sig in (signal.SIGUSR1, signal.SIGTERM))
 
 
-@pytest.mark.parametrize("moment, torch_python", [("forming", "image"), ("loading", "requirements")],
-                         ids=["forming-image", "loading-requirements"], indirect=["torch_python"])
+@pytest.mark.parametrize("moment, torch_python", [("importing", "image"), ("loading", "requirements")],
+                         ids=["importing-image", "loading-requirements"], indirect=["torch_python"])
 def test_a_stop_signal_at_start_up_ends_every_rank_within_seconds(tmp_path, moment, torch_python):
-    """One worker of three hears SIGUSR1 while the job starts (before the process group exists: just
-    forked from the launch's agent, which imported torch for it; or loading data and model, after it
-    does): every rank ends within seconds with exit 0, and no partial checkpoint is left."""
+    """One worker of three hears SIGUSR1 while the job starts (importing torch, before the process
+    group exists; or loading data and model, after it does): every rank ends within seconds with
+    exit 0, and no partial checkpoint is left."""
     configs = render_configs(tmp_path / "configs", *TINY)
     run_dir = tmp_path / "run"
     log = tmp_path / "torchrun.log"

@@ -420,11 +420,6 @@ class Trainer:
                 self.checkpointer.wait()
                 self._log_saved()
             if self.state.step in self.pause_at and not stopping:
-                if self.peer.due(self.state.step):  # the rehearsal's event (a kill) meets this step's copy, as on a
-                    self.peer.save(self.model, self.optimizer, self.state,  # node whose copies keep pace with its steps
-                                   method=self.method.checkpoint_state(self.model))
-                    self.peer.wait()
-                    copying = True  # taken: not again below
                 self._pause()
                 stopping = self._agree_stop()
             if stopping:

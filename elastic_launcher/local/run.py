@@ -52,7 +52,7 @@ class LocalJob:
     extra_env: tuple[tuple[str, str], ...] = ()  # more of the workers' environment
 
     def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
-        cmd = [self.python, "-m", "training.launch", "--standalone",
+        cmd = [self.python, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nodes * self.nproc_per_node}", "-m", "training",
                f"--config-dir={self.config_dir}", f"--run-dir={self.run_dir}"]
         cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
@@ -109,10 +109,7 @@ def _signal_workers(proc: subprocess.Popen, sig: int, grace: float, done) -> boo
     while not done():
         if time.monotonic() > deadline:
             return False
-        workers = set(child_pids(proc.pid, running=True))
-        # No worker yet: torchrun itself is told (it is importing or forming the job, and would only
-        # start workers for them to be stopped). Once workers were told, torchrun ends after them.
-        for pid in (workers or ({proc.pid} if not signalled else set())) - signalled:
+        for pid in set(child_pids(proc.pid, running=True)) - signalled:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
             signalled.add(pid)
