@@ -5,9 +5,7 @@ and the suite pays it at every launch.
 
 Reported: the median over `--starts` starts (after one warm-up) of the seconds from just before the
 process is spawned to the end of step 1, split at the trainer's `start` record (everything imported,
-the config read, the process group formed); against the floor measured in the same run, a bare process
-that imports only what any such start must (torch with FSDP2 and DCP, transformers' Llama modeling
-code) and exits, so that the ratio and the seconds above it are the trainer's own. Then a local job's
+the config read, the process group formed). Then a local job's
 launch at `--ranks` ranks, torchrun's (each worker an interpreter of its own) against
 `training.launch`'s (the workers forked from its agent once it has imported what they import), both
 in the same run: the seconds from the spawn to step 1's end and the CPU-seconds of every process of
@@ -56,50 +54,46 @@ def render(out: Path) -> Path:
     return next(out.iterdir()) / "configs"
 
 
+def fresh(run_dir: Path) -> None:
+    """The run directory as a first start finds it, but for the tokenized data cache it keeps: no
+    checkpoint, on the volume or in the emulated nodes' memory (a local launch's tier and peer copies)."""
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.rmtree(run_dir / "node-local", ignore_errors=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+
+
+def first_step_records(run_dir: Path, done: subprocess.CompletedProcess, what: str) -> list[dict]:
+    """The records a start that stopped after step 1 wrote (a failed start ends the bench, saying so)."""
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return read_records(run_dir)
+
+
 def start_once(configs: Path, run_dir: Path, *python_flags: str) -> tuple[float, float, str]:
     """One start without a checkpoint (the data cache kept): (seconds to the `start` record, seconds to
     step 1's end, stderr)."""
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    fresh(run_dir)
     spawned = time.time()
     done = subprocess.run([sys.executable, *python_flags, "-m", "training", "--config-dir", str(configs),
                            "--run-dir", str(run_dir), "--stop-at-step", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise SystemExit(f"the worker failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    records = read_records(run_dir)
+    records = first_step_records(run_dir, done, "the worker")
     start = next(r for r in records if r.get("event") == "start")
     step = next(r for r in records if r.get("step") == 1 and "loss" in r)
     return start["time"] - spawned, step["time"] - spawned, done.stderr
-
-
-# What every start imports whatever the trainer does: torch with DTensor (FSDP2) and DCP, and the
-# model's transformers modeling code (which itself imports torch._dynamo and the hub's client).
-FLOOR_IMPORTS = ("import torch, torch.distributed.checkpoint, torch.distributed.fsdp; "
-                 "import transformers.models.llama.modeling_llama")
-
-
-def floor_once() -> float:
-    """Seconds from spawning a bare process that imports FLOOR_IMPORTS to its exit."""
-    spawned = time.time()
-    subprocess.run([sys.executable, "-c", FLOOR_IMPORTS], cwd=ROOT, check=True, timeout=300)
-    return time.time() - spawned
 
 
 def launch_once(module: str, configs: Path, run_dir: Path, ranks: int) -> tuple[float, float]:
     """A local job of `ranks` ranks started by `python -m <module>` (torch.distributed.run or
     training.launch) and stopped after step 1, its data cached: (seconds from the spawn to step 1's
     end, CPU-seconds of all its processes)."""
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-    job = LocalJob(configs, run_dir, nproc_per_node=1)
-    command = [sys.executable, "-m", module, *job.command(ranks, stop_at_step=1)[3:]]
+    fresh(run_dir)
+    job = LocalJob(configs, run_dir, nproc_per_node=1, launcher=module)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     spawned = time.time()
-    done = subprocess.run(command, cwd=ROOT, env=job.env(ranks), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(job.command(ranks, stop_at_step=1), cwd=ROOT, env=job.env(ranks), capture_output=True,
+                          text=True, timeout=300)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"the launch failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    step = next(r for r in read_records(run_dir) if r.get("step") == 1 and "loss" in r)
+    step = next(r for r in first_step_records(run_dir, done, "the launch") if r.get("step") == 1 and "loss" in r)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return step["time"] - spawned, cpu
 
@@ -129,10 +123,7 @@ def main() -> None:
     with scratch() as tmp:
         configs, run_dir = render(Path(tmp) / "out"), Path(tmp) / "run"
         start_once(configs, run_dir)  # the warm-up: tokenizes the data into the run's cache
-        starts, floors = [], []
-        for _ in range(args.starts):  # interleaved, so that a busy spell weighs on both alike
-            starts.append(start_once(configs, run_dir))
-            floors.append(floor_once())
+        starts = [start_once(configs, run_dir) for _ in range(args.starts)]
         launches = {"torch.distributed.run": [], "training.launch": []}
         for _ in range(args.starts):
             for module, found in launches.items():
@@ -143,9 +134,6 @@ def main() -> None:
     print(f"worker start, tiny SFT twin at one node, data cached: {to_step:.2f} s to step 1's end "
           f"(median of {args.starts}; min {min(s for _, s, _ in starts):.2f}, max {max(s for _, s, _ in starts):.2f}), "
           f"{to_start:.2f} s of it to the trainer's start record")
-    floor = statistics.median(floors)
-    print(f"the floor, a bare process importing torch (FSDP2, DCP) and transformers' Llama modeling code: {floor:.2f} s "
-          f"(median of {args.starts}); the start {to_step / floor:.2f}x it, {to_step - floor:.2f} s the trainer's own")
     medians = {module: (statistics.median(w for w, _ in found), statistics.median(c for _, c in found))
                for module, found in launches.items()}
     (run_wall, run_cpu), (fork_wall, fork_cpu) = medians["torch.distributed.run"], medians["training.launch"]

@@ -50,9 +50,10 @@ class LocalJob:
     nproc_per_node: int
     python: str = sys.executable  # the interpreter (and so the torch) the job runs on
     extra_env: tuple[tuple[str, str], ...] = ()  # more of the workers' environment
+    launcher: str = "torch.distributed.run"  # the module that starts the workers (or training.launch: forked)
 
     def command(self, nodes: int, stop_at_step: int | None = None, pause_at: list[int] = ()) -> list[str]:
-        cmd = [self.python, "-m", "torch.distributed.run", "--standalone",
+        cmd = [self.python, "-m", self.launcher, "--standalone",
                f"--nproc-per-node={nodes * self.nproc_per_node}", "-m", "training",
                f"--config-dir={self.config_dir}", f"--run-dir={self.run_dir}"]
         cmd += [f"--stop-at-step={stop_at_step}"] if stop_at_step else []
