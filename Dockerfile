@@ -51,7 +51,7 @@ RUN pip install "pip<25.3" \
  && pip install hyperpod-elastic-agent==1.1.3 transformers==5.23.0 datasets==5.2.0 torchdata==0.11.0 \
         pyyaml safetensors tensorboard liger-kernel==0.6.4 peft==0.21.2 mlflow-skinny==3.17.2 sagemaker-mlflow==0.5.0 \
         flash-linear-attention==0.6.0 math-verify==0.9.0 matplotlib==3.11.2 openai==3.57.0 boto3==1.44.8 \
-        s3torchconnector[dcp]==1.5.0
+        s3torchconnector[dcp]==1.5.0 lm-eval==0.4.13
 
 # vLLM for GRPO's rollouts on GPUs: each release pins one torch, and 0.26.0 is the newest whose wheel
 # requires the image's torch==2.11.0 (0.27-0.30 require 2.13, 0.33 requires 2.14; training/rl/vllm_builds.py).

@@ -11,11 +11,12 @@ from omegaconf import OmegaConf
 
 from elastic_launcher.config.compose import compose, options
 from elastic_launcher.config.settings import ACTIONS, TARGETS
-from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, recipe_facts, user_dirs, user_options
+from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, evaluation_recipes, recipe_facts, user_dirs, user_options
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
+from training.contract.evaluation import is_evaluation
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 sets = textwrap.fill(" | ".join(options("scale_configs")), 118, initial_indent=" " * 44,
                                      subsequent_indent=" " * 44).lstrip()
                 recipes = by_family(catalogue("recipes"))
+                recipes += "\n\nevaluation recipes (a trained model on benchmarks: docs/evaluation.md):\n" + \
+                    by_family(evaluation_recipes())
                 if user_dirs():
                     recipes += (f"\n\nyour recipes ({USER_RECIPES_ENV}={os.environ[USER_RECIPES_ENV]}):\n"
                                 + by_family(user_options("recipes")))
@@ -202,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         if show_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=resolve), end="")
             return 0
+        if is_evaluation(OmegaConf.to_container(cfg.recipes)):
+            from elastic_launcher import evaluation
+
+            return evaluation.run(cfg, recipe_name)
         return run_action(load_job(cfg, recipe_name, overrides))
     except USER_ERRORS as e:
         return report(e)

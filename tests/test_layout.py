@@ -205,6 +205,7 @@ def test_the_launchers_configuration_sits_below_its_plan():
 # top, then the methods, the parts they use, the model, the process's services and data, the contract.
 TRAINING_LAYERS = (
     ("training.launch", "training.__main__", "training.worker", "training.trainer", "training.validation", "training.run_config",
+     "training.evaluate",
      "training.memory_trace"),
     ("training.methods",),
     ("training.rl", "training.export"),

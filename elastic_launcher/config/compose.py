@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from elastic_launcher import ROOT
 from elastic_launcher.config.settings import LauncherSettings
-from elastic_launcher.config.user_recipes import options, user_dirs
+from elastic_launcher.config.user_recipes import evaluation_recipes, options, user_dirs
 from elastic_launcher.config.policy import ElasticPolicy, Hardware
 from training.contract.config import JobConfig
 from training.contract.errors import ConfigError
@@ -66,7 +66,7 @@ def _explain(error: Exception, overrides: list[str]) -> str:
     if missing:
         group, option = missing.groups()
         key = "scale_configs@recipes.scale_config" if group == "scale_configs" else group
-        choices = options(group)
+        choices = options(group) + (evaluation_recipes() if group == "recipes" else [])
         close = difflib.get_close_matches(option, choices, n=3, cutoff=0.5)
         hint = f"did you mean {' or '.join(close)}?" if close else f"available: {', '.join(choices)}"
         return f"unknown {group} option {key}={option}: {hint}"

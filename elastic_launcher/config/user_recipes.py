@@ -37,9 +37,20 @@ def config_roots() -> list[Path]:
     return [ROOT, *user_dirs()]
 
 
-def _options_in(roots: list[Path], group: str) -> list[str]:
+EVALUATION = "evaluation"  # recipes/evaluation/: evaluation recipes, listed apart from the training recipes
+
+
+def _options_in(roots: list[Path], group: str, folders: tuple[str, ...] | None = None) -> list[str]:
+    """The group's options under `roots`: all but common/ and evaluation/, or those in `folders`."""
+    def wanted(first: str) -> bool:
+        return first in folders if folders else first not in ("common", EVALUATION)
+
     return sorted({str(p.relative_to(root / group).with_suffix("")) for root in roots
-                   for p in (root / group).rglob("*.yaml") if p.relative_to(root / group).parts[0] != "common"})
+                   for p in (root / group).rglob("*.yaml") if wanted(p.relative_to(root / group).parts[0])})
+
+
+def evaluation_recipes() -> list[str]:
+    return _options_in(config_roots(), "recipes", (EVALUATION,))
 
 
 def options(group: str) -> list[str]:
@@ -92,6 +103,10 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
         return files[name]
 
     recipe_data = merged(recipe)
+    if isinstance(recipe_data.get("evaluation"), dict) and "training_config" not in recipe_data:
+        ev = recipe_data["evaluation"]
+        replicas = (recipe_data.get("run") or {}).get("replicas", 1)
+        return f"evaluation, {ev.get('task')} ({ev.get('strategy')}), {replicas} node{'s' * (replicas != 1)}, resumable at any size"
     training = recipe_data.get("training_config") or {}
     args = training.get("training_args") or {}
     method_args = args.get("method_args") or {}

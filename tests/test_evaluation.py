@@ -1,0 +1,272 @@
+"""Evaluating a trained model (recipes/evaluation/, training/evaluate/): the vendor's values run or are refused in
+one line, the dry run renders an elastic job, a local run prints the table against the base and writes lm-eval's
+files, a kill half-way resumes at another size with the same scores, a checkpoint step lands in its training
+run's MLflow run at its step."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_launcher_process
+from k8s_schema import hyperpod_sdk_model, validate_crd
+from training.contract.errors import ConfigError
+from training.contract.evaluation import BENCHMARKS, REFUSED_TASKS, SUBTASKS, EvalRecipe, check_recipe, load_recipe
+
+VENDOR = json.loads((ROOT / "tests" / "fixtures" / "vendor_evaluation_parameters.json").read_text())["enums"]
+RECIPE = "recipes=evaluation/open_source_deterministic_eval"
+TINY = "data/tiny_grpo_model"
+CHOICE, ANSWER = "data/eval/arith_choice.yaml", "data/eval/arith_answer.yaml"
+
+
+def recipe(**sections) -> EvalRecipe:
+    data = {"run": {"model_name_or_path": TINY}}
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    return load_recipe(data)
+
+
+@pytest.fixture(scope="module")
+def lm_eval_tasks() -> set[str]:
+    from lm_eval.tasks import TaskManager
+
+    return set(TaskManager().all_tasks)
+
+
+def test_every_vendor_task_and_strategy_runs_on_lm_eval_or_is_refused_in_one_line(lm_eval_tasks):
+    runnable = set()
+    for task in VENDOR["task"]:
+        for strategy in VENDOR["strategy"]:
+            try:
+                found = check_recipe(recipe(evaluation={"task": task, "strategy": strategy},
+                                            run={"data_s3_path": "s3://bucket/qa.jsonl"}))
+            except ConfigError as e:
+                message = str(e)
+                assert "\n" not in message and (task in message or strategy in message), message
+                continue
+            runnable.add(task)
+            assert found.config or set(found.names) <= lm_eval_tasks, (task, strategy, found)
+    assert runnable == set(VENDOR["task"]) - set(REFUSED_TASKS)  # each benchmark lm-eval has runs at some strategy
+    for task in set(BENCHMARKS) - {"gen_qa"}:  # the vendor's pairing (its docs), at least
+        assert BENCHMARKS[task], task
+
+
+def test_every_vendor_subtask_names_an_lm_eval_task_of_its_benchmark(lm_eval_tasks):
+    owners = {name: task for task, names in SUBTASKS.items() for name in names}
+    assert set(owners) == set(VENDOR["subtask"])
+    for subtask, task in owners.items():
+        for strategy in BENCHMARKS[task]:
+            found = check_recipe(recipe(evaluation={"task": task, "strategy": strategy, "subtask": subtask}))
+            assert set(found.names) <= lm_eval_tasks, (task, strategy, subtask, found.names)
+    with pytest.raises(ConfigError, match="subtask=algebra is not a subtask of task=mmlu .it is math's"):
+        check_recipe(recipe(evaluation={"task": "mmlu", "subtask": "algebra"}))
+
+
+@pytest.mark.parametrize("section, key, value, named", [
+    ("evaluation", "metric", "deflection", "deflection"),
+    ("processor", "lambda_arn", "arn:aws:lambda:us-west-2:1:function:score", "lambda_arn"),
+    ("processor", "preset_reward_function", "prime_math", "prime_math"),
+    ("processor", "preset_reward_function", "prime_code", "prime_code"),
+    ("evaluation", "task", "gen_qa", "data_s3_path"),
+    ("evaluation", "task", "inference_only", "inference_only"),
+    ("evaluation", "task", "strong_reject", "strong_reject"),
+    ("evaluation", "strategy", "fs_cot", "strategy=fs_cot"),  # ifeval is zero-shot only
+])
+def test_a_value_that_cannot_run_is_refused_by_the_dry_run_in_one_line(launch, tmp_path, section, key, value, named):
+    task = ["recipes.evaluation.task=ifeval"] if key == "strategy" else []
+    code, out, err = launch(RECIPE, f"recipes.run.model_name_or_path={TINY}", *task, f"recipes.{section}.{key}={value}")
+    assert code != 0
+    assert len(err.strip().splitlines()) == 1 and named in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_every_aggregation_and_metric_the_vendor_allows_is_taken():
+    for aggregation in VENDOR["aggregation"]:
+        check_recipe(recipe(processor={"aggregation": aggregation}))
+    for metric in set(VENDOR["evaluation_metric"]) - {"deflection"}:
+        check_recipe(recipe(evaluation={"metric": metric}))
+
+
+def test_a_task_of_your_own_reads_its_data_beside_it_and_refuses_what_a_job_cannot_carry(tmp_path):
+    found = check_recipe(recipe(evaluation={"task": str(ROOT / CHOICE)}))
+    assert found.config["task"] == "arith_choice"
+    assert found.config["dataset_kwargs"]["data_files"]["test"] == str(ROOT / "data" / "eval" / "arith.jsonl")
+    custom = tmp_path / "mine.yaml"
+    custom.write_text("task: mine\ndataset_path: json\nprocess_docs: !function utils.process\n")
+    with pytest.raises(ConfigError, match="!function"):
+        check_recipe(recipe(evaluation={"task": str(custom)}))
+    custom.write_text("task: mine\ndataset_path: json\ndataset_kwargs: {data_files: {test: gone.jsonl}}\n")
+    with pytest.raises(ConfigError, match="gone.jsonl"):
+        check_recipe(recipe(evaluation={"task": str(custom)}))
+
+
+def test_the_parameter_count_that_sizes_the_engines_is_the_models_own():
+    from safetensors import safe_open
+
+    from elastic_launcher.evaluation import parameters
+    from elastic_launcher.planning.model_config import read_config
+
+    with safe_open(str(ROOT / TINY / "model.safetensors"), "pt") as f:
+        counted = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert parameters(read_config(str(ROOT / TINY))) == counted
+
+
+@pytest.mark.parametrize("target, kind", [("hyperpod", "HyperPodPyTorchJob"), ("kubeflow", "PyTorchJob")])
+def test_the_dry_run_renders_an_elastic_evaluation_job_that_carries_its_task(launch, tmp_path, target, kind):
+    code, out, err = launch(RECIPE, f"recipes.run.model_name_or_path={ROOT / TINY}", f"recipes.evaluation.task={CHOICE}",
+                            "recipes.run.replicas=4", f"target={target}", "cluster.checkpoint_pvc=fsx-claim")
+    assert code == 0, err
+    assert f"{kind}: 1 to 4 nodes of ml.p5.48xlarge, 8 engines per node" in out, out
+    docs = [d for d in yaml.safe_load_all((tmp_path / "out" / "deterministic-model" / "manifest.yaml").read_text()) if d]
+    configmap, job = docs
+    assert job["kind"] == kind
+    files = configmap["data"]
+    shipped = load_recipe(yaml.safe_load(files["recipe.yaml"]))
+    assert shipped.evaluation.task == "/config/task.yaml" and shipped.engine.tensor_parallel == 1
+    task = yaml.safe_load(files["task.yaml"])
+    data = task["dataset_kwargs"]["data_files"]["test"]
+    assert data.startswith("/config/") and files[data.removeprefix("/config/")] == (ROOT / "data/eval/arith.jsonl").read_text()
+    if target == "hyperpod":
+        assert job["spec"]["elasticPolicy"]["minReplicas"] == 1 and job["spec"]["elasticPolicy"]["maxReplicas"] == 4
+        validate_crd(job, "hyperpodpytorchjob.schema.yaml")
+        hyperpod_sdk_model().model_validate(job["spec"], by_name=True, by_alias=False)
+        pod = job["spec"]["replicaSpecs"][0]["template"]["spec"]
+    else:
+        assert job["spec"]["elasticPolicy"]["minReplicas"] == 1 and job["spec"]["elasticPolicy"]["maxReplicas"] == 4
+        pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("-m") + 1] == "training.evaluate" and "--out=/checkpoints/evaluation/deterministic-model" in args
+
+
+def test_a_dry_run_of_an_evaluation_never_imports_torch_or_lm_eval(tmp_path):
+    probe = ("import sys; from elastic_launcher.cli import main; code = main(sys.argv[1:]); assert code == 0; "
+             "bad = {'torch', 'lm_eval', 'kubernetes'} & set(sys.modules); assert not bad, bad")
+    result = subprocess.run([sys.executable, "-c", probe, RECIPE, "recipes.run.model_name_or_path=meta-llama/Llama-3.1-8B",
+                             f"output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "mmlu_flan_cot_zeroshot" in result.stdout
+
+
+def test_a_unit_cut_short_by_a_kill_is_never_read(tmp_path):
+    from training.evaluate.work_store import WorkStore
+
+    store = WorkStore(tmp_path)
+    store.asking("a", 2)
+    store.put("a", [1, 2])
+    with open(tmp_path / "killed.jsonl", "w") as f:
+        f.write(json.dumps({"asked": "b", "n": 3}) + "\n" + '{"key": "b", "out": [1')  # killed mid-line
+    again = WorkStore(tmp_path)
+    again.refresh()
+    assert again.done == {"a": [1, 2]} and again.asked == 5
+
+
+# --- whole evaluations (lm-eval on the tiny models) ---
+
+
+def samples(out: Path, model: str, task: str) -> dict[int, dict]:
+    """lm-eval's per-sample records of `model` (as run.model_name_or_path names it) by document."""
+    from lm_eval.utils import sanitize_model_name
+
+    file = next((out / sanitize_model_name(model)).glob(f"samples_{task}_*.jsonl"))
+    return {int(s["doc_id"]): s for s in map(json.loads, file.read_text().splitlines())}
+
+
+def random_model(path: Path, seed: int) -> Path:
+    """The tiny model's shape and tokenizer with weights drawn from `seed`: a base that scores differently."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ROOT / TINY)).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(ROOT / TINY / name, path / name)
+    return path
+
+
+def asked_lines(work: Path) -> int:
+    return sum(1 for f in work.rglob("*.jsonl") for line in f.read_text().splitlines() if '"asked"' in line)
+
+
+@pytest.mark.slow
+def test_a_local_evaluation_prints_the_table_against_its_base_which_is_evaluated_once(tmp_path):
+    base = random_model(tmp_path / "base", seed=3)
+    out = tmp_path / "results"
+    args = [RECIPE, f"recipes.run.model_name_or_path={TINY}", f"recipes.run.base_model_name={base}",
+            f"recipes.evaluation.task={CHOICE}", f"recipes.output.eval_results_dir={out}", "action=local",
+            "local.nproc_per_node=2"]
+    first = run_launcher_process(*args, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    header = next(line for line in first.stdout.splitlines() if line.startswith("task "))
+    assert header.split() == ["task", "metric", "filter", "n", "score", "base", "change", "gained", "lost"]
+    row = next(line for line in first.stdout.splitlines() if line.startswith("arith_choice")).split()
+    tuned, old = samples(out, TINY, "arith_choice"), samples(out / "base", str(base), "arith_choice")
+    assert len(tuned) == len(old) == 60
+    gained = sorted(d for d in tuned if tuned[d]["acc"] > old[d]["acc"])
+    lost = sorted(d for d in tuned if tuned[d]["acc"] < old[d]["acc"])
+    score, base_score = (sum(s["acc"] for s in x.values()) / 60 for x in (tuned, old))
+    assert row[3:] == ["60", f"{score:.4f}", f"{base_score:.4f}", f"{score - base_score:+.4f}", str(len(gained)),
+                       str(len(lost))]
+    flips = [json.loads(line) for line in (out / "flips.jsonl").read_text().splitlines()]
+    assert sorted(f["doc_id"] for f in flips if f["flip"] == "gained") == gained
+    assert sorted(f["doc_id"] for f in flips if f["flip"] == "lost") == lost
+    results = json.loads(next((out / "data__tiny_grpo_model").glob("results_*.json")).read_text())
+    assert results["results"]["arith_choice"]["acc,none"] == pytest.approx(score)
+    base_asked = asked_lines(out / "base" / "work")
+    second = run_launcher_process(*args, timeout=300)  # the base's samples are kept: not asked again
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert asked_lines(out / "base" / "work") == base_asked
+    assert next(line for line in second.stdout.splitlines() if line.startswith("arith_choice")).split() == row
+
+
+@pytest.mark.slow
+def test_killed_half_way_it_resumes_at_another_size_with_the_same_scores_asking_little_more(tmp_path):
+    common = [RECIPE, f"recipes.run.model_name_or_path={TINY}", f"recipes.evaluation.task={ANSWER}",
+              "recipes.inference.max_new_tokens=6", "recipes.engine.batch_size=2", "action=local"]
+    reference = run_launcher_process(*common, f"recipes.output.eval_results_dir={tmp_path / 'ref'}", timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    out = tmp_path / "resized"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'fixtures' / 'eval_kill'}{os.pathsep}{ROOT}",
+           "ELASTIC_TEST_EVAL_KILL_AFTER": "8"}  # 30 units: rank 0 of 2 dies after its 8th, half-way
+    killed = subprocess.run([sys.executable, "launcher.py", *common, f"recipes.output.eval_results_dir={out}",
+                             "local.nproc_per_node=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode != 0 and "Signal 9 (SIGKILL)" in killed.stderr, killed.stderr[-3000:]
+    assert not list(out.glob("data__tiny_grpo_model/results_*.json"))
+    kept = sum(1 for f in (out / "work").rglob("*.jsonl") for line in f.read_text().splitlines() if '"key"' in line)
+    assert 8 <= kept < 30, kept  # rank 0's 8 and what the other had finished when torchrun stopped it
+    resumed = run_launcher_process(*common, f"recipes.output.eval_results_dir={out}", "local.nproc_per_node=3",
+                                   timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first, again = samples(tmp_path / "ref", TINY, "arith_answer"), samples(out, TINY, "arith_answer")
+    assert {d: s["resps"] for d, s in again.items()} == {d: s["resps"] for d, s in first.items()}
+    asked = sum(json.loads(line)["n"] for f in (out / "work").rglob("*.jsonl") for line in f.read_text().splitlines()
+                if '"asked"' in line)
+    assert len(first) <= asked <= 1.05 * len(first), asked
+
+
+@pytest.mark.slow
+def test_a_lora_adapter_is_evaluated_over_its_base(tmp_path, monkeypatch):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.evaluate.__main__ import main
+
+    model = AutoModelForCausalLM.from_pretrained(ROOT / TINY)
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"].endswith("tiny_grpo_model")
+    data = {"run": {"model_name_or_path": str(tmp_path / "adapter"), "base_model_name": str(ROOT / TINY)},
+            "evaluation": {"task": str(ROOT / CHOICE)}}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([f"--recipe={tmp_path / 'recipe.yaml'}", f"--out={tmp_path / 'out'}"]) == 0
+    adapted = samples(tmp_path / "out", str(tmp_path / "adapter"), "arith_choice")
+    base = samples(tmp_path / "out" / "base", str(ROOT / TINY), "arith_choice")
+    assert any(adapted[d]["resps"] != base[d]["resps"] for d in adapted)  # the adapter's weights were applied
