@@ -16,7 +16,7 @@ from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
-from training.contract.evaluation import is_evaluation
+from training.contract.evaluation import check_training_evaluation, is_evaluation
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
@@ -68,6 +68,7 @@ def checked_data(job: Job) -> str:
     from training.contract.rewards import DEFAULT_REWARDS, RewardOptions, check_rewards
 
     tc = localized(job.plan.base).training_config  # relative paths from here, else from the project (as run)
+    check_training_evaluation(tc.evaluation)
     ds, method = tc.datasets, method_facts(tc.training_args.trainer_type)
     options = method.build_args(tc.training_args.method_args)
     limit = getattr(options, "max_prompt_length", ds.max_len)

@@ -306,3 +306,30 @@ def test_a_checkpoint_step_is_exported_once_and_scored_into_its_training_runs_ml
     assert [(m.step, m.value) for m in history] == [(3, pytest.approx(results["results"]["arith_choice"]["acc,none"]))]
     again = run_launcher_process(*args, timeout=300)
     assert again.returncode == 0 and "exporting" not in again.stdout, again.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_while_training_each_checkpoint_is_scored_at_its_step_without_holding_the_training(tmp_path):
+    run_dir = tmp_path / "run"
+    trained = run_launcher_process("recipes=llama/tiny_llama_sft", "action=local", f"local.run_dir={run_dir}",
+                                   f"recipes.training_config.evaluation.tasks=[{CHOICE}]",
+                                   "recipes.training_config.evaluation.every_checkpoint=true",
+                                   "recipes.training_config.evaluation.limit=20",
+                                   "recipes.training_config.checkpoint.save_steps=2",
+                                   "recipes.training_config.training_args.max_steps=4", timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    scored = {r["step"]: r["eval/arith_choice/acc/none"] for r in records if "eval/arith_choice/acc/none" in r}
+    assert set(scored) == {2, 4}
+    for step, value in scored.items():
+        results = json.loads(next((run_dir / "evaluation").glob(f"*step-0000000{step}/results_*.json")).read_text())
+        assert results["results"]["arith_choice"]["acc,none"] == pytest.approx(value)
+        assert results["n-samples"]["arith_choice"]["effective"] == 20
+    # rank 0 trained on while step 2 was evaluated: step 3 was logged before its scores existed
+    step_3 = next(r["time"] for r in records if r.get("step") == 3 and "loss" in r)
+    assert step_3 < (run_dir / "evaluation" / "step-00000002" / "scores.json").stat().st_mtime
+
+
+def test_a_training_evaluation_task_that_cannot_run_is_the_dry_runs_one_line(launch, tmp_path):
+    code, out, err = launch("recipes=llama/tiny_llama_sft", "recipes.training_config.evaluation.tasks=[strong_reject]")
+    assert code != 0 and err.count("\n") == 1 and "training_config.evaluation.tasks: evaluation.task=strong_reject" in err

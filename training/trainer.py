@@ -33,6 +33,7 @@ from training.contract.errors import ConfigError
 from training.contract.rewards import RewardError
 from training.data import build_data, describe_drops
 from training.doctor import check_gpu_image
+from training.evaluate.during_training import CheckpointEvaluations
 from training.export import export_run
 from training.methods import load_method
 from training.methods.base import MethodStep, RunInfo
@@ -134,6 +135,7 @@ class Trainer:
                                 self.on_gpu)
         tc, ta = cfg.training_config, cfg.training_config.training_args
         self.last_step = min(self.stop_at_step or ta.max_steps, ta.max_steps)
+        self.evaluations = CheckpointEvaluations(tc.evaluation, self.run_dir, self.rank0, ta.max_steps)
         self.log.event(event="start", process_start=process.started, same_process=process.sizes > 1,
                        world_size=self.topo.world_size,
                        nodes=self.topo.nodes, config=config_path.name, derived_batch_math=not own_file,
@@ -376,6 +378,7 @@ class Trainer:
             self.method.checkpointed(step)
             self.log.event(event="checkpoint", step=step, seconds=round(seconds, 3),
                            bytes=self.checkpointer.size(step) if self.rank0 else 0)
+            self.evaluations.saved(step, self.checkpointer.location(step), self.log)
 
     def _pause(self) -> None:
         """Wait at this step until the driver releases it or a stop signal arrives (rehearsals)."""
@@ -437,6 +440,7 @@ class Trainer:
             started = time.perf_counter()
             written = export_run(self.model, self.cfg, self.run_dir, self.rank0, self.source)
             self.log.event(event="export", step=self.state.step, dirs=written, seconds=round(time.perf_counter() - started, 3))
+        self.evaluations.finish(self.log)
         for warning in self.method.warnings():  # said as they came, and again where the run ends
             self.log.event(event="warning", step=self.state.step, message=f"this run: {warning}")
         self.log.event(event="exit", step=self.state.step)

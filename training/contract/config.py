@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from training.contract.errors import ConfigError
+from training.contract.evaluation import TrainingEvaluation
 from training.contract.grpo_args import check_sampling_options
 from training.contract.methods import method_facts, method_names
 from training.contract.typed import build, one_of, ranged
@@ -193,6 +194,7 @@ class TrainingSection:
     training_args: TrainingArgs = field(default_factory=TrainingArgs)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    evaluation: TrainingEvaluation = field(default_factory=TrainingEvaluation)  # benchmarks while training
 
 
 @dataclass

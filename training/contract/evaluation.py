@@ -86,6 +86,7 @@ class RunSection:
     base_model_name: str = ""  # evaluated too (once, kept), and the table shows each metric's change against it
     replicas: int = ranged(1, ge=1)  # nodes of the evaluation job; an evaluation resumes at any count
     data_s3_path: str = ""  # gen_qa's rows (JSONL of query, response): s3://... or a local file
+    training_config: str = ""  # a checkpoint in S3: its run's job_config.yaml, which exports it
 
 
 @dataclass
@@ -145,6 +146,39 @@ class EvalRecipe:
     output: OutputSection = field(default_factory=OutputSection)
     processor: ProcessorSection = field(default_factory=ProcessorSection)
     engine: EngineSection = field(default_factory=EngineSection)
+
+
+@dataclass
+class TrainingEvaluation:
+    """`training_config.evaluation`: benchmarks of the model as it trains, each in a process beside rank 0."""
+
+    tasks: list[str] = field(default_factory=list)  # benchmark names (mmlu, ...), lm-eval tasks or task YAML paths
+    every_checkpoint: bool = False  # each durable checkpoint; else the last step's alone
+    limit: int | None = ranged(None, ge=1)  # the first N samples of each task
+    max_new_tokens: int = ranged(256, ge=1)
+    batch_size: int = ranged(8, ge=1)
+    device: str = one_of("cpu", "cuda")  # cpu: the training's GPUs are never shared
+
+
+def training_recipes(config: TrainingEvaluation, checkpoint: str, run_config: str = "") -> list[dict]:
+    """One evaluation recipe per task of `config`, of `checkpoint` (a benchmark at the vendor's strategy for it)."""
+    recipes = []
+    for task in config.tasks:
+        strategy = next(iter(BENCHMARKS[task])) if task in BENCHMARKS else "zs_cot"
+        recipes.append({"run": {"name": "training", "model_name_or_path": checkpoint, "training_config": run_config},
+                        "evaluation": {"task": task, "strategy": strategy, "metric": "all"},
+                        "inference": {"max_new_tokens": config.max_new_tokens},
+                        "engine": {"backend": "hf", "batch_size": config.batch_size, "limit": config.limit}})
+    return recipes
+
+
+def check_training_evaluation(config: TrainingEvaluation) -> None:
+    """Each task of `training_config.evaluation` runs, or the one-line error names it."""
+    for recipe in training_recipes(config, "checkpoint"):
+        try:
+            check_recipe(load_recipe(recipe))
+        except ConfigError as e:
+            raise ConfigError(f"training_config.evaluation.tasks: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ def evaluate(recipe: EvalRecipe, task: EvalTask, name: str, out: Path, rank: int
     from lm_eval.utils import sanitize_model_name
     from transformers import AutoTokenizer
 
-    source = resolve(name, out / "models", rank)
+    source = resolve(name, out / "models", rank, run_config=recipe.run.training_config)
     context = model_context(source)
     settings = [source.fingerprint, task.label, task.num_fewshot, gen_kwargs(recipe, context),
                 recipe.engine.backend, recipe.engine.seed, recipe.engine.apply_chat_template]
@@ -123,28 +123,37 @@ def evaluate(recipe: EvalRecipe, task: EvalTask, name: str, out: Path, rank: int
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__)
-    parser.add_argument("--recipe", required=True, help="an evaluation recipe, resolved (the launcher writes it)")
+    parser.add_argument("--recipe", required=True, action="append",
+                        help="an evaluation recipe, resolved (the launcher writes it); repeated: one after the other")
     parser.add_argument("--out", required=True, help="the results directory (output.eval_results_dir)")
+    parser.add_argument("--scores", help="also write every recipe's scores here, as one metrics record at the "
+                                         "model's step (training_config.evaluation)")
     args = parser.parse_args(argv)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    record = {}
     try:
-        recipe = load_recipe(yaml.safe_load(Path(args.recipe).read_text()))
-        out = Path(args.out)
-        task = local_data(check_recipe(recipe), out / "data")
         from lm_eval.tasks import TaskManager
 
-        tasks = TaskManager()  # lm-eval's index of its tasks: built once, for the model and its base
-        tuned = evaluate(recipe, task, recipe.run.model_name_or_path, out, rank, world, tasks)
-        base = evaluate(recipe, task, recipe.run.base_model_name, out / "base", rank, world, tasks) \
-            if recipe.run.base_model_name else None
+        tasks = TaskManager()  # lm-eval's index of its tasks: built once, for every model and recipe
+        for path in args.recipe:
+            recipe = load_recipe(yaml.safe_load(Path(path).read_text()))
+            out = Path(args.out)
+            task = local_data(check_recipe(recipe), out / "data")
+            tuned = evaluate(recipe, task, recipe.run.model_name_or_path, out, rank, world, tasks)
+            base = evaluate(recipe, task, recipe.run.base_model_name, out / "base", rank, world, tasks) \
+                if recipe.run.base_model_name else None
+            if rank == 0:
+                record.update(step=tuned.source.step or 0, **publish(recipe, tuned, base, out))
     except ConfigError as e:
         return report(e)
-    if rank == 0:
-        publish(recipe, tuned, base, out)
+    if args.scores and rank == 0:  # whole or absent: the trainer reads it once it exists
+        Path(args.scores + ".tmp").write_text(json.dumps(record))
+        os.replace(args.scores + ".tmp", args.scores)
     return 0
 
 
-def publish(recipe: EvalRecipe, tuned: Evaluated, base: Evaluated | None, out: Path) -> None:
+def publish(recipe: EvalRecipe, tuned: Evaluated, base: Evaluated | None, out: Path) -> dict[str, float]:
+    """The table, the flips, TensorBoard, MLflow and an S3 copy where asked; returns the scores by metric name."""
     metric, aggregation = recipe.evaluation.metric, recipe.processor.aggregation
     mine = scores.scores(tuned.results, metric, aggregation)
     theirs = {(s.task, s.metric, s.filter): s for s in scores.scores(base.results, metric, aggregation)} \
@@ -170,6 +179,7 @@ def publish(recipe: EvalRecipe, tuned: Evaluated, base: Evaluated | None, out: P
         for file in files:
             buckets.put(s3, RESULTS_KEY, f"{uri.rstrip('/')}/{file.relative_to(out).as_posix()}", file.read_bytes())
         print(f"copied to {uri}")
+    return {scores.metric_name(s): s.value for s in mine}
 
 
 if __name__ == "__main__":

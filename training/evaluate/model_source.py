@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from training.contract import buckets
 from training.contract.checkpoint_dirs import COMPLETE, step_of
@@ -33,7 +33,14 @@ def _directory_fingerprint(path: Path) -> str:
     return hashlib.sha256(json.dumps([str(path.resolve()), facts]).encode()).hexdigest()[:16]
 
 
-def resolve(name: str, cache: Path, rank: int, key: str = KEY, wait_s: float = 3600.0) -> ModelSource:
+def resolve(name: str, cache: Path, rank: int, key: str = KEY, wait_s: float = 3600.0,
+            run_config: str = "") -> ModelSource:
+    """`run_config`: a checkpoint's run config (job_config.yaml), which exports a checkpoint kept in S3."""
+    if buckets.is_s3(name) and run_config and PurePosixPath(name.rstrip("/")).name.startswith("step-"):
+        export = cache / PurePosixPath(name.rstrip("/")).name
+        if not export.exists():
+            _export(name.rstrip("/"), export, rank, wait_s, run_config)
+        return ModelSource(str(export), None, _directory_fingerprint(export), step_of(Path(name.rstrip("/"))))
     if buckets.is_s3(name):
         name = str(buckets.download(key, name.rstrip("/"), cache / "s3"))
     path = Path(name).expanduser()
@@ -58,13 +65,14 @@ def resolve(name: str, cache: Path, rank: int, key: str = KEY, wait_s: float = 3
                       f"(adapter_config.json) nor a complete checkpoint ({COMPLETE})")
 
 
-def _export(checkpoint: Path, out: Path, rank: int, wait_s: float) -> None:
+def _export(checkpoint, out: Path, rank: int, wait_s: float, run_config: str = "") -> None:
     """Rank 0 exports (training.export writes elsewhere and renames once whole); the others wait for it."""
     if rank == 0:
         out.parent.mkdir(parents=True, exist_ok=True)
         print(f"exporting {checkpoint} to {out} (once)", flush=True)
+        config = ["--config", run_config] if run_config else []
         done = subprocess.run([sys.executable, "-m", "training.export", "--checkpoint", str(checkpoint),
-                               "--out", str(out)], capture_output=True, text=True)
+                               "--out", str(out), *config], capture_output=True, text=True)
         if done.returncode:
             raise ConfigError(f"{KEY}={checkpoint}: export failed: {(done.stderr or done.stdout).strip().splitlines()[-1]}")
         return
