@@ -18,6 +18,7 @@ from pathlib import Path
 from elastic_launcher import ROOT
 from elastic_launcher.config.compose import to_plain
 from elastic_launcher.config.settings import LauncherSettings
+from elastic_launcher.local.run import found
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.model_config import read_config
 from elastic_launcher.render.configs import dump_yaml, write_files
@@ -71,7 +72,7 @@ def tensor_parallel(model: str, instance: InstanceType) -> tuple[int, str]:
 def run(cfg, recipe_name: str) -> int:
     data = to_plain(cfg)
     settings = build(LauncherSettings, {k: v for k, v in data.items() if k != "recipes"})
-    recipe = load_recipe(data["recipes"])
+    recipe = localized(load_recipe(data["recipes"]))
     if settings.action not in ACTIONS:
         raise ConfigError(f"action={settings.action}: an evaluation recipe takes {' or '.join(ACTIONS)} "
                           f"(the dry run writes the manifest for kubectl apply -f)")
@@ -79,6 +80,16 @@ def run(cfg, recipe_name: str) -> int:
     if settings.action == "local":
         return run_local(recipe, settings, local_results(recipe, settings))
     return dry_run(recipe, task, settings, recipe_name, Path(settings.output_dir) / (settings.cluster.job_name or recipe.run.name))
+
+
+def localized(recipe: EvalRecipe) -> EvalRecipe:
+    """The recipe's local paths (model, base, task file, data) found from here, else from the project."""
+    run, ev = recipe.run, recipe.evaluation
+    return dataclasses.replace(
+        recipe, run=dataclasses.replace(run, model_name_or_path=found(run.model_name_or_path),
+                                        base_model_name=found(run.base_model_name) if run.base_model_name else "",
+                                        data_s3_path=found(run.data_s3_path) if run.data_s3_path else ""),
+        evaluation=dataclasses.replace(ev, task=found(ev.task)))
 
 
 def local_results(recipe: EvalRecipe, settings: LauncherSettings) -> Path:
@@ -186,8 +197,8 @@ def pod_results(recipe: EvalRecipe, cluster, job_name: str) -> tuple[str, list[s
         work = f"/tmp/evaluation/{job_name}"
         warnings.append("no cluster.checkpoint_pvc and no output.eval_results_dir on a volume: the finished samples "
                         "stay in the pod, and a restart asks them again; give cluster.checkpoint_pvc=<claim>")
-    model = recipe.run.model_name_or_path
-    if Path(model).exists() and not Path(model).is_absolute():
+    model, mounts = recipe.run.model_name_or_path, [cluster.checkpoint_mount, *(v.get("mount", "") for v in cluster.pvcs.values())]
+    if Path(model).exists() and not any(m and model.startswith(m.rstrip("/") + "/") for m in mounts):
         warnings.append(f"run.model_name_or_path={model} is a path on this machine: the pods read a model from S3, "
                         f"the hub or a volume they mount (an absolute path under cluster.checkpoint_mount or cluster.pvcs)")
     return work, warnings

@@ -206,7 +206,7 @@ def test_a_local_evaluation_prints_the_table_against_its_base_which_is_evaluated
     header = next(line for line in first.stdout.splitlines() if line.startswith("task "))
     assert header.split() == ["task", "metric", "filter", "n", "score", "base", "change", "gained", "lost"]
     row = next(line for line in first.stdout.splitlines() if line.startswith("arith_choice")).split()
-    tuned, old = samples(out, TINY, "arith_choice"), samples(out / "base", str(base), "arith_choice")
+    tuned, old = samples(out, str(ROOT / TINY), "arith_choice"), samples(out / "base", str(base), "arith_choice")
     assert len(tuned) == len(old) == 60
     gained = sorted(d for d in tuned if tuned[d]["acc"] > old[d]["acc"])
     lost = sorted(d for d in tuned if tuned[d]["acc"] < old[d]["acc"])
@@ -216,7 +216,7 @@ def test_a_local_evaluation_prints_the_table_against_its_base_which_is_evaluated
     flips = [json.loads(line) for line in (out / "flips.jsonl").read_text().splitlines()]
     assert sorted(f["doc_id"] for f in flips if f["flip"] == "gained") == gained
     assert sorted(f["doc_id"] for f in flips if f["flip"] == "lost") == lost
-    results = json.loads(next((out / "data__tiny_grpo_model").glob("results_*.json")).read_text())
+    results = json.loads(next(out.glob("*tiny_grpo_model/results_*.json")).read_text())
     assert results["results"]["arith_choice"]["acc,none"] == pytest.approx(score)
     base_asked = asked_lines(out / "base" / "work")
     second = run_launcher_process(*args, timeout=300)  # the base's samples are kept: not asked again
@@ -237,13 +237,13 @@ def test_killed_half_way_it_resumes_at_another_size_with_the_same_scores_asking_
     killed = subprocess.run([sys.executable, "launcher.py", *common, f"recipes.output.eval_results_dir={out}",
                              "local.nproc_per_node=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert killed.returncode != 0 and "Signal 9 (SIGKILL)" in killed.stderr, killed.stderr[-3000:]
-    assert not list(out.glob("data__tiny_grpo_model/results_*.json"))
+    assert not list(out.glob("*/results_*.json"))
     kept = sum(1 for f in (out / "work").rglob("*.jsonl") for line in f.read_text().splitlines() if '"key"' in line)
     assert 8 <= kept < 30, kept  # rank 0's 8 and what the other had finished when torchrun stopped it
     resumed = run_launcher_process(*common, f"recipes.output.eval_results_dir={out}", "local.nproc_per_node=3",
                                    timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    first, again = samples(tmp_path / "ref", TINY, "arith_answer"), samples(out, TINY, "arith_answer")
+    first, again = samples(tmp_path / "ref", str(ROOT / TINY), "arith_answer"), samples(out, str(ROOT / TINY), "arith_answer")
     assert {d: s["resps"] for d, s in again.items()} == {d: s["resps"] for d, s in first.items()}
     asked = sum(json.loads(line)["n"] for f in (out / "work").rglob("*.jsonl") for line in f.read_text().splitlines()
                 if '"asked"' in line)
@@ -333,3 +333,20 @@ def test_while_training_each_checkpoint_is_scored_at_its_step_without_holding_th
 def test_a_training_evaluation_task_that_cannot_run_is_the_dry_runs_one_line(launch, tmp_path):
     code, out, err = launch("recipes=llama/tiny_llama_sft", "recipes.training_config.evaluation.tasks=[strong_reject]")
     assert code != 0 and err.count("\n") == 1 and "training_config.evaluation.tasks: evaluation.task=strong_reject" in err
+
+
+@pytest.mark.parametrize("task", VENDOR["task"])
+def test_the_recipe_renders_a_cluster_job_for_every_vendor_task_it_can_run_and_refuses_the_rest(launch, tmp_path, task):
+    strategy = next(iter(BENCHMARKS.get(task, {"gen_qa": None})))
+    code, out, err = launch(RECIPE, "recipes.run.model_name_or_path=s3://models/tuned", f"recipes.evaluation.task={task}",
+                            f"recipes.evaluation.strategy={strategy}", "recipes.run.data_s3_path=s3://data/qa.jsonl")
+    if task in REFUSED_TASKS:
+        assert code != 0 and err.count("\n") == 1 and f"evaluation.task={task}:" in err, err
+        return
+    assert code == 0, err
+    configmap, job = [d for d in yaml.safe_load_all((tmp_path / "out" / "deterministic-model" / "manifest.yaml").read_text()) if d]
+    assert job["kind"] == "HyperPodPyTorchJob"
+    shipped = load_recipe(yaml.safe_load(configmap["data"]["recipe.yaml"]))
+    assert check_recipe(shipped) == check_recipe(load_recipe({"run": {"model_name_or_path": "s3://models/tuned",
+                                                                      "data_s3_path": "s3://data/qa.jsonl"},
+                                                              "evaluation": {"task": task, "strategy": strategy}}))

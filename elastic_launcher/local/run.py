@@ -247,6 +247,14 @@ def run_dir_of(job: Job) -> Path:
 _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_or_path", "datasets.train_data")
 
 
+def found(value: str) -> str:
+    """A relative path that exists from the working directory, else from the project root, made absolute;
+    anything else (a name, a hub id, a URI, a path that is nowhere) as it is."""
+    if os.path.isabs(value) or "://" in value:
+        return value
+    return next((str((base / value).resolve()) for base in (Path.cwd(), ROOT) if (base / value).exists()), value)
+
+
 def localized(config: JobConfig) -> JobConfig:
     """Relative data/model/tokenizer paths, reward files and an agent's environment file made absolute
     (from the working directory, else from the project root, where the shipped recipes' paths live),
@@ -261,6 +269,7 @@ def localized(config: JobConfig) -> JobConfig:
                 if (base / value).exists():
                     setattr(owner, key, str((base / value).resolve()))
                     break
+    config.training_config.evaluation.tasks = [found(t) for t in config.training_config.evaluation.tasks]
     method_args = config.training_config.training_args.method_args
     if isinstance(method_args, dict):  # GRPO's reward files and an agent's environment, found as the data is
         from training.contract.rewards import located

@@ -31,7 +31,8 @@ class Evaluated:
     source: ModelSource
     results: dict
     files: list[Path]
-    asked: int  # requests sent to a model for it, across every process and every start
+    requests: int  # lm-eval's requests of the model
+    asked: int  # of them, sent to the model by this start's processes (the rest were kept from before)
 
 
 def gen_kwargs(recipe: EvalRecipe, context: int | None) -> dict:
@@ -94,6 +95,8 @@ def evaluate(recipe: EvalRecipe, task: EvalTask, name: str, out: Path, rank: int
     settings = [source.fingerprint, task.label, task.num_fewshot, gen_kwargs(recipe, context),
                 recipe.engine.backend, recipe.engine.seed, recipe.engine.apply_chat_template]
     store = WorkStore(out / "work" / hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:16])
+    store.refresh()
+    asked_before = store.asked
     tokenizer = AutoTokenizer.from_pretrained(source.pretrained)
     chat = recipe.engine.apply_chat_template
     chat = bool(tokenizer.chat_template) if chat is None else chat
@@ -118,7 +121,7 @@ def evaluate(recipe: EvalRecipe, task: EvalTask, name: str, out: Path, rank: int
         folder = out / sanitize_model_name(name)
         files = [folder / f"results_{tracker.date_id}.json",
                  *sorted(folder.glob(f"samples_*_{tracker.date_id}.jsonl"))]
-    return Evaluated(source, results, files, store.asked)
+    return Evaluated(source, results, files, lm.requests, store.asked - asked_before)
 
 
 def main(argv=None) -> int:
@@ -165,8 +168,9 @@ def publish(recipe: EvalRecipe, tuned: Evaluated, base: Evaluated | None, out: P
         scores.write_flips(flips_file, tuned.results, base.results, changes)
         files.append(flips_file)
     step = tuned.source.step or 0
-    print(f"{recipe.run.model_name_or_path}" + (f" against {recipe.run.base_model_name}" if base else "")
-          + f": {tuned.asked} requests asked" + (f", base {base.asked}" if base else ""))
+    asked = lambda e: f"{e.asked} of {e.requests} requests asked, the rest kept"  # noqa: E731
+    print(f"{recipe.run.model_name_or_path}: {asked(tuned)}"
+          + (f"; against {recipe.run.base_model_name}: {asked(base)}" if base else ""))
     print(scores.table(mine, theirs, changes))
     if recipe.output.eval_tensorboard_results_dir:
         scores.log_tensorboard(recipe.output.eval_tensorboard_results_dir, mine, step)

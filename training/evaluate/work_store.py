@@ -80,6 +80,7 @@ class ShardedLM(LM):
         super().__init__()
         self._make_model, self._model = make_model, None
         self.store, self.shard_rank, self.shard_world, self.unit = store, rank, world, unit
+        self.requests = 0  # every request lm-eval made of this model, kept or asked
         self.tokenizer, self.chat_template_args, self.wait_s = tokenizer, chat_template_args or {}, wait_s
 
     @property
@@ -89,6 +90,7 @@ class ShardedLM(LM):
         return self._model
 
     def _run(self, kind: str, requests) -> list:
+        self.requests += len(requests)
         units = [requests[i:i + self.unit] for i in range(0, len(requests), self.unit)]
         keys = [unit_key(kind, [r.args for r in u]) for u in units]
         self.store.refresh()
