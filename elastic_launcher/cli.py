@@ -17,6 +17,7 @@ from elastic_launcher.job import Job, load_job
 from elastic_launcher.words import plural
 from training.contract.errors import ConfigError
 from training.contract.evaluation import check_training_evaluation, is_evaluation
+from training.contract.judge_evaluation import is_judge_evaluation
 
 HELP = """\
 usage: python launcher.py [--help] [--cfg job [--resolve]] [OVERRIDE ...]
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if show_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=resolve), end="")
             return 0
-        if is_evaluation(OmegaConf.to_container(cfg.recipes)):
+        if is_evaluation(recipe := OmegaConf.to_container(cfg.recipes)) or is_judge_evaluation(recipe):
             from elastic_launcher import evaluation
 
             return evaluation.run(cfg, recipe_name)

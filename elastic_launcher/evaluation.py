@@ -1,40 +1,36 @@
-"""An evaluation recipe (recipes/evaluation/) -> a job: the dry run renders it as a HyperPodPyTorchJob (or a
-Kubeflow PyTorchJob) sized from `run.replicas` and the model's memory; `action=local` runs it here.
-
-The job is elastic like a training job: the evaluation is sharded by sample and keeps every finished one
-(training.evaluate.work_store), so any node count in 1..replicas finishes it with the same scores.
-"""
+"""An evaluation recipe (recipes/evaluation/) checked and made a job (elastic_launcher.evaluation_job): the
+deterministic benchmarks, sized from `run.replicas` and the model's memory, and the LLM-as-judge recipe, on
+CPU nodes. The dry run renders the job; `action=local` runs it here."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from elastic_launcher import ROOT
 from elastic_launcher.config.compose import to_plain
 from elastic_launcher.config.settings import LauncherSettings
+from elastic_launcher.evaluation_job import (RECIPE_FILE, EvaluationJob, describe, on_a_pod_volume, render,
+                                             results_dir, run_local)
 from elastic_launcher.local.run import found
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.model_config import read_config
-from elastic_launcher.render.configs import dump_yaml, write_files
-from elastic_launcher.render.manifests import CONFIGMAP_LIMIT, MANAGED_BY, TEMPLATES, _env, _label_value, _volumes, configmap_name
+from elastic_launcher.render.configs import dump_yaml
 from elastic_launcher.words import plural
 from training.contract import buckets
 from training.contract.checkpoint_dirs import COMPLETE
 from training.contract.errors import ConfigError
 from training.contract.evaluation import EvalRecipe, EvalTask, check_recipe, load_recipe
+from training.contract.judge_evaluation import (JudgeEvalRecipe, check_generations, is_judge_evaluation,
+                                                judged_metrics, load_judge_recipe, read_generations)
 from training.contract.typed import build
 
 ACTIONS = ("dry_run", "local")
-INSTANCE = "ml.p5.48xlarge"  # the vendor's default for its evaluation jobs
+JUDGE_INSTANCE = "ml.m5.2xlarge"  # the judge's calls need no GPU (the vendor's judge runs on a CPU instance)
 WEIGHT_BYTES = 2  # bf16 weights, as the engine serves them
 KV_SHARE = 0.5  # of a GPU's memory that the weights may take: vLLM's KV cache and activations need the rest
-RECIPE_FILE, TASK_FILE = "recipe.yaml", "task.yaml"
+TASK_FILE = "task.yaml"
 
 
 def parameters(config: dict) -> float:
@@ -72,14 +68,59 @@ def tensor_parallel(model: str, instance: InstanceType) -> tuple[int, str]:
 def run(cfg, recipe_name: str) -> int:
     data = to_plain(cfg)
     settings = build(LauncherSettings, {k: v for k, v in data.items() if k != "recipes"})
-    recipe = localized(load_recipe(data["recipes"]))
     if settings.action not in ACTIONS:
         raise ConfigError(f"action={settings.action}: an evaluation recipe takes {' or '.join(ACTIONS)} "
                           f"(the dry run writes the manifest for kubectl apply -f)")
+    if is_judge_evaluation(data["recipes"]):
+        return judged(load_judge_recipe(data["recipes"]), settings, recipe_name)
+    recipe = localized(load_recipe(data["recipes"]))
     task = check_recipe(recipe)
     if settings.action == "local":
-        return run_local(recipe, settings, local_results(recipe, settings))
-    return dry_run(recipe, task, settings, recipe_name, Path(settings.output_dir) / (settings.cluster.job_name or recipe.run.name))
+        return run_local(asdict(recipe), settings, local_results(recipe.output.eval_results_dir, settings,
+                                                                 recipe.run.model_name_or_path, recipe.run.name))
+    return dry_run(recipe, task, settings, recipe_name)
+
+
+def judged(recipe: JudgeEvalRecipe, settings: LauncherSettings, recipe_name: str) -> int:
+    """The LLM-as-judge recipe: its judge and metrics checked, its local generations read and checked."""
+    run = recipe.run
+    recipe = dataclasses.replace(recipe, run=dataclasses.replace(
+        run, inference_data_s3_path=found(run.inference_data_s3_path) if run.inference_data_s3_path else "",
+        base_model_inference_data_s3_path=found(run.base_model_inference_data_s3_path)
+        if run.base_model_inference_data_s3_path else ""))
+    metrics, run = judged_metrics(recipe), recipe.run
+    local = [p for p in (run.inference_data_s3_path, run.base_model_inference_data_s3_path) if p and not buckets.is_s3(p)]
+    for path in local:
+        if not Path(path).is_file():
+            raise ConfigError(f"{path}: no such file (the generations to judge, a JSONL of {{prompt, response}})")
+    if run.inference_data_s3_path in local:
+        base = read_generations(Path(run.base_model_inference_data_s3_path), "run.base_model_inference_data_s3_path") \
+            if run.base_model_inference_data_s3_path in local and run.base_model_inference_data_s3_path else None
+        check_generations(metrics, read_generations(Path(run.inference_data_s3_path), "run.inference_data_s3_path"),
+                          base, "run.inference_data_s3_path")
+    if settings.action == "local":
+        return run_local(asdict(recipe), settings, local_results(recipe.output.eval_results_dir, settings, "", run.name))
+    cluster = settings.cluster
+    data, files = asdict(recipe), {}
+    for key in ("inference_data_s3_path", "base_model_inference_data_s3_path"):
+        if data["run"][key] in local:  # the generations travel in the ConfigMap
+            name = f"data-{len(files)}-{re.sub(r'[^-._a-zA-Z0-9]', '_', Path(data['run'][key]).name)}"
+            files[name] = Path(data["run"][key]).read_text()
+            data["run"][key] = f"{cluster.config_mount}/{name}"
+    if metrics[0].settings.api_key_env and metrics[0].settings.api_key_env not in cluster.secret_env:
+        name = metrics[0].settings.api_key_env
+        raise ConfigError(f"recipes.judge.api_key_env={name}: no cluster.secret_env.{name} gives the pods the key: set "
+                          f"cluster.secret_env.{name}={{secret: <Secret name>, key: <key in it>}}")
+    job = EvaluationJob(cluster.job_name or run.name, data, files, lookup(JUDGE_INSTANCE), 1, run.replicas)
+    work, warnings = results_dir(recipe.output.eval_results_dir, cluster, job.name)
+    out, kind = render(job, settings, recipe_name, work)
+    print(f"{job.name}: {', '.join(m.name for m in metrics)} of {run.inference_data_s3_path} judged by "
+          f"{metrics[0].settings.label}")
+    print(describe(job, kind, "judging process", work) + "; every verdict kept in its ledger, never asked twice")
+    for line in warnings:
+        print(f"warning: {line}")
+    print(f"wrote {out / 'manifest.yaml'}, {out / RECIPE_FILE}")
+    return 0
 
 
 def localized(recipe: EvalRecipe) -> EvalRecipe:
@@ -92,15 +133,14 @@ def localized(recipe: EvalRecipe) -> EvalRecipe:
         evaluation=dataclasses.replace(ev, task=found(ev.task)))
 
 
-def local_results(recipe: EvalRecipe, settings: LauncherSettings) -> Path:
+def local_results(eval_results_dir: str, settings: LauncherSettings, model: str, name: str) -> Path:
     """Where a local evaluation writes: output.eval_results_dir, else local.run_dir, else beside the training
     run whose checkpoint it evaluates (<run>/evaluation), else runs/<run.name>."""
-    if recipe.output.eval_results_dir or settings.local.run_dir:
-        return Path(recipe.output.eval_results_dir or settings.local.run_dir)
-    model = Path(recipe.run.model_name_or_path)
-    if (model / COMPLETE).exists():
-        return model.parent.parent / "evaluation"
-    return Path("runs") / recipe.run.name
+    if eval_results_dir or settings.local.run_dir:
+        return Path(eval_results_dir or settings.local.run_dir)
+    if model and (Path(model) / COMPLETE).exists():
+        return Path(model).parent.parent / "evaluation"
+    return Path("runs") / name
 
 
 def shipped(recipe: EvalRecipe, task: EvalTask, mount: str) -> tuple[dict, dict[str, str]]:
@@ -127,94 +167,29 @@ def shipped(recipe: EvalRecipe, task: EvalTask, mount: str) -> tuple[dict, dict[
             kwargs = {**kwargs, "data_files": paths}
         files[TASK_FILE] = dump_yaml({**task.config, "dataset_kwargs": kwargs} if kwargs else task.config)
         data["evaluation"]["task"] = f"{mount}/{TASK_FILE}"
-    size = sum(len(t.encode()) for t in files.values())
-    if size > CONFIGMAP_LIMIT // 2:
-        raise ConfigError(f"evaluation.task={recipe.evaluation.task}: its data ({size} bytes) is too large to travel "
-                          f"in the job's ConfigMap: put it in S3 or on a volume the pods mount (cluster.pvcs) and "
-                          f"name that path in the task")
     return data, files
 
 
-def dry_run(recipe: EvalRecipe, task: EvalTask, settings: LauncherSettings, recipe_name: str, out: Path) -> int:
-    cluster, target = settings.cluster, settings.target
-    if target not in ("hyperpod", "kubeflow"):
-        raise ConfigError(f"target={target}: an evaluation renders as target=hyperpod or target=kubeflow")
+def dry_run(recipe: EvalRecipe, task: EvalTask, settings: LauncherSettings, recipe_name: str) -> int:
+    cluster = settings.cluster
     instance = lookup(recipe.engine.instance_type, "recipes.engine.instance_type")
     tp, why = (recipe.engine.tensor_parallel, "as set") if recipe.engine.tensor_parallel else \
         tensor_parallel(recipe.run.model_name_or_path, instance)
     recipe = dataclasses.replace(recipe, engine=dataclasses.replace(recipe.engine, tensor_parallel=tp))
-    engines = max(1, instance.gpus // tp)
-    job_name = cluster.job_name or recipe.run.name
-    data, carried = shipped(recipe, task, cluster.config_mount)
-    files = {RECIPE_FILE: dump_yaml(data), **carried}
-    volumes, mounts = _volumes(cluster, job_name, None)
-    work, warnings = pod_results(recipe, cluster, job_name)
-    args = [f"--nnodes=1:{recipe.run.replicas}" if target == "kubeflow" else "--nnodes=1",
-            f"--nproc-per-node={engines}", "-m", "training.evaluate",
-            f"--recipe={cluster.config_mount}/{RECIPE_FILE}", f"--out={work}"]
-    labels = {**MANAGED_BY, "elastic-launcher/recipe": _label_value(recipe_name)}
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NNODES", "value": str(recipe.run.replicas)},
-           {"name": "NPROC_PER_NODE", "value": str(engines)}]
-    context = {
-        "job_name": job_name, "namespace": cluster.namespace or "default", "labels": labels, "cluster": asdict(cluster),
-        "pod_labels": {**MANAGED_BY, "elastic-launcher/job": job_name},
-        "policy": {"is_elastic": recipe.run.replicas > 1, "min_nodes": 1, "max_nodes": recipe.run.replicas,
-                   "replica_increment_step": 1, "graceful_shutdown_timeout": 60, "scaling_timeout": 600,
-                   "faulty_timeout": 600, "scale_up_snooze_time": 0},
-        "allowed_nodes": list(range(1, recipe.run.replicas + 1)), "initial_nodes": recipe.run.replicas,
-        "nproc_per_node": engines, "termination_grace_seconds": 90,
-        "node_selector": {"node.kubernetes.io/instance-type": instance.name, **cluster.node_selector},
-        "command": ["hyperpodrun" if target == "hyperpod" else "torchrun"], "args": args, "env": env, "ports": [],
-        "resources": instance.resources(), "volumes": volumes, "volume_mounts": mounts,
-        "configmap_name": configmap_name(job_name), "configs": files,
-        "patch_manager": MANAGED_BY["app.kubernetes.io/managed-by"],
-    }
-    configmap = _env.get_template("configmap.yaml.j2").render(context)
-    job = _env.get_template(TEMPLATES[target]).render(context)
-    written = write_files(out, {"manifest.yaml": f"---\n{configmap}---\n{job}", **files})
-    kind = "HyperPodPyTorchJob" if target == "hyperpod" else "PyTorchJob"
-    print(f"{job_name}: evaluation of {recipe.run.model_name_or_path} on {task.label}"
-          + (f" (num_fewshot {task.num_fewshot})" if task.num_fewshot is not None else "")
-          + (f", against {recipe.run.base_model_name}" if recipe.run.base_model_name else ""))
-    nodes = f"1 to {recipe.run.replicas} nodes" if recipe.run.replicas > 1 else "1 node"
-    print(f"{kind}: {nodes} of {instance.name}, {plural(engines, 'engine')} per node ({why}); sharded by sample, "
-          f"every finished one kept in {work}: a restart at any size resumes it")
-    for line in warnings:
-        print(f"warning: {line}")
-    print(f"wrote {written / 'manifest.yaml'}, {written / RECIPE_FILE}")
-    return 0
-
-
-def pod_results(recipe: EvalRecipe, cluster, job_name: str) -> tuple[str, list[str]]:
-    """Where the pods keep the finished samples and write lm-eval's files (an s3:// eval_results_dir gets a copy
-    at the end), and what the dry run warns of: a store no restart finds, a model path the pods do not have."""
-    results, warnings = recipe.output.eval_results_dir, []
-    if results and not buckets.is_s3(results):
-        work = results
-    elif cluster.checkpoint_pvc:
-        work = f"{cluster.checkpoint_mount}/evaluation/{job_name}"
-    else:
-        work = f"/tmp/evaluation/{job_name}"
-        warnings.append("no cluster.checkpoint_pvc and no output.eval_results_dir on a volume: the finished samples "
-                        "stay in the pod, and a restart asks them again; give cluster.checkpoint_pvc=<claim>")
-    model, mounts = recipe.run.model_name_or_path, [cluster.checkpoint_mount, *(v.get("mount", "") for v in cluster.pvcs.values())]
-    if Path(model).exists() and not any(m and model.startswith(m.rstrip("/") + "/") for m in mounts):
+    data, files = shipped(recipe, task, cluster.config_mount)
+    job = EvaluationJob(cluster.job_name or recipe.run.name, data, files, instance, max(1, instance.gpus // tp),
+                        recipe.run.replicas)
+    work, warnings = results_dir(recipe.output.eval_results_dir, cluster, job.name)
+    model = recipe.run.model_name_or_path
+    if Path(model).exists() and not on_a_pod_volume(model, cluster):
         warnings.append(f"run.model_name_or_path={model} is a path on this machine: the pods read a model from S3, "
                         f"the hub or a volume they mount (an absolute path under cluster.checkpoint_mount or cluster.pvcs)")
-    return work, warnings
-
-
-def run_local(recipe: EvalRecipe, settings: LauncherSettings, out: Path) -> int:
-    """The evaluation on this machine: `local.nodes` x `local.nproc_per_node` processes under torchrun."""
-    out.mkdir(parents=True, exist_ok=True)
-    recipe_file = out / RECIPE_FILE
-    recipe_file.write_text(dump_yaml(asdict(recipe)))
-    procs = (settings.local.nodes or 1) * settings.local.nproc_per_node
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",
-               "-m", "training.evaluate", f"--recipe={recipe_file}", f"--out={out}"]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    try:
-        return subprocess.run(command, env=env, timeout=settings.local.timeout).returncode
-    except subprocess.TimeoutExpired:
-        raise ConfigError(f"the evaluation ran past local.timeout={settings.local.timeout:.0f} s: raise it") from None
+    out, kind = render(job, settings, recipe_name, work)
+    print(f"{job.name}: evaluation of {model} on {task.label}"
+          + (f" (num_fewshot {task.num_fewshot})" if task.num_fewshot is not None else "")
+          + (f", against {recipe.run.base_model_name}" if recipe.run.base_model_name else ""))
+    print(describe(job, kind, "engine", work) + f" ({why})")
+    for line in warnings:
+        print(f"warning: {line}")
+    print(f"wrote {out / 'manifest.yaml'}, {out / RECIPE_FILE}")
+    return 0

@@ -350,3 +350,68 @@ def test_the_recipe_renders_a_cluster_job_for_every_vendor_task_it_can_run_and_r
     assert check_recipe(shipped) == check_recipe(load_recipe({"run": {"model_name_or_path": "s3://models/tuned",
                                                                       "data_s3_path": "s3://data/qa.jsonl"},
                                                               "evaluation": {"task": task, "strategy": strategy}}))
+
+
+# --- the LLM-as-judge recipe ---
+
+JUDGE_RECIPE = "recipes=evaluation/open_source_llmaj_eval"
+
+
+def generations(path: Path, responses: list[str]) -> Path:
+    rows = [{"prompt": f"What is {i} plus {i}?", "response": r, "reference": str(2 * i)} for i, r in enumerate(responses)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def judge_server():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from judge_server import JudgeServer
+
+    with JudgeServer() as server:
+        yield server
+
+
+def test_the_judge_recipe_renders_a_job_that_carries_its_generations_and_refuses_what_cannot_run(launch, tmp_path):
+    tuned = generations(tmp_path / "tuned.jsonl", ["0", "2"])
+    judge = [JUDGE_RECIPE, "recipes.run.judge_model_id=openai/judge", "recipes.judge.base_url=http://judge:8000/v1",
+             f"recipes.run.inference_data_s3_path={tuned}"]
+    code, out, err = launch(*judge, "recipes.llm_as_judge.metrics='Faithfulness,Correctness'", "recipes.run.replicas=2")
+    assert code == 0, err
+    assert "HyperPodPyTorchJob: 1 to 2 nodes of ml.m5.2xlarge, 1 judging process per node" in out
+    configmap, job = [d for d in yaml.safe_load_all((tmp_path / "out" / "llmaj-model" / "manifest.yaml").read_text()) if d]
+    shipped = yaml.safe_load(configmap["data"]["recipe.yaml"])
+    carried = shipped["run"]["inference_data_s3_path"]
+    assert configmap["data"][carried.removeprefix("/config/")] == tuned.read_text()
+    for refused, named in ((["recipes.llm_as_judge.metrics=Faithfullness"], "did you mean Faithfulness?"),
+                           (["recipes.llm_as_judge.metrics=WinRate"], "base_model_inference_data_s3_path"),
+                           (["recipes.judge.api_key_env=JUDGE_KEY"], "cluster.secret_env.JUDGE_KEY")):
+        code, out, err = launch(*judge, *refused)
+        assert code != 0 and err.count("\n") == 1 and named in err, err
+
+
+@pytest.mark.slow
+def test_a_judged_evaluation_asks_each_verdict_once_across_processes_and_starts(tmp_path, judge_server):
+    tuned = generations(tmp_path / "tuned.jsonl", ["0", "2", "4", "six", "8", "ten"])
+    base = generations(tmp_path / "base.jsonl", ["~0", "~2", "four", "six", "~8", "ten"])
+    args = [JUDGE_RECIPE, "recipes.run.judge_model_id=openai/tiny-judge", f"recipes.judge.base_url={judge_server.url}/v1",
+            f"recipes.run.inference_data_s3_path={tuned}", f"recipes.run.base_model_inference_data_s3_path={base}",
+            "recipes.llm_as_judge.metrics=[Faithfulness,Correctness,WinRate]", "action=local", "local.nproc_per_node=2",
+            f"recipes.output.eval_results_dir={tmp_path / 'out'}"]
+    first = run_launcher_process(*args, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert len(judge_server.requests) == 3 * 6  # one call per row and metric, over both processes
+    table = {line.split()[0]: line.split()[1:] for line in first.stdout.splitlines()
+             if line.split()[:1] and line.split()[0] in ("Faithfulness", "Correctness", "WinRate")}
+    # the loopback judge's rule: the share of digits in the answer judged (tuned: 4 of 6 all digits)
+    assert table["Correctness"][:3] == ["6", "0", f"{4 / 6:.4f}"] and table["Faithfulness"][:3] == ["6", "0", f"{4 / 6:.4f}"]
+    share = lambda text: sum(c.isdigit() for c in text) / len(text)  # noqa: E731
+    assert table["WinRate"][:3] == ["6", "0", f"{sum(map(share, ['0', '2', '4', 'six', '8', 'ten'])) / 6:.4f}"]
+    verdicts = [json.loads(line) for line in (tmp_path / "out" / "verdicts.jsonl").read_text().splitlines()]
+    assert len(verdicts) == 18
+    again = run_launcher_process(*args[:-2], "local.nproc_per_node=3", f"recipes.output.eval_results_dir={tmp_path / 'out'}",
+                                 timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(judge_server.requests) == 18  # every verdict from the ledger, at another size
+    assert [line.split()[:4] for line in again.stdout.splitlines() if line.startswith("WinRate")] == \
+        [["WinRate", *table["WinRate"][:3]]]

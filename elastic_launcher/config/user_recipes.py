@@ -103,6 +103,8 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
         return files[name]
 
     recipe_data = merged(recipe)
+    if isinstance(recipe_data.get("llm_as_judge"), dict):
+        return f"evaluation, LLM as judge ({recipe_data['llm_as_judge'].get('metrics')}), 1 node, resumable"
     if isinstance(recipe_data.get("evaluation"), dict) and "training_config" not in recipe_data:
         ev = recipe_data["evaluation"]
         replicas = (recipe_data.get("run") or {}).get("replicas", 1)

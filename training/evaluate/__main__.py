@@ -18,6 +18,7 @@ import yaml
 from training.contract import buckets
 from training.contract.errors import ConfigError, report
 from training.contract.evaluation import EvalRecipe, EvalTask, check_recipe, load_recipe
+from training.contract.judge_evaluation import is_judge_evaluation, load_judge_recipe
 from training.evaluate import scores
 from training.evaluate.model_source import ModelSource, resolve
 from training.evaluate.work_store import ShardedLM, WorkStore
@@ -135,12 +136,19 @@ def main(argv=None) -> int:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     record = {}
     try:
-        from lm_eval.tasks import TaskManager
-
-        tasks = TaskManager()  # lm-eval's index of its tasks: built once, for every model and recipe
+        tasks = None  # lm-eval's index of its tasks: built once, for every model and recipe that needs it
         for path in args.recipe:
-            recipe = load_recipe(yaml.safe_load(Path(path).read_text()))
-            out = Path(args.out)
+            data, out = yaml.safe_load(Path(path).read_text()), Path(args.out)
+            if is_judge_evaluation(data):
+                from training.evaluate import judged
+
+                record.update(judged.run(load_judge_recipe(data), out, rank, world))
+                continue
+            recipe = load_recipe(data)
+            if tasks is None:
+                from lm_eval.tasks import TaskManager
+
+                tasks = TaskManager()
             task = local_data(check_recipe(recipe), out / "data")
             tuned = evaluate(recipe, task, recipe.run.model_name_or_path, out, rank, world, tasks)
             base = evaluate(recipe, task, recipe.run.base_model_name, out / "base", rank, world, tasks) \
