@@ -5,14 +5,13 @@ CPU nodes. The dry run renders the job; `action=local` runs it here."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import asdict
 from pathlib import Path
 
 from elastic_launcher.config.compose import to_plain
 from elastic_launcher.config.settings import LauncherSettings
-from elastic_launcher.evaluation_job import (RECIPE_FILE, EvaluationJob, describe, on_a_pod_volume, render,
-                                             results_dir, run_local)
+from elastic_launcher.evaluation_job import (RECIPE_FILE, Carried, EvaluationJob, describe, on_a_pod_volume,
+                                             render, results_dir, run_local)
 from elastic_launcher.local.run import found
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.model_config import read_config
@@ -27,6 +26,7 @@ from training.contract.judge_evaluation import (JudgeEvalRecipe, check_generatio
 from training.contract.typed import build
 
 ACTIONS = ("dry_run", "local")
+GENERATIONS = ("inference_data_s3_path", "base_model_inference_data_s3_path")  # the judge recipe's data keys
 JUDGE_INSTANCE = "ml.m5.2xlarge"  # the judge's calls need no GPU (the vendor's judge runs on a CPU instance)
 WEIGHT_BYTES = 2  # bf16 weights, as the engine serves them
 KV_SHARE = 0.5  # of a GPU's memory that the weights may take: vLLM's KV cache and activations need the rest
@@ -82,36 +82,23 @@ def run(cfg, recipe_name: str) -> int:
 
 
 def judged(recipe: JudgeEvalRecipe, settings: LauncherSettings, recipe_name: str) -> int:
-    """The LLM-as-judge recipe: its judge and metrics checked, its local generations read and checked."""
-    run = recipe.run
-    recipe = dataclasses.replace(recipe, run=dataclasses.replace(
-        run, inference_data_s3_path=found(run.inference_data_s3_path) if run.inference_data_s3_path else "",
-        base_model_inference_data_s3_path=found(run.base_model_inference_data_s3_path)
-        if run.base_model_inference_data_s3_path else ""))
+    """The LLM-as-judge recipe: its judge and metrics checked, the generations on this machine read and checked."""
+    paths = {key: found(path) for key in GENERATIONS if (path := getattr(recipe.run, key))}
+    recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, **paths))
     metrics, run = judged_metrics(recipe), recipe.run
-    local = [p for p in (run.inference_data_s3_path, run.base_model_inference_data_s3_path) if p and not buckets.is_s3(p)]
-    for path in local:
-        if not Path(path).is_file():
-            raise ConfigError(f"{path}: no such file (the generations to judge, a JSONL of {{prompt, response}})")
-    if run.inference_data_s3_path in local:
-        base = read_generations(Path(run.base_model_inference_data_s3_path), "run.base_model_inference_data_s3_path") \
-            if run.base_model_inference_data_s3_path in local and run.base_model_inference_data_s3_path else None
-        check_generations(metrics, read_generations(Path(run.inference_data_s3_path), "run.inference_data_s3_path"),
-                          base, "run.inference_data_s3_path")
+    rows = {key: read_generations(Path(path), f"run.{key}") for key, path in paths.items() if not buckets.is_s3(path)}
+    if GENERATIONS[0] in rows:
+        check_generations(metrics, rows[GENERATIONS[0]], rows.get(GENERATIONS[1]), f"run.{GENERATIONS[0]}")
     if settings.action == "local":
         return run_local(asdict(recipe), settings, local_results(recipe.output.eval_results_dir, settings, "", run.name))
-    cluster = settings.cluster
-    data, files = asdict(recipe), {}
-    for key in ("inference_data_s3_path", "base_model_inference_data_s3_path"):
-        if data["run"][key] in local:  # the generations travel in the ConfigMap
-            name = f"data-{len(files)}-{re.sub(r'[^-._a-zA-Z0-9]', '_', Path(data['run'][key]).name)}"
-            files[name] = Path(data["run"][key]).read_text()
-            data["run"][key] = f"{cluster.config_mount}/{name}"
-    if metrics[0].settings.api_key_env and metrics[0].settings.api_key_env not in cluster.secret_env:
-        name = metrics[0].settings.api_key_env
-        raise ConfigError(f"recipes.judge.api_key_env={name}: no cluster.secret_env.{name} gives the pods the key: set "
-                          f"cluster.secret_env.{name}={{secret: <Secret name>, key: <key in it>}}")
-    job = EvaluationJob(cluster.job_name or run.name, data, files, lookup(JUDGE_INSTANCE), 1, run.replicas)
+    cluster, data = settings.cluster, asdict(recipe)
+    carried = Carried(cluster.config_mount)
+    data["run"].update({key: carried(path) for key, path in paths.items()})  # local generations travel with the job
+    key_env = metrics[0].settings.api_key_env
+    if key_env and key_env not in cluster.secret_env:
+        raise ConfigError(f"recipes.judge.api_key_env={key_env}: no cluster.secret_env.{key_env} gives the pods the "
+                          f"key: set cluster.secret_env.{key_env}={{secret: <Secret name>, key: <key in it>}}")
+    job = EvaluationJob(cluster.job_name or run.name, data, carried.files, lookup(JUDGE_INSTANCE), 1, run.replicas)
     work, warnings = results_dir(recipe.output.eval_results_dir, cluster, job.name)
     out, kind = render(job, settings, recipe_name, work)
     print(f"{job.name}: {', '.join(m.name for m in metrics)} of {run.inference_data_s3_path} judged by "
@@ -146,28 +133,18 @@ def local_results(eval_results_dir: str, settings: LauncherSettings, model: str,
 def shipped(recipe: EvalRecipe, task: EvalTask, mount: str) -> tuple[dict, dict[str, str]]:
     """The recipe as the pods read it, and the files its ConfigMap carries: a task of the user's own and the
     local data files it or gen_qa names travel with the job, at `mount`."""
-    data, files, names = asdict(recipe), {}, {}
-
-    def carried(path: str) -> str:
-        if "://" in path or path.startswith(mount + "/"):
-            return path
-        if path not in names:
-            names[path] = f"data-{len(names)}-{re.sub(r'[^-._a-zA-Z0-9]', '_', Path(path).name)}"
-            files[names[path]] = Path(path).read_text()
-        return f"{mount}/{names[path]}"
-
+    data, carried = asdict(recipe), Carried(mount)
     if recipe.evaluation.task == "gen_qa":
         data["run"]["data_s3_path"] = carried(recipe.run.data_s3_path)
     elif task.config is not None:
-        kwargs = task.config.get("dataset_kwargs") or {}
+        kwargs = dict(task.config.get("dataset_kwargs") or {})
         paths = kwargs.get("data_files")
         if paths is not None:
-            paths = {k: carried(v) for k, v in paths.items()} if isinstance(paths, dict) else \
+            kwargs["data_files"] = {k: carried(v) for k, v in paths.items()} if isinstance(paths, dict) else \
                 [carried(v) for v in paths] if isinstance(paths, list) else carried(paths)
-            kwargs = {**kwargs, "data_files": paths}
-        files[TASK_FILE] = dump_yaml({**task.config, "dataset_kwargs": kwargs} if kwargs else task.config)
+        carried.files[TASK_FILE] = dump_yaml({**task.config, "dataset_kwargs": kwargs} if kwargs else task.config)
         data["evaluation"]["task"] = f"{mount}/{TASK_FILE}"
-    return data, files
+    return data, carried.files
 
 
 def dry_run(recipe: EvalRecipe, task: EvalTask, settings: LauncherSettings, recipe_name: str) -> int:

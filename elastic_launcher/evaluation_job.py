@@ -5,6 +5,7 @@ on this machine under torchrun."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -31,6 +32,22 @@ class EvaluationJob:
     instance: InstanceType
     processes: int  # per node
     replicas: int
+
+
+class Carried:
+    """Local files that travel in the job's ConfigMap: each path given is read once and named there, and the
+    pods read it at <mount>/<its name>. A URI, or a path already there, stays as it is."""
+
+    def __init__(self, mount: str):
+        self.mount, self.files, self._names = mount, {}, {}
+
+    def __call__(self, path: str) -> str:
+        if not path or "://" in path or path.startswith(self.mount + "/"):
+            return path
+        if path not in self._names:
+            self._names[path] = f"data-{len(self._names)}-{re.sub(r'[^-._a-zA-Z0-9]', '_', Path(path).name)}"
+            self.files[self._names[path]] = Path(path).read_text()
+        return f"{self.mount}/{self._names[path]}"
 
 
 def results_dir(eval_results_dir: str, cluster: ClusterSettings, job_name: str) -> tuple[str, list[str]]:

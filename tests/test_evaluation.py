@@ -415,3 +415,28 @@ def test_a_judged_evaluation_asks_each_verdict_once_across_processes_and_starts(
     assert len(judge_server.requests) == 18  # every verdict from the ledger, at another size
     assert [line.split()[:4] for line in again.stdout.splitlines() if line.startswith("WinRate")] == \
         [["WinRate", *table["WinRate"][:3]]]
+
+
+@pytest.mark.slow
+def test_a_model_and_gen_qa_questions_in_a_bucket_with_the_results_copied_back(s3, tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from conftest import bucket_keys
+    from training.contract import buckets
+    from training.evaluate.__main__ import main
+
+    buckets.upload("test", ROOT / TINY, f"s3://{s3}/models/tiny")
+    rows = [{"query": f"What is {i} plus {i}?", "response": str(2 * i)} for i in range(5)]
+    buckets.put(buckets.client("test"), "test", f"s3://{s3}/qa.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    data = {"run": {"model_name_or_path": f"s3://{s3}/models/tiny", "data_s3_path": f"s3://{s3}/qa.jsonl"},
+            "evaluation": {"task": "gen_qa", "strategy": "gen_qa", "metric": "all"}, "inference": {"max_new_tokens": 6},
+            "output": {"eval_results_dir": f"s3://{s3}/results", "eval_tensorboard_results_dir": str(tmp_path / "tb")}}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([f"--recipe={tmp_path / 'recipe.yaml'}", f"--out={tmp_path / 'out'}", f"--scores={tmp_path / 's.json'}"]) == 0
+    scored = json.loads((tmp_path / "s.json").read_text())
+    assert {"eval/gen_qa/exact_match/none", "eval/gen_qa/bleu/none"} <= set(scored)
+    copied = bucket_keys(s3, "results/")
+    assert any(k.endswith(".json") and "/results_" in k for k in copied) and any("/samples_gen_qa_" in k for k in copied)
+    events = EventAccumulator(str(next((tmp_path / "tb").glob("events.*")))).Reload()
+    assert events.Scalars("eval/gen_qa/exact_match/none")[0].value == pytest.approx(scored["eval/gen_qa/exact_match/none"])

@@ -120,6 +120,8 @@ class Generation:
 
 def read_generations(path: Path, key: str) -> list[Generation]:
     """Rows of {prompt, response[, reference]} (the vendor's `referenceResponse` and `modelResponses` too)."""
+    if not path.is_file():
+        raise ConfigError(f"{key}={path}: no such file (the generations to judge, a JSONL of {{prompt, response}})")
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
