@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from elastic_launcher.config.compose import compose, options
 from elastic_launcher.config.settings import ACTIONS, TARGETS
-from elastic_launcher.config.user_recipes import USER_RECIPES_ENV, catalogue, evaluation_recipes, recipe_facts, user_dirs, user_options
+from elastic_launcher.config.user_recipes import (USER_RECIPES_ENV, catalogue, evaluation_recipes, recipe_facts,
+                                                  user_dirs, user_options)
 from elastic_launcher.errors import USER_ERRORS, report
 from elastic_launcher.job import Job, load_job
 from elastic_launcher.words import plural

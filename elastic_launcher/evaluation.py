@@ -90,7 +90,8 @@ def judged(recipe: JudgeEvalRecipe, settings: LauncherSettings, recipe_name: str
     if GENERATIONS[0] in rows:
         check_generations(metrics, rows[GENERATIONS[0]], rows.get(GENERATIONS[1]), f"run.{GENERATIONS[0]}")
     if settings.action == "local":
-        return run_local(asdict(recipe), settings, local_results(recipe.output.eval_results_dir, settings, "", run.name))
+        out = local_results(recipe.output.eval_results_dir, settings, "", run.name)
+        return run_local(asdict(recipe), settings, out)
     cluster, data = settings.cluster, asdict(recipe)
     carried = Carried(cluster.config_mount)
     data["run"].update({key: carried(path) for key, path in paths.items()})  # local generations travel with the job
@@ -160,7 +161,7 @@ def dry_run(recipe: EvalRecipe, task: EvalTask, settings: LauncherSettings, reci
     model = recipe.run.model_name_or_path
     if Path(model).exists() and not on_a_pod_volume(model, cluster):
         warnings.append(f"run.model_name_or_path={model} is a path on this machine: the pods read a model from S3, "
-                        f"the hub or a volume they mount (an absolute path under cluster.checkpoint_mount or cluster.pvcs)")
+                        f"the hub or a volume they mount (a path under cluster.checkpoint_mount or cluster.pvcs)")
     out, kind = render(job, settings, recipe_name, work)
     print(f"{job.name}: evaluation of {model} on {task.label}"
           + (f" (num_fewshot {task.num_fewshot})" if task.num_fewshot is not None else "")

@@ -113,7 +113,8 @@ def render(job: EvaluationJob, settings: LauncherSettings, recipe_name: str, wor
     }
     configmap = _env.get_template("configmap.yaml.j2").render(context)
     manifest = _env.get_template(TEMPLATES[target]).render(context)
-    out = write_files(Path(settings.output_dir) / job.name, {"manifest.yaml": f"---\n{configmap}---\n{manifest}", **files})
+    manifest = f"---\n{configmap}---\n{manifest}"
+    out = write_files(Path(settings.output_dir) / job.name, {"manifest.yaml": manifest, **files})
     return out, "HyperPodPyTorchJob" if target == "hyperpod" else "PyTorchJob"
 
 

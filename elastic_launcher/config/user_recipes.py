@@ -107,8 +107,9 @@ def recipe_facts(recipe: str, files: dict | None = None) -> str:
         return f"evaluation, LLM as judge ({recipe_data['llm_as_judge'].get('metrics')}), 1 node, resumable"
     if isinstance(recipe_data.get("evaluation"), dict) and "training_config" not in recipe_data:
         ev = recipe_data["evaluation"]
-        replicas = (recipe_data.get("run") or {}).get("replicas", 1)
-        return f"evaluation, {ev.get('task')} ({ev.get('strategy')}), {replicas} node{'s' * (replicas != 1)}, resumable at any size"
+        nodes = (recipe_data.get("run") or {}).get("replicas", 1)
+        return (f"evaluation, {ev.get('task')} ({ev.get('strategy')}), {nodes} node{'s' * (nodes != 1)}, "
+                "resumable at any size")
     training = recipe_data.get("training_config") or {}
     args = training.get("training_args") or {}
     method_args = args.get("method_args") or {}

@@ -264,11 +264,8 @@ def localized(config: JobConfig) -> JobConfig:
         section, key = path.split(".")
         owner = getattr(config.training_config, section)
         value = getattr(owner, key)
-        if isinstance(value, str) and not os.path.isabs(value):
-            for base in (Path.cwd(), ROOT):
-                if (base / value).exists():
-                    setattr(owner, key, str((base / value).resolve()))
-                    break
+        if isinstance(value, str):
+            setattr(owner, key, found(value))
     config.training_config.evaluation.tasks = [found(t) for t in config.training_config.evaluation.tasks]
     method_args = config.training_config.training_args.method_args
     if isinstance(method_args, dict):  # GRPO's reward files and an agent's environment, found as the data is
