@@ -20,7 +20,7 @@ from elastic_launcher.words import plural
 from training.contract import buckets
 from training.contract.checkpoint_dirs import COMPLETE
 from training.contract.errors import ConfigError
-from training.contract.evaluation import EvalRecipe, EvalTask, check_recipe, load_recipe
+from training.contract.evaluation import EvalRecipe, EvalTask, check_model_name, check_recipe, load_recipe
 from training.contract.judge_evaluation import (JudgeEvalRecipe, check_generations, is_judge_evaluation,
                                                 judged_metrics, load_judge_recipe, read_generations)
 from training.contract.typed import build
@@ -75,7 +75,9 @@ def run(cfg, recipe_name: str) -> int:
         return judged(load_judge_recipe(data["recipes"]), settings, recipe_name)
     recipe = localized(load_recipe(data["recipes"]))
     task = check_recipe(recipe)
-    if settings.action == "local":
+    if settings.action == "local":  # the models are this machine's (a dry run's may be on the pods' volumes)
+        for key in ("model_name_or_path", "base_model_name"):
+            check_model_name(f"run.{key}", getattr(recipe.run, key))
         return run_local(asdict(recipe), settings, local_results(recipe.output.eval_results_dir, settings,
                                                                  recipe.run.model_name_or_path, recipe.run.name))
     return dry_run(recipe, task, settings, recipe_name)

@@ -440,3 +440,12 @@ def test_a_model_and_gen_qa_questions_in_a_bucket_with_the_results_copied_back(s
     assert any(k.endswith(".json") and "/results_" in k for k in copied) and any("/samples_gen_qa_" in k for k in copied)
     events = EventAccumulator(str(next((tmp_path / "tb").glob("events.*")))).Reload()
     assert events.Scalars("eval/gen_qa/exact_match/none")[0].value == pytest.approx(scored["eval/gen_qa/exact_match/none"])
+
+
+def test_a_local_evaluation_of_a_model_that_is_nowhere_is_one_line_before_anything_starts(launch, tmp_path):
+    code, out, err = launch(RECIPE, f"recipes.run.model_name_or_path={tmp_path / 'nope'}", "action=local",
+                            f"recipes.output.eval_results_dir={tmp_path / 'results'}")
+    assert code != 0 and err.count("\n") == 1 and "run.model_name_or_path=" in err and "no such directory" in err
+    assert not (tmp_path / "results").exists()
+    code, out, err = launch(RECIPE)  # the recipe's default: no model
+    assert code != 0 and "recipes.run.model_name_or_path is empty" in err

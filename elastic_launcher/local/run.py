@@ -250,7 +250,7 @@ _LOCAL_PATHS = ("model_config.model_name_or_path", "model_config.tokenizer_name_
 def found(value: str) -> str:
     """A relative path that exists from the working directory, else from the project root, made absolute;
     anything else (a name, a hub id, a URI, a path that is nowhere) as it is."""
-    if os.path.isabs(value) or "://" in value:
+    if not value or os.path.isabs(value) or "://" in value:
         return value
     return next((str((base / value).resolve()) for base in (Path.cwd(), ROOT) if (base / value).exists()), value)
 

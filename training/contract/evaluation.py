@@ -200,6 +200,14 @@ def load_recipe(data: dict) -> EvalRecipe:
     return build(EvalRecipe, data)
 
 
+def check_model_name(key: str, name: str) -> None:
+    """A path that names no directory here is refused; a hub id (owner/name) is the hub's to find."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        if "://" not in name and not Path(name).expanduser().exists():
+            raise ConfigError(f"{key}={name}: no such directory (an export, a run's checkpoints/step-N, "
+                              f"an s3:// prefix or a hub id)")
+
+
 def is_evaluation(recipe: dict) -> bool:
     """An evaluation recipe, as the vendor's launcher tells them apart: an `evaluation` block and no training config."""
     return isinstance(recipe.get("evaluation"), dict) and "training_config" not in recipe

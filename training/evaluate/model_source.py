@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from training.contract import buckets
 from training.contract.checkpoint_dirs import COMPLETE, step_of
 from training.contract.errors import ConfigError
+from training.contract.evaluation import check_model_name
 
 KEY = "run.model_name_or_path"
 
@@ -45,9 +46,7 @@ def resolve(name: str, cache: Path, rank: int, key: str = KEY, wait_s: float = 3
         name = str(buckets.download(key, name.rstrip("/"), cache / "s3"))
     path = Path(name).expanduser()
     if not path.exists():
-        if name.startswith((".", "/", "~")) or name.count("/") > 1:
-            raise ConfigError(f"{key}={name}: no such directory (an export, a run's checkpoints/step-N, "
-                              f"an s3:// prefix or a hub id)")
+        check_model_name(key, name)
         return ModelSource(name, None, hashlib.sha256(name.encode()).hexdigest()[:16], None)  # a hub id
     if (path / "adapter_config.json").exists():
         base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
