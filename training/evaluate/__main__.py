@@ -1,6 +1,7 @@
-"""`python -m training.evaluate --recipe FILE --out DIR`: one evaluation recipe, as one process of RANK/WORLD_SIZE
-(torchrun's or hyperpodrun's; 0 of 1 alone). Every process runs its share of the samples; rank 0 writes lm-eval's
-files, prints the table and logs to MLflow and TensorBoard."""
+"""`python -m training.evaluate --recipe FILE [--recipe FILE ...] --out DIR [--scores FILE]`: evaluation recipes, one
+after the other (a benchmark on lm-eval, or an LLM as judge: training.evaluate.judged), as one process of
+RANK/WORLD_SIZE (torchrun's or hyperpodrun's; 0 of 1 alone). Every process runs its share of the samples; rank 0
+writes lm-eval's files, prints the table and logs to MLflow and TensorBoard."""
 
 from __future__ import annotations
 
