@@ -76,7 +76,6 @@ REFUSED_TASKS = {
     "inference_only": "generations without scores are a serving job, not an evaluation: export the model "
                       "(python -m training.export) and serve it with vLLM",
 }
-GEN_QA_COLUMNS = ("query", "response")  # the vendor's gen_qa rows: a prompt and its reference answer
 
 
 @dataclass

@@ -22,7 +22,6 @@ from typing import Callable
 
 from lm_eval.api.model import LM
 
-KINDS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 
 
 class WorkStore:
