@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -426,3 +427,42 @@ def bucket_keys(bucket: str, prefix: str = "") -> dict[str, int]:
 def torch_python(request) -> str:
     """Both torch builds the project supports: requirements.txt's (local runs, CI) and the image's."""
     return sys.executable if request.param == "requirements" else request.getfixturevalue("image_python")
+
+
+class MlflowServer:
+    def __init__(self, workdir, port: int):
+        self.workdir, self.port, self.proc = workdir, port, None
+        self.uri = f"http://127.0.0.1:{port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
+             "--artifacts-destination", str(self.workdir / "artifacts"), "--workers", "1"],
+            cwd=self.workdir, stdout=open(self.workdir / "server.log", "ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,  # without MLflow's job runner (its background jobs): one process less to start
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        wait_for(self.up, timeout=120, interval=0.5)
+
+    def up(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real `mlflow server` on loopback (SQLite backend, artifacts under tmp_path), stopped after the test."""
+    from elastic_launcher.local.hyperpod_agents import free_port
+
+    s = MlflowServer(tmp_path, free_port())
+    s.start()
+    yield s
+    if s.proc.poll() is None:
+        s.stop()

@@ -15,7 +15,6 @@ import yaml
 
 from conftest import ROOT, run_launcher_process
 from k8s_schema import hyperpod_sdk_model, validate_crd
-from test_tracking import server  # noqa: F401 - the loopback MLflow server, a fixture
 from training.contract.errors import ConfigError
 from training.contract.evaluation import BENCHMARKS, REFUSED_TASKS, SUBTASKS, EvalRecipe, check_recipe, load_recipe
 
@@ -274,24 +273,24 @@ def test_a_lora_adapter_is_evaluated_over_its_base(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_step_is_exported_once_and_scored_into_its_training_runs_mlflow_run(tmp_path, server):
+def test_a_checkpoint_step_is_exported_once_and_scored_into_its_training_runs_mlflow_run(tmp_path, mlflow_server):
     from mlflow.tracking import MlflowClient
 
     run_dir = tmp_path / "run"
     trained = run_launcher_process("recipes=llama/tiny_llama_sft", "action=local", f"local.run_dir={run_dir}",
                                    "recipes.training_config.training_args.max_steps=3",
-                                   f"recipes.training_config.logging.mlflow.tracking_uri={server.uri}",
+                                   f"recipes.training_config.logging.mlflow.tracking_uri={mlflow_server.uri}",
                                    f"output_dir={tmp_path / 'out'}", timeout=300)
     assert trained.returncode == 0, trained.stderr[-3000:]
     step, run_id = run_dir / "checkpoints" / "step-00000003", (run_dir / "mlflow_run_id").read_text()
     args = [RECIPE, f"recipes.run.model_name_or_path={step}", f"recipes.evaluation.task={CHOICE}", "action=local",
-            f"recipes.output.mlflow_tracking_uri={server.uri}", f"recipes.output.mlflow_run_id={run_id}"]
+            f"recipes.output.mlflow_tracking_uri={mlflow_server.uri}", f"recipes.output.mlflow_run_id={run_id}"]
     first = run_launcher_process(*args, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"exporting {step}" in first.stdout and f"mlflow: run {run_id}, step 3" in first.stdout
     out = run_dir / "evaluation"  # beside the run it evaluates
     results = json.loads(next(out.glob("*/results_*.json")).read_text())
-    history = MlflowClient(server.uri).get_metric_history(run_id, "eval/arith_choice/acc/none")
+    history = MlflowClient(mlflow_server.uri).get_metric_history(run_id, "eval/arith_choice/acc/none")
     assert [(m.step, m.value) for m in history] == [(3, pytest.approx(results["results"]["arith_choice"]["acc,none"]))]
     again = run_launcher_process(*args, timeout=300)
     assert again.returncode == 0 and "exporting" not in again.stdout, again.stderr[-3000:]
@@ -357,8 +356,8 @@ def judge_server():
     sys.path.insert(0, str(ROOT / "scripts"))
     from judge_server import JudgeServer
 
-    with JudgeServer() as server:
-        yield server
+    with JudgeServer() as judge:
+        yield judge
 
 
 def test_the_judge_recipe_renders_a_job_that_carries_its_generations_and_refuses_what_cannot_run(launch, tmp_path):

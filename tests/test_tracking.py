@@ -4,10 +4,8 @@ every committed step's metrics in it exactly once, the resizes as events, and no
 lost to the outage."""
 
 import os
-import signal
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -18,45 +16,7 @@ STEPS = 18
 TRACE = "[{step:0,nodes:2},{step:6,nodes:3},{step:12,nodes:1}]"
 
 
-class MlflowServer:
-    def __init__(self, workdir, port: int):
-        self.workdir, self.port, self.proc = workdir, port, None
-        self.uri = f"http://127.0.0.1:{port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
-             "--artifacts-destination", str(self.workdir / "artifacts"), "--workers", "1"],
-            cwd=self.workdir, stdout=open(self.workdir / "server.log", "ab"), stderr=subprocess.STDOUT,
-            start_new_session=True,  # without MLflow's job runner (its background jobs): one process less to start
-            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-        wait_for(self.up, timeout=120, interval=0.5)
-
-    def up(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
-@pytest.fixture
-def server(tmp_path):
-    from elastic_launcher.local.hyperpod_agents import free_port
-
-    s = MlflowServer(tmp_path, free_port())
-    s.start()
-    yield s
-    if s.proc.poll() is None:
-        s.stop()
-
-
-def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
+def test_one_mlflow_run_across_resizes_and_an_outage(mlflow_server, tmp_path):
     from mlflow.tracking import MlflowClient
 
     run_dir = tmp_path / "run"
@@ -64,16 +24,16 @@ def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
         [sys.executable, str(ROOT / "launcher.py"), "recipes=llama/tiny_llama_sft", "recipes.elastic_policy.is_elastic=true",
          "action=rehearse", f"local.trace={TRACE}", f"local.run_dir={run_dir}", "local.compare=false",
          f"recipes.training_config.training_args.max_steps={STEPS}",
-         f"recipes.training_config.logging.mlflow.tracking_uri={server.uri}",
+         f"recipes.training_config.logging.mlflow.tracking_uri={mlflow_server.uri}",
          "recipes.training_config.logging.mlflow.experiment=tiny", f"output_dir={tmp_path / 'out'}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         step = lambda: max(losses(run_dir), default=0)  # noqa: E731
         wait_for(lambda: step() >= 3, timeout=240, interval=0.1)
-        server.stop()  # the tracking server goes down at step 3 ...
+        mlflow_server.stop()  # the tracking server goes down at step 3 ...
         wait_for(lambda: step() >= 9, timeout=240, interval=0.1)
-        server.start()  # ... and comes back after the 2 -> 3 resize at step 6
+        mlflow_server.start()  # ... and comes back after the 2 -> 3 resize at step 6
         out, _ = rehearsal.communicate(timeout=400)
     finally:
         if rehearsal.poll() is None:
@@ -83,7 +43,7 @@ def test_one_mlflow_run_across_resizes_and_an_outage(server, tmp_path):
     log = (run_dir / "torchrun.log").read_text()
     assert "warning: MLflow tracking at" in log
 
-    client = MlflowClient(tracking_uri=server.uri)
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
     experiment = client.get_experiment_by_name("tiny")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1  # one training run, one MLflow run, whatever the restarts
@@ -130,7 +90,7 @@ def test_a_file_store_tracks_and_the_run_status_follows_the_job(tmp_path, capfd)
 
 
 @pytest.mark.parametrize("outage_at", ["create_run", "log_batch"])
-def test_an_outage_while_the_run_is_opened_makes_no_second_run(server, tmp_path, outage_at):
+def test_an_outage_while_the_run_is_opened_makes_no_second_run(mlflow_server, tmp_path, outage_at):
     """The server dies just after it created the run (its answer lost) or while the parameters are
     logged: the retries find the same run and complete its parameters."""
     import threading
@@ -147,13 +107,13 @@ def test_an_outage_while_the_run_is_opened_makes_no_second_run(server, tmp_path,
         result = real(self, *args, **kwargs)
         if not hit and threading.current_thread().name == "mlflow":
             hit.append(True)
-            server.stop()
-            threading.Timer(1.0, server.start).start()
+            mlflow_server.stop()
+            threading.Timer(1.0, mlflow_server.start).start()
             raise ConnectionError("the server went away before it answered")
         return result
 
     config = {f"p{i}": i for i in range(150)}  # two parameter batches
-    settings = SimpleNamespace(tracking_uri=server.uri, experiment="tiny", run_name=None)
+    settings = SimpleNamespace(tracking_uri=mlflow_server.uri, experiment="tiny", run_name=None)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(MlflowClient, outage_at, dies_after)
         patch.setattr(tracking, "RETRY_S", 0.2)
@@ -162,7 +122,7 @@ def test_an_outage_while_the_run_is_opened_makes_no_second_run(server, tmp_path,
         tracker.close("FINISHED")
         tracker._thread.join(120)
     assert hit
-    client = MlflowClient(tracking_uri=server.uri)
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     assert [r.info.run_id for r in runs] == [(tmp_path / "mlflow_run_id").read_text()]
     assert runs[0].data.params == {k: str(v) for k, v in config.items()}

@@ -23,7 +23,6 @@ from typing import Callable
 from lm_eval.api.model import LM
 
 
-
 class WorkStore:
     """Finished units in a directory of JSONL files, one per process life (no two writers share a file).
     A line is {"asked": key, "n": requests} before a unit is sent to the model and {"key": key, "out": [...]}
