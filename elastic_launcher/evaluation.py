@@ -15,6 +15,7 @@ from elastic_launcher.evaluation_job import (RECIPE_FILE, Carried, EvaluationJob
 from elastic_launcher.local.run import found
 from elastic_launcher.planning.instances import InstanceType, lookup
 from elastic_launcher.planning.model_config import read_config
+from elastic_launcher.render.manifests import require_secret
 from elastic_launcher.render.configs import dump_yaml
 from elastic_launcher.words import plural
 from training.contract import buckets
@@ -97,10 +98,8 @@ def judged(recipe: JudgeEvalRecipe, settings: LauncherSettings, recipe_name: str
     cluster, data = settings.cluster, asdict(recipe)
     carried = Carried(cluster.config_mount)
     data["run"].update({key: carried(path) for key, path in paths.items()})  # local generations travel with the job
-    key_env = metrics[0].settings.api_key_env
-    if key_env and key_env not in cluster.secret_env:
-        raise ConfigError(f"recipes.judge.api_key_env={key_env}: no cluster.secret_env.{key_env} gives the pods the "
-                          f"key: set cluster.secret_env.{key_env}={{secret: <Secret name>, key: <key in it>}}")
+    if metrics[0].settings.api_key_env:
+        require_secret("recipes.judge.api_key_env", metrics[0].settings.api_key_env, cluster)
     job = EvaluationJob(cluster.job_name or run.name, data, carried.files, lookup(JUDGE_INSTANCE), 1, run.replicas)
     work, warnings = results_dir(recipe.output.eval_results_dir, cluster, job.name)
     out, kind = render(job, settings, recipe_name, work)

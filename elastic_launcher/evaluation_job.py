@@ -15,8 +15,8 @@ from elastic_launcher import ROOT
 from elastic_launcher.config.settings import ClusterSettings, LauncherSettings
 from elastic_launcher.planning.instances import InstanceType
 from elastic_launcher.render.configs import dump_yaml, write_files
-from elastic_launcher.render.manifests import (CONFIGMAP_LIMIT, MANAGED_BY, SECRET_NAME, TEMPLATES, _env, _label_value,
-                                               _volumes, configmap_name)
+from elastic_launcher.render.manifests import (CONFIGMAP_LIMIT, MANAGED_BY, TEMPLATES, _env, _label_value, _volumes,
+                                               cluster_env, configmap_name)
 from elastic_launcher.words import plural
 from training.contract import buckets
 from training.contract.errors import ConfigError
@@ -68,18 +68,8 @@ def on_a_pod_volume(path: str, cluster: ClusterSettings) -> bool:
 
 
 def _env_list(job: EvaluationJob, cluster: ClusterSettings) -> list[dict]:
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NNODES", "value": str(job.replicas)},
-           {"name": "NPROC_PER_NODE", "value": str(job.processes)}]
-    for name, value in cluster.env.items():
-        if SECRET_NAME.search(str(name)):
-            raise ConfigError(f"cluster.env.{name} looks like a secret: reference a Kubernetes Secret with "
-                              f"cluster.secret_env.{name}={{secret: <name>, key: <key>}} instead of plain text")
-        env.append({"name": str(name), "value": str(value)})
-    for name, ref in cluster.secret_env.items():
-        if not isinstance(ref, dict) or set(ref) != {"secret", "key"}:
-            raise ConfigError(f"cluster.secret_env.{name}={ref!r} must be {{secret: <secret name>, key: <key>}}")
-        env.append({"name": str(name), "valueFrom": {"secretKeyRef": {"name": ref["secret"], "key": ref["key"]}}})
-    return env
+    return [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NNODES", "value": str(job.replicas)},
+            {"name": "NPROC_PER_NODE", "value": str(job.processes)}, *cluster_env(cluster)]
 
 
 def render(job: EvaluationJob, settings: LauncherSettings, recipe_name: str, work: str) -> tuple[Path, str]:

@@ -85,12 +85,17 @@ def _env_list(plan: Plan, cluster: ClusterSettings, target: str, node_local: flo
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # c10d scale-up hangs on a shared store
     if plan.instance.efa:
         env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"})
+    return [{"name": k, "value": v} for k, v in env.items()] + cluster_env(cluster)
+
+
+def cluster_env(cluster: ClusterSettings) -> list[dict]:
+    """The user's variables (cluster.env) and Secret references (cluster.secret_env), as a container's env."""
+    out = []
     for name, value in cluster.env.items():
         if SECRET_NAME.search(str(name)):
             raise ConfigError(f"cluster.env.{name} looks like a secret: reference a Kubernetes Secret with "
                               f"cluster.secret_env.{name}={{secret: <name>, key: <key>}} instead of plain text")
-        env[str(name)] = str(value)
-    out = [{"name": k, "value": v} for k, v in env.items()]
+        out.append({"name": str(name), "value": str(value)})
     for name, ref in cluster.secret_env.items():
         if not isinstance(ref, dict) or set(ref) != {"secret", "key"}:
             raise ConfigError(f"cluster.secret_env.{name}={ref!r} must be {{secret: <secret name>, key: <key>}}: "
@@ -142,9 +147,13 @@ def check_judge_key(plan: Plan, cluster: ClusterSettings) -> None:
     options = sampling_options(plan.base.training_config)
     if options is None or NAME not in (options.rewards or ()) or not (options.judge or {}).get("api_key_env"):
         return
-    name = options.judge["api_key_env"]
+    require_secret(f"{KEY}.api_key_env", options.judge["api_key_env"], cluster)
+
+
+def require_secret(setting: str, name: str, cluster: ClusterSettings) -> None:
+    """The variable `setting` names reaches the pods from a Secret (never the manifest's text)."""
     if name not in cluster.secret_env:
-        raise ConfigError(f"{KEY}.api_key_env={name}: no cluster.secret_env.{name} gives the pods the key: set "
+        raise ConfigError(f"{setting}={name}: no cluster.secret_env.{name} gives the pods the key: set "
                           f"cluster.secret_env.{name}={{secret: <Secret name>, key: <key in it>}}")
 
 

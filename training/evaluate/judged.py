@@ -59,10 +59,11 @@ def run(recipe: JudgeEvalRecipe, out: Path, rank: int, world: int) -> dict[str, 
     barrier = _barrier(world)
     done = []
     for metric in metrics:
-        _, costs = judge_rows(metric, rows, base, out, list(range(rank, len(rows), world)), rank, world)
+        verdicts, costs = judge_rows(metric, rows, base, out, list(range(rank, len(rows), world)), rank, world)
         barrier()  # every process's verdicts are in the ledger
         if rank == 0:
-            verdicts, _ = judge_rows(metric, rows, base, out, list(range(len(rows))), rank, world)
+            if world > 1:  # the others' rows too, all read back from the ledger
+                verdicts, _ = judge_rows(metric, rows, base, out, list(range(len(rows))), rank, world)
             done.append(MetricVerdicts(metric.name, verdicts, costs.judge_calls, costs.judge_cached))
     return report(recipe, done, out) if rank == 0 else {}
 
